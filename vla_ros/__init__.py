@@ -4,4 +4,10 @@ Functional core (``vla_ros.sim``, and later tokens, model, safety, control) with
 thin ROS 2 node shells in ``vla_ros.nodes``.
 """
 
+import os
+
+# Headless rendering: MuJoCo picks its OpenGL platform when it is first imported, so this must run
+# before any ``import mujoco``. EGL works with Mesa's software renderer; set MUJOCO_GL=osmesa to override.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 __version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Thin rclpy node shells. Each converts messages to arrays, calls a ROS-free core, and publishes."""

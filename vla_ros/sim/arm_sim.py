@@ -1,0 +1,290 @@
+"""The simulated arm: MuJoCo physics, cups, camera and episode bookkeeping, with no ROS in sight.
+
+``ArmSim`` follows dm_control's split of a fixed physics model and episodic state: ``reset(seed)`` writes
+a new randomised state into the one compiled model, so the same seed always gives the same episode and
+the same command sequence gives the same trajectory. Time is an integer count of physics steps; every
+rate (joint states, camera, clock) is an integer divisor of the physics rate, so samples fall exactly on
+steps and stamps never drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from vla_ros.sim.commands import JointLimits, validate_position_command
+from vla_ros.sim.scene import (
+    CAMERA_NAME,
+    CUP_COLORS,
+    CUP_HALF_HEIGHT_M,
+    CUP_RADIUS_M,
+    TABLE_TOP_Z_M,
+    TCP_BODY,
+    SceneConfig,
+    build_spec,
+    default_urdf_path,
+)
+from vla_ros.sim.trajectory import PositionTrajectory
+
+log = logging.getLogger(__name__)
+
+# Arm above the table with the gripper pointing down and open (shoulder_pan, shoulder_lift, elbow,
+# forearm_roll, wrist_pitch, wrist_roll, left_finger); pitch angles sum to pi so the tool points down.
+HOME_Q = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
+LIFT_HEIGHT_M = 0.05  # a cup counts as lifted when its bottom is this far above the table
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """Timing and camera of the simulation.
+
+    Args:
+        physics_rate_hz: physics steps per simulated second; joint_state_rate_hz, camera_rate_hz and
+            clock_rate_hz must divide it so that samples fall exactly on steps (600 serves 100 and 30).
+        image_width / image_height: camera resolution in pixels.
+        cup_region_m: (x_min, x_max, y_min, y_max) where cups are placed, inside the arm's reach.
+        min_cup_spacing_m: centre distance between cups, so the gripper fits between them.
+    """
+
+    physics_rate_hz: int = 600
+    joint_state_rate_hz: int = 100
+    camera_rate_hz: int = 30
+    clock_rate_hz: int = 200
+    image_width: int = 320
+    image_height: int = 240
+    cup_region_m: tuple[float, float, float, float] = (0.30, 0.55, -0.22, 0.22)
+    min_cup_spacing_m: float = 0.11
+    scene: SceneConfig = dataclasses.field(default_factory=SceneConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("joint_state_rate_hz", "camera_rate_hz", "clock_rate_hz"):
+            rate = getattr(self, name)
+            if rate <= 0 or self.physics_rate_hz % rate != 0:
+                raise ValueError(
+                    f"{name}={rate} must be a positive divisor of physics_rate_hz={self.physics_rate_hz}"
+                )
+        if not (16 <= self.image_width <= 1920 and 16 <= self.image_height <= 1080):
+            raise ValueError(
+                f"image size {self.image_width}x{self.image_height} outside 16x16 .. 1920x1080"
+            )
+        x0, x1, y0, y1 = self.cup_region_m
+        if not (x0 < x1 and y0 < y1):
+            raise ValueError(f"cup_region_m must be (x_min < x_max, y_min < y_max), got {self.cup_region_m}")
+        if self.min_cup_spacing_m < 2 * CUP_RADIUS_M:
+            raise ValueError(
+                f"min_cup_spacing_m={self.min_cup_spacing_m} is smaller than a cup diameter {2 * CUP_RADIUS_M}"
+            )
+        object.__setattr__(self, "scene", dataclasses.replace(self.scene, physics_dt_s=1.0 / self.physics_rate_hz))
+
+    @property
+    def steps_per_joint_state(self) -> int:
+        return self.physics_rate_hz // self.joint_state_rate_hz
+
+    @property
+    def steps_per_frame(self) -> int:
+        return self.physics_rate_hz // self.camera_rate_hz
+
+    @property
+    def steps_per_clock(self) -> int:
+        return self.physics_rate_hz // self.clock_rate_hz
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraIntrinsics:
+    """Pinhole model of the rendered image (no distortion), as sensor_msgs/CameraInfo wants it."""
+
+    width: int
+    height: int
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+
+class ArmSim:
+    """Physics, rendering and episode state of the arm-and-cups scene.
+
+    Not thread-safe: the ROS node serialises access. The renderer is created on first use, in the
+    calling thread, because an OpenGL context belongs to the thread that made it current.
+    """
+
+    def __init__(self, config: SimConfig | None = None, urdf_path: Path | str | None = None, seed: int = 0) -> None:
+        self.config = config or SimConfig()
+        self.urdf_path = Path(urdf_path) if urdf_path else default_urdf_path()
+        if not self.urdf_path.is_file():
+            raise FileNotFoundError(f"robot description not found: {self.urdf_path}")
+        self.urdf_xml = self.urdf_path.read_text()
+        spec, self.command_joint_names = build_spec(self.urdf_path, self.config.scene)
+        self.model = spec.compile()
+        self.data = mujoco.MjData(self.model)
+
+        # Named accessors resolved once; no magic indices further down.
+        movable = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+        self.joint_names = [self.model.joint(i).name for i in range(self.model.njnt) if int(self.model.jnt_type[i]) in movable]
+        self._qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.joint_names], dtype=np.intp)
+        self._dof_adr = np.array([self.model.joint(n).dofadr[0] for n in self.joint_names], dtype=np.intp)
+        self._cmd_actuators = np.array([self.model.actuator(f"{n}_position").id for n in self.command_joint_names], dtype=np.intp)
+        self._cmd_qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.command_joint_names], dtype=np.intp)
+        lower = np.array([self.model.joint(n).range[0] for n in self.command_joint_names])
+        upper = np.array([self.model.joint(n).range[1] for n in self.command_joint_names])
+        self.limits = JointLimits(names=tuple(self.command_joint_names), lower=lower, upper=upper)
+        self._cup_qpos_adr = {c: self.model.joint(f"{c}_cup_free").qposadr[0] for c in CUP_COLORS}
+        self._cup_body = {c: self.model.body(f"{c}_cup").id for c in CUP_COLORS}
+        self._tcp_body = self.model.body(TCP_BODY).id
+        self._camera_id = self.model.camera(CAMERA_NAME).id
+        self._table_geom = self.model.geom("table").id
+        cup_geoms = {self.model.geom(f"{c}_cup_geom").id for c in CUP_COLORS}
+        self._robot_geoms = {
+            g for g in range(self.model.ngeom) if g not in cup_geoms and g != self._table_geom and self.model.geom_bodyid[g] != 0
+        }
+
+        self._renderer: mujoco.Renderer | None = None
+        self._image = np.zeros((self.config.image_height, self.config.image_width, 3), dtype=np.uint8)
+        self.step_count = 0
+        self.seed = 0
+        self.episode = 0
+        self._trajectory: PositionTrajectory | None = None
+        self.reset(seed)
+
+    # ---- episode -----------------------------------------------------------------------------------
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions."""
+        rng = np.random.default_rng(int(seed))
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[self._cmd_qpos_adr] = HOME_Q
+        # The mimic finger starts where its leader is, so the equality constraint starts satisfied.
+        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = HOME_Q[-1]
+        self.data.ctrl[self._cmd_actuators] = HOME_Q
+        for color, xy in zip(CUP_COLORS, self._sample_cup_xy(rng)):
+            adr = self._cup_qpos_adr[color]
+            self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
+        mujoco.mj_forward(self.model, self.data)
+        self.step_count = 0
+        self.seed = int(seed)
+        self.episode += 1
+        self._trajectory = None
+        self._initial_cup_pos = self.cup_positions()
+        return self._initial_cup_pos
+
+    def _sample_cup_xy(self, rng: np.random.Generator) -> list[np.ndarray]:
+        x0, x1, y0, y1 = self.config.cup_region_m
+        placed: list[np.ndarray] = []
+        for _ in range(10_000):  # rejection sampling; the region holds three cups with room to spare
+            xy = np.array([rng.uniform(x0, x1), rng.uniform(y0, y1)])
+            if all(np.linalg.norm(xy - p) >= self.config.min_cup_spacing_m for p in placed):
+                placed.append(xy)
+                if len(placed) == len(CUP_COLORS):
+                    return placed
+        raise RuntimeError(f"could not place {len(CUP_COLORS)} cups in {self.config.cup_region_m}")
+
+    # ---- time --------------------------------------------------------------------------------------
+    @property
+    def time_ns(self) -> int:
+        """Simulated time of the current state, exact integer nanoseconds (strictly increasing)."""
+        return self.step_count * 1_000_000_000 // self.config.physics_rate_hz
+
+    @property
+    def time_s(self) -> float:
+        return self.step_count / self.config.physics_rate_hz
+
+    def step(self) -> None:
+        """Advance one physics step, following the active trajectory if there is one."""
+        if self._trajectory is not None:
+            self.data.ctrl[self._cmd_actuators] = self._trajectory.sample(self.time_s)
+        mujoco.mj_step(self.model, self.data)
+        self.step_count += 1
+
+    def is_joint_state_step(self) -> bool:
+        return self.step_count % self.config.steps_per_joint_state == 0
+
+    def is_frame_step(self) -> bool:
+        return self.step_count % self.config.steps_per_frame == 0
+
+    def is_clock_step(self) -> bool:
+        return self.step_count % self.config.steps_per_clock == 0
+
+    # ---- commands ----------------------------------------------------------------------------------
+    def command_positions(self, names: list[str] | tuple[str, ...], positions) -> np.ndarray:
+        """Set position targets (forward-controller semantics). Raises CommandError; then nothing moves."""
+        q = validate_position_command(names, positions, self.limits)
+        self._trajectory = None
+        self.data.ctrl[self._cmd_actuators] = q
+        return q
+
+    def command_trajectory(self, trajectory: PositionTrajectory) -> None:
+        """Follow a validated trajectory (joint-trajectory-controller semantics), replacing any other."""
+        trajectory.bind_start(self.time_s, self.commanded_positions())
+        self._trajectory = trajectory
+
+    def commanded_positions(self) -> np.ndarray:
+        return self.data.ctrl[self._cmd_actuators].copy()
+
+    # ---- observations ------------------------------------------------------------------------------
+    def joint_positions(self) -> np.ndarray:
+        return self.data.qpos[self._qpos_adr].copy()
+
+    def joint_velocities(self) -> np.ndarray:
+        return self.data.qvel[self._dof_adr].copy()
+
+    def joint_efforts(self) -> np.ndarray:
+        return self.data.qfrc_actuator[self._dof_adr].copy()
+
+    def command_joint_positions(self) -> np.ndarray:
+        return self.data.qpos[self._cmd_qpos_adr].copy()
+
+    def tcp_position(self) -> np.ndarray:
+        return self.data.xpos[self._tcp_body].copy()
+
+    def cup_positions(self) -> dict[str, np.ndarray]:
+        return {c: self.data.xpos[b].copy() for c, b in self._cup_body.items()}
+
+    def lifted_cup(self) -> str | None:
+        """The colour of the cup whose bottom is at least LIFT_HEIGHT_M above the table, if any."""
+        for color, pos in self.cup_positions().items():
+            if pos[2] - CUP_HALF_HEIGHT_M - TABLE_TOP_Z_M >= LIFT_HEIGHT_M:
+                return color
+        return None
+
+    def robot_table_contacts(self) -> int:
+        """Number of active contacts between any robot geom and the table (for safety tests)."""
+        n = 0
+        for i in range(self.data.ncon):
+            c = self.data.contact[i]
+            pair = {int(c.geom1), int(c.geom2)}
+            if self._table_geom in pair and pair & self._robot_geoms:
+                n += 1
+        return n
+
+    # ---- camera ------------------------------------------------------------------------------------
+    def render(self) -> np.ndarray:
+        """RGB image (height, width, 3) uint8 of the fixed scene camera, reusing one buffer."""
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(self.model, self.config.image_height, self.config.image_width)
+        self._renderer.update_scene(self.data, camera=self._camera_id)
+        self._renderer.render(out=self._image)
+        return self._image
+
+    def camera_intrinsics(self) -> CameraIntrinsics:
+        w, h = self.config.image_width, self.config.image_height
+        fovy = np.deg2rad(self.model.cam_fovy[self._camera_id])
+        f = 0.5 * h / np.tan(0.5 * fovy)  # MuJoCo's fovy is vertical and pixels are square
+        return CameraIntrinsics(width=w, height=h, fx=f, fy=f, cx=(w - 1) / 2.0, cy=(h - 1) / 2.0)
+
+    def project(self, points_world: np.ndarray) -> np.ndarray:
+        """Pixel coordinates (u, v) of world points in the camera image; used by tests and labels."""
+        pos = self.data.cam_xpos[self._camera_id]
+        rot = self.data.cam_xmat[self._camera_id].reshape(3, 3)  # columns: camera x (right), y (up), z (back)
+        p_cam = (np.atleast_2d(points_world) - pos) @ rot  # (N, 3) in camera axes
+        k = self.camera_intrinsics()
+        u = k.cx + k.fx * p_cam[:, 0] / -p_cam[:, 2]
+        v = k.cy - k.fy * p_cam[:, 1] / -p_cam[:, 2]
+        return np.stack([u, v], axis=1)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
