@@ -183,6 +183,8 @@ class SimNode(Node):
             self.failed = True
             rclpy.try_shutdown()  # ends spin() in the main thread; main() then exits non-zero
             raise
+        finally:
+            self.sim.close()  # the GL context is current in this thread, so it is released here
 
     def _collect_outputs(self) -> list:
         """Build the messages due at this step (under the lock); publishing happens outside it."""
@@ -269,8 +271,7 @@ class SimNode(Node):
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
-        self.sim.close()
+            self._thread.join(timeout=5.0)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,0 +1,50 @@
+# vla_ros in pip mode (no ROS install needed): `make demo` runs the simulated demo, `make test` the tests.
+# Both set themselves up on a fresh Debian/Ubuntu machine. In a ROS 2 workspace use colcon instead (README).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Headless OpenGL for MuJoCo's renderer (EGL on Mesa's software rasteriser; OSMesa as a fallback).
+APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6
+
+# DDS stays on this machine: discovery on loopback only (ROS_LOCALHOST_ONLY for Humble), own domain.
+# Multi-machine users widen ROS_AUTOMATIC_DISCOVERY_RANGE themselves (README).
+export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
+export ROS_LOCALHOST_ONLY := 1
+export HF_HUB_OFFLINE := 1
+export PYTHONUNBUFFERED := 1
+export MUJOCO_GL ?= egl
+
+.PHONY: setup test demo bench params clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt setup.py package.xml
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "Headless rendering needs: sudo apt-get install -y $$missing" >&2; fi; \
+	fi
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
+	  else echo "Needs: sudo apt-get install -y python3-venv" >&2; exit 1; fi; }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+test: setup
+	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} $(PY) -m pytest -q -p no:cacheprovider test
+
+demo: setup
+	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-62} $(VENV)/bin/vla-ros demo
+
+bench: setup
+	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench sim --json
+
+params: setup
+	$(VENV)/bin/vla-ros params
+
+clean:
+	rm -rf $(VENV) build install log *.egg-info

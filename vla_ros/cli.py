@@ -1,0 +1,77 @@
+"""``vla-ros <verb>``: one command for everything that is not a node (like ``ros2 <verb>``).
+
+Verbs that exist today: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the
+simulated demo), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
+Each verb's ``--help`` ends with a runnable example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _bench(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros bench",
+        description="Benchmarks; the last line of output is a JSON object.",
+        epilog="example: vla-ros bench sim --seconds 10 --json",
+    )
+    parser.add_argument("part", choices=["sim"], help="what to measure")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument("--seconds", type=float, default=10.0, help="simulated seconds to run (default 10)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--width", type=int, default=320)
+    parser.add_argument("--height", type=int, default=240)
+    args = parser.parse_args(argv)
+    from vla_ros.bench import sim_bench
+
+    return sim_bench.main(args)
+
+
+def _params(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros params",
+        description="Print the parameter table of every node as Markdown (the README's tables come from here).",
+        epilog="example: vla-ros params",
+    )
+    parser.parse_args(argv)
+    from vla_ros.tools.param_docs import all_tables
+
+    print(all_tables())
+    return 0
+
+
+def _launch(argv: list[str]) -> int:
+    from vla_ros.launch_runner import main as launch_main
+
+    return launch_main(argv)
+
+
+def _demo(argv: list[str]) -> int:
+    from vla_ros.tools import demo
+
+    return demo.main(argv)
+
+
+VERBS = {
+    "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
+    "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
+    "bench": (_bench, "benchmarks: vla-ros bench sim --json"),
+    "params": (_params, "node parameter tables: vla-ros params"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in VERBS:
+        print("usage: vla-ros <verb> [args]\n\nverbs:")
+        for name, (_fn, text) in VERBS.items():
+            print(f"  {name:<8} {text}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    fn, _text = VERBS[argv[0]]
+    return fn(argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+# Copyright 2025 The vla_ros authors
+# SPDX-License-Identifier: Apache-2.0
+"""Pip-mode launch runner: executes ROS 2 XML launch files without ``ros2 launch``.
+
+Implements the XML launch frontend of ``launch``/``launch_ros`` (see
+:mod:`.parser` and :mod:`.substitutions` for the supported subset) and a
+process supervisor that behaves like ``ros2 launch`` (see :mod:`.supervisor`).
+Imports neither ``launch`` nor ``rclpy``.
+
+Public API::
+
+    parse_launch_file(path, launch_args) -> LaunchPlan
+    run_launch_file(path, launch_args, *, print_only=False) -> int
+    main(argv) -> int            # the ``vla-ros launch`` verb
+"""
+
+from .cli import find_launch_file, format_arguments, format_plan, main, run_launch_file
+from .errors import LaunchError
+from .model import LaunchArgument, LaunchPlan, NodeInfo, ParamFile, ProcessSpec
+from .parser import describe_arguments, parse_launch_file
+from .substitutions import SUBSTITUTIONS
+from .supervisor import Supervisor
+
+__all__ = [
+    'LaunchArgument',
+    'LaunchError',
+    'LaunchPlan',
+    'NodeInfo',
+    'ParamFile',
+    'ProcessSpec',
+    'SUBSTITUTIONS',
+    'Supervisor',
+    'describe_arguments',
+    'find_launch_file',
+    'format_arguments',
+    'format_plan',
+    'main',
+    'parse_launch_file',
+    'run_launch_file',
+]

@@ -1,0 +1,112 @@
+# Copyright 2025 The vla_ros authors
+# SPDX-License-Identifier: Apache-2.0
+"""Data model of a resolved launch file: a flat, ordered list of process specs.
+
+Upstream ``launch`` keeps an action tree that is executed lazily; the runner
+instead resolves every action up front (conditions, includes, groups,
+substitutions) so the result can be printed, inspected by tests, and handed
+to the supervisor as plain data.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclass
+class LaunchArgument:
+    """A declared ``<arg>``, as ``ros2 launch --show-args`` lists it."""
+
+    name: str
+    #: Raw default text (substitutions not evaluated); None for a required argument.
+    default: Optional[str] = None
+    description: str = 'no description given'
+    choices: Optional[List[str]] = None
+    #: Value the argument resolved to (None when only described, not resolved).
+    value: Optional[str] = None
+    #: True when declared under an if/unless (it may not be visited).
+    conditional: bool = False
+    #: ``file:line`` of the declaration.
+    source: str = ''
+
+
+@dataclass
+class ParamFile:
+    """One ``--params-file`` of a node, in command-line order."""
+
+    path: str
+    #: True for files the runner wrote (inline ``<param>`` values, allow_substs).
+    generated: bool = False
+    #: For generated files from inline params: the flat ``{dotted.name: value}`` written.
+    values: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NodeInfo:
+    """ROS-specific details of a ``<node>`` (already folded into ``ProcessSpec.cmd``)."""
+
+    package: Optional[str]
+    executable: str
+    name: Optional[str]
+    #: Absolute namespace after composing pushed namespaces; None when none was given.
+    namespace: Optional[str]
+    params_files: List[ParamFile] = field(default_factory=list)
+    remappings: List[Tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def parameters(self) -> Dict[str, Any]:
+        """All inline parameter values merged in order (later files win)."""
+        merged: Dict[str, Any] = {}
+        for params_file in self.params_files:
+            merged.update(params_file.values)
+        return merged
+
+
+@dataclass
+class ProcessSpec:
+    """A process to run, with every substitution already evaluated."""
+
+    #: Output prefix without brackets, e.g. ``talker-1`` (name or exec + launch-wide counter).
+    label: str
+    cmd: List[str]
+    #: Complete environment of the child (launch environment + ``<env>`` children).
+    env: Dict[str, str]
+    cwd: Optional[str] = None
+    shell: bool = False
+    output: str = 'log'
+    #: ``on_exit="shutdown"``: this process ending ends the whole launch.
+    on_exit_shutdown: bool = False
+    respawn: bool = False
+    respawn_delay: float = 0.0
+    #: -1 means respawn forever (upstream's default).
+    respawn_max_retries: int = -1
+    sigterm_timeout: float = 5.0
+    sigkill_timeout: float = 5.0
+    node: Optional[NodeInfo] = None
+    #: ``file:line`` of the ``<node>``/``<executable>`` tag.
+    source: str = ''
+
+
+@dataclass
+class LaunchPlan:
+    """Result of :func:`parse_launch_file`."""
+
+    launch_file: Path
+    processes: List[ProcessSpec] = field(default_factory=list)
+    #: Declared arguments in visiting order (first declaration of a name wins).
+    arguments: List[LaunchArgument] = field(default_factory=list)
+    #: Launch configurations of the top-level file once parsing finished.
+    configurations: Dict[str, str] = field(default_factory=dict)
+    #: Non-fatal problems (e.g. unknown attributes), for the caller to show.
+    warnings: List[str] = field(default_factory=list)
+    #: Directory holding generated parameter files (None when none were needed).
+    params_dir: Optional[Path] = None
+
+    def cleanup(self) -> None:
+        """Delete generated parameter files."""
+        if self.params_dir is not None:
+            shutil.rmtree(self.params_dir, ignore_errors=True)
+            self.params_dir = None

@@ -1,0 +1,57 @@
+# Copyright 2025 The vla_ros authors
+# SPDX-License-Identifier: Apache-2.0
+"""Minimal XML loader that keeps line numbers, for launch-file error messages.
+
+``xml.etree`` drops line numbers, and upstream ``launch_xml`` reports errors
+without them; pyexpat gives them for free, so every element remembers its
+file and line. Text content and comments are ignored, as in launch_xml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List
+from xml.parsers import expat
+
+from .errors import LaunchError
+
+
+@dataclass
+class Element:
+    tag: str
+    attrib: Dict[str, str]
+    file: Path
+    line: int
+    children: List['Element'] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f'{self.file}:{self.line}'
+
+
+def load(path: Path) -> Element:
+    """Parse *path* and return its root element."""
+    parser = expat.ParserCreate()
+    roots: List[Element] = []
+    stack: List[Element] = []
+
+    def start(tag: str, attrib: Dict[str, str]) -> None:
+        element = Element(tag, dict(attrib), path, parser.CurrentLineNumber)
+        (stack[-1].children if stack else roots).append(element)
+        stack.append(element)
+
+    def end(_tag: str) -> None:
+        stack.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    try:
+        with open(path, 'rb') as handle:
+            parser.ParseFile(handle)
+    except expat.ExpatError as exc:
+        raise LaunchError(
+            f'{path}:{exc.lineno}: malformed XML: {expat.ErrorString(exc.code)}') from None
+    except OSError as exc:
+        raise LaunchError(f'{path}: cannot read launch file: {exc.strerror}') from None
+    return roots[0]

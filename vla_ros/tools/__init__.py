@@ -1,0 +1,1 @@
+"""Command-line tools behind ``vla-ros`` verbs (demo, parameter docs)."""

@@ -1,0 +1,163 @@
+"""``vla-ros demo``: the simulated demo, end to end through the real launch file and real DDS.
+
+Starts ``launch/sim.launch.xml`` with the launch runner (every node its own process), tells the arm which
+cup to pick, watches the episode in simulated time until the cup is lifted or the time runs out, then
+writes a video of the camera view, a plot of commanded versus measured joints and a summary into a dated
+folder. Until the trained policy ships, the motion comes from the scripted pick and the summary says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros demo",
+        description="Run the simulated pick demo and write video, plots and a summary.",
+        epilog="example: vla-ros demo --color red --seed 3 --out runs/my-demo",
+    )
+    parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
+    parser.add_argument("--seed", type=int, default=0, help="episode seed (cup positions)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds before giving up")
+    parser.add_argument("--wall-timeout", type=float, default=180.0, help="wall seconds before giving up")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo-<date>)")
+    return parser.parse_args(argv)
+
+
+def _launch_file() -> Path:
+    from vla_ros.launch_runner import find_launch_file
+
+    return find_launch_file("vla_ros", "sim.launch.xml")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(list(argv or []))
+    out = args.out or Path("runs") / datetime.datetime.now().strftime("demo-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    print("vla_ros demo: no trained policy ships yet, so the arm follows the SCRIPTED pick "
+          "(privileged cup positions from the simulator), not a learned policy.")
+    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()),
+           f"seed:={args.seed}", f"target_color:={args.color}", "policy:=scripted"]
+    launch = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        record = _watch(args)
+    finally:
+        os.killpg(launch.pid, signal.SIGINT)
+        try:
+            launch.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(launch.pid, signal.SIGKILL)
+    summary = _write_outputs(record, out, args)
+    print(json.dumps(summary))
+    return 0 if summary["lifted"] == args.color else 1
+
+
+def _watch(args) -> dict:
+    """Record camera, joints and commands on simulated time until the cup is lifted (+1 s) or timeout."""
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import String
+    from trajectory_msgs.msg import JointTrajectory
+
+    from vla_ros.ros.time import ns_from_time_msg
+
+    rclpy.init()
+    node = Node("demo_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
+    rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None}
+
+    def on_image(msg: Image) -> None:
+        if len(rec["frames"]) < 2000:
+            rec["frames"].append(np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.width, 3).copy())
+
+    def on_joints(msg: JointState) -> None:
+        rec["names"] = list(msg.name)
+        rec["t_js"].append(ns_from_time_msg(msg.header.stamp) * 1e-9)
+        rec["q"].append(list(msg.position))
+
+    def on_status(msg: String) -> None:
+        rec["status"] = json.loads(msg.data)
+        if rec["status"]["lifted"] == args.color and rec["lifted_at"] is None:
+            rec["lifted_at"] = rec["status"]["time_s"]
+
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    node.create_subscription(Image, "/camera/image_raw", on_image, 10)
+    node.create_subscription(JointState, "/joint_states", on_joints, 100)
+    node.create_subscription(String, "/vla/episode_status", on_status, latched)
+    node.create_subscription(JointTrajectory, "/joint_trajectory_controller/joint_trajectory",
+                             lambda m: rec.__setitem__("traj", m), 10)
+    wall_end = time.monotonic() + args.wall_timeout
+    try:
+        while time.monotonic() < wall_end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            t = rec["t_js"][-1] if rec["t_js"] else 0.0
+            if rec["lifted_at"] is not None and t >= rec["lifted_at"] + 1.0:
+                break
+            if t >= args.timeout:
+                break
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return rec
+
+
+def _write_outputs(rec: dict, out: Path, args) -> dict:
+    import imageio.v2 as imageio
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    video = out / "camera.mp4"
+    if rec["frames"]:
+        imageio.mimwrite(video, rec["frames"], fps=30, macro_block_size=1)
+        imageio.imwrite(out / "last_frame.png", rec["frames"][-1])
+    if rec["q"]:
+        t = np.asarray(rec["t_js"])
+        q = np.asarray(rec["q"])
+        fig, axes = plt.subplots(4, 2, figsize=(11, 9), sharex=True)
+        traj = rec["traj"]
+        for i, name in enumerate(rec["names"][:8]):
+            ax = axes.flat[i]
+            ax.plot(t, q[:, i], label="measured")
+            if traj is not None and name in traj.joint_names:
+                j = list(traj.joint_names).index(name)
+                tp = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in traj.points]
+                t0 = t[0]  # the trajectory starts on arrival; shown from the first recorded sample
+                ax.plot(np.asarray(tp) + t0, [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
+            ax.set_title(name, fontsize=9)
+        axes.flat[0].legend(fontsize=8)
+        fig.supxlabel("simulated time [s]")
+        fig.tight_layout()
+        fig.savefig(out / "joints.png", dpi=90)
+        plt.close(fig)
+    status = rec["status"] or {}
+    summary = {
+        "motion": "scripted (no trained policy yet)",
+        "target": args.color,
+        "seed": args.seed,
+        "lifted": status.get("lifted"),
+        "time_to_lift_s": rec["lifted_at"],
+        "sim_time_s": rec["t_js"][-1] if rec["t_js"] else None,
+        "frames": len(rec["frames"]),
+        "out": str(out),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n  target cup      : {args.color} (seed {args.seed})")
+    print(f"  lifted          : {summary['lifted']}  after {summary['time_to_lift_s']} s simulated")
+    print(f"  frames recorded : {summary['frames']}")
+    print(f"  outputs         : {video}, {out / 'joints.png'}, {out / 'summary.json'}\n")
+    return summary
