@@ -53,10 +53,18 @@ class ParamSpec:
             return f"{inner}[]"
         raise TypeError(f"parameter {self.name}: unsupported default {d!r}")
 
+    def coerce(self, value: Any) -> Any:
+        """Integers are accepted for double parameters (``rate:=2`` on a command line is an int)."""
+        if self.type_name == "double" and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
     def validate(self, value: Any) -> str | None:
         """None when ``value`` is acceptable, else a reason naming the parameter and the value."""
-        if self.type_name == "double" and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+        value = self.coerce(value)
+        expected = {"bool": bool, "int": int, "double": float, "string": str}.get(self.type_name, (list, tuple))
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            return f"{self.name} must be of type {self.type_name}, got {value!r}"
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if value != value:  # NaN compares unequal to itself
                 return f"{self.name} must be a number, got NaN"
@@ -127,6 +135,10 @@ def declare_parameters(
         desc = ParameterDescriptor(description=s.description, read_only=s.read_only)
         if s.choices:
             desc.additional_constraints = "one of: " + ", ".join(s.choices)
+        if s.type_name == "double":
+            # rclpy would refuse an integer override (`real_time_factor:=0`) for a double parameter;
+            # dynamic typing lets it through and validate()/coerce() check the type themselves.
+            desc.dynamic_typing = True
         # Ranges go into the descriptor so tools show them; rclpy also enforces them on set.
         if s.type_name == "double" and s.min_value is not None and s.max_value is not None:
             desc.floating_point_range = [FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)]
@@ -141,9 +153,7 @@ def declare_parameters(
         except Exception as err:  # rclpy raises InvalidParameterTypeException etc. for a wrong YAML type
             reasons.append(f"{s.name}: expected {s.type_name}: {err}")
             continue
-        value = param.value
-        if s.type_name == "double" and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+        value = s.coerce(param.value)
         reason = s.validate(value)
         if reason:
             reasons.append(reason)
@@ -162,7 +172,7 @@ def declare_parameters(
         if on_change is not None:
             for p in params:
                 if p.name in by_name:
-                    on_change(p.name, p.value)
+                    on_change(p.name, by_name[p.name].coerce(p.value))
         return SetParametersResult(successful=True)
 
     node.add_on_set_parameters_callback(on_set)

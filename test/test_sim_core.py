@@ -1,0 +1,191 @@
+"""The ROS-free simulation core: determinism, timing, commands, rendering, the scripted pick."""
+
+import numpy as np
+import pytest
+
+from vla_ros.sim import CUP_COLORS, HOME_Q, ArmSim, CommandError, PositionTrajectory, SimConfig
+from vla_ros.sim.scripted import pick_plan, top_down_ik
+
+
+@pytest.fixture(scope="module")
+def sim():
+    s = ArmSim(SimConfig(), seed=0)
+    yield s
+    s.close()
+
+
+def run(sim: ArmSim, seconds: float) -> None:
+    for _ in range(int(round(seconds * sim.config.physics_rate_hz))):
+        sim.step()
+
+
+def test_same_seed_same_cups_different_seed_different(sim):
+    a = sim.reset(7)
+    b = sim.reset(7)
+    c = sim.reset(8)
+    for color in CUP_COLORS:
+        np.testing.assert_array_equal(a[color], b[color])
+    assert max(np.linalg.norm(a[k] - c[k]) for k in CUP_COLORS) > 0.01
+
+
+def test_cups_are_spread_and_inside_the_region(sim):
+    x0, x1, y0, y1 = sim.config.cup_region_m
+    for seed in range(30):
+        cups = list(sim.reset(seed).values())
+        for p in cups:
+            assert x0 <= p[0] <= x1 and y0 <= p[1] <= y1
+        for i in range(len(cups)):
+            for j in range(i + 1, len(cups)):
+                assert np.linalg.norm(cups[i][:2] - cups[j][:2]) >= sim.config.min_cup_spacing_m - 1e-9
+
+
+def test_same_seed_and_commands_give_identical_trajectory():
+    trajectories = []
+    for _ in range(2):
+        s = ArmSim(seed=4)
+        target = np.array(HOME_Q) + np.array([0.3, -0.2, 0.2, 0.1, 0.1, -0.3, -0.02])
+        s.command_positions(None, target)
+        qs = []
+        for _ in range(600):
+            s.step()
+            qs.append(s.joint_positions())
+        trajectories.append(np.array(qs))
+    np.testing.assert_array_equal(trajectories[0], trajectories[1])
+
+
+def test_sample_schedule_is_exact(sim):
+    sim.reset(0)
+    t0 = sim.time_ns
+    js, frames, stamps = 0, 0, []
+    for _ in range(sim.config.physics_rate_hz * 10):
+        sim.step()
+        if sim.is_joint_state_step():
+            js += 1
+            stamps.append(sim.time_ns)
+        if sim.is_frame_step():
+            frames += 1
+    assert js == 1000 and frames == 300
+    assert np.all(np.diff(stamps) == 10_000_000)  # exactly 10 ms apart
+    assert sim.time_ns - t0 == 10_000_000_000
+
+
+def test_commanded_target_is_reached(sim):
+    sim.reset(0)
+    target = np.array([0.5, 0.4, 1.5, -0.3, 0.9, 0.6, 0.02])
+    sim.command_positions(list(sim.command_joint_names), target)
+    run(sim, 2.0)
+    np.testing.assert_allclose(sim.command_joint_positions(), target, atol=0.01)
+    # The mimic finger follows its leader.
+    assert abs(sim.joint_positions()[sim.joint_names.index("right_finger_joint")] - target[-1]) < 0.002
+
+
+@pytest.mark.parametrize(
+    "names, values, code",
+    [
+        (None, [0.0] * 6, "wrong_size"),
+        (None, [0.0, 0.3, 1.8, 0.0, 1.0, 0.0, float("nan")], "non_finite"),
+        (None, [0.0, 0.3, float("inf"), 0.0, 1.0, 0.0, 0.02], "non_finite"),
+        (None, [0.0, 0.3, 1.8, 0.0, 1.0, 0.0, 0.5], "outside_limits"),
+        (None, [3.5, 0.3, 1.8, 0.0, 1.0, 0.0, 0.02], "outside_limits"),
+        (["shoulder_pan_joint", "nope", "elbow_joint", "forearm_roll_joint", "wrist_pitch_joint", "wrist_roll_joint", "left_finger_joint"], [0.0] * 7, "unknown_joint"),
+        (["shoulder_pan_joint", "shoulder_pan_joint", "elbow_joint", "forearm_roll_joint", "wrist_pitch_joint", "wrist_roll_joint", "left_finger_joint"], [0.0] * 7, "duplicate_joint"),
+        (["shoulder_pan_joint", "elbow_joint"], [0.0, 0.0], "missing_joint"),
+    ],
+)
+def test_bad_commands_are_rejected_and_nothing_moves(sim, names, values, code):
+    sim.reset(0)
+    run(sim, 0.2)
+    q_before, ctrl_before = sim.joint_positions(), sim.commanded_positions()
+    with pytest.raises(CommandError) as err:
+        sim.command_positions(names, values)
+    assert err.value.code == code
+    np.testing.assert_array_equal(sim.commanded_positions(), ctrl_before)
+    run(sim, 0.5)
+    assert np.abs(sim.joint_positions() - q_before).max() < 1e-3
+
+
+def test_bad_trajectories_are_rejected(sim):
+    names = list(sim.command_joint_names)
+    ok = [list(HOME_Q)] * 2
+    cases = [
+        ([], [], "empty_trajectory"),
+        ([0.5, 0.5], ok, "non_increasing_time"),
+        ([1.0, 0.5], ok, "non_increasing_time"),
+        ([-1.0, 0.5], ok, "bad_time"),
+        ([0.5, 1.0], [list(HOME_Q), list(HOME_Q[:-1])], "wrong_size"),
+        ([0.5, 1.0], [list(HOME_Q), [float("nan")] * 7], "non_finite"),
+    ]
+    for times, points, code in cases:
+        with pytest.raises(CommandError) as err:
+            PositionTrajectory.from_points(names, times, points, sim.limits)
+        assert err.value.code == code, (times, err.value)
+
+
+def test_trajectory_interpolates_and_holds():
+    s = ArmSim(seed=0)
+    names = list(s.command_joint_names)
+    start = np.array(HOME_Q)
+    goal = start + np.array([0.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    traj = PositionTrajectory.from_points(names, [1.0, 2.0], [start + (goal - start) / 2, goal], s.limits)
+    traj.bind_start(10.0, start)
+    np.testing.assert_allclose(traj.sample(10.5), start + (goal - start) / 4)
+    np.testing.assert_allclose(traj.sample(11.5), start + (goal - start) * 0.75)
+    np.testing.assert_allclose(traj.sample(99.0), goal)
+
+
+def test_render_shows_each_cup_where_it_projects():
+    s = ArmSim(seed=2)
+    img = s.render().astype(int)
+    assert img.shape == (240, 320, 3)
+    channel = {"red": 0, "green": 1, "blue": 2}
+    for color, pos in s.cup_positions().items():
+        u, v = np.round(s.project(pos[None])[0]).astype(int)
+        patch = img[v - 3 : v + 4, u - 3 : u + 4]
+        c = channel[color]
+        others = [i for i in range(3) if i != c]
+        dominant = patch[..., c] > patch[..., others].max(axis=-1) + 40
+        assert dominant.mean() > 0.8, f"{color} cup not visible at pixel ({u}, {v})"
+    s.close()
+
+
+def test_scripted_pick_lifts_the_named_cup_only():
+    s = ArmSim(seed=11)
+    cups = s.cup_positions()
+    times, points = pick_plan(cups["green"], s.command_joint_positions())
+    s.command_trajectory(PositionTrajectory.from_points(s.command_joint_names, times, points, s.limits))
+    assert s.lifted_cup() is None
+    run(s, times[-1] + 0.5)
+    assert s.lifted_cup() == "green"
+    after = s.cup_positions()
+    for other in ("red", "blue"):
+        np.testing.assert_allclose(after[other], cups[other], atol=0.005)
+    assert s.robot_table_contacts() == 0
+
+
+def test_top_down_ik_matches_simulated_forward_kinematics():
+    s = ArmSim(seed=0)
+    for target in ([0.35, 0.1, 0.15], [0.5, -0.2, 0.08], [0.3, 0.25, 0.25]):
+        q = top_down_ik(target)
+        s.command_positions(None, np.append(q, 0.04))
+        run(s, 2.0)
+        np.testing.assert_allclose(s.tcp_position(), target, atol=0.005)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"camera_rate_hz": 7}, "camera_rate_hz=7 must be a positive divisor of physics_rate_hz=600"),
+        ({"image_width": 8}, "image size 8x240"),
+        ({"min_cup_spacing_m": 0.01}, "min_cup_spacing_m=0.01"),
+        ({"cup_region_m": (0.5, 0.3, -0.2, 0.2)}, "cup_region_m"),
+    ],
+)
+def test_config_errors_quote_the_values(kwargs, fragment):
+    with pytest.raises(ValueError) as err:
+        SimConfig(**kwargs)
+    assert fragment in str(err.value)
+
+
+def test_missing_urdf_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="robot description not found"):
+        ArmSim(urdf_path=tmp_path / "nope.urdf")
