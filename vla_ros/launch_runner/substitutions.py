@@ -250,33 +250,30 @@ def _bool_text(value: bool) -> str:
     return 'true' if value else 'false'
 
 
-def _var(ctx: EvalContext, args: list) -> str:
-    _nargs('var', args, 1, 2)
+def _lookup(kind: str, table: dict, ctx: EvalContext, args: list, missing: str | None) -> str:
+    """Shared body of var/env/optenv: the value by name, else the default, else ``missing``."""
+    _nargs(kind, args, 1, 2)
     name = evaluate(args[0], ctx)
-    if name in ctx.configurations:
-        return ctx.configurations[name]
+    if name in table:
+        return table[name]
     if len(args) == 2:
         return evaluate(args[1], ctx)
-    raise LaunchError(f"launch configuration '{name}' does not exist")
+    if missing is None:
+        return ''
+    raise LaunchError(missing.format(name=name))
+
+
+def _var(ctx: EvalContext, args: list) -> str:
+    return _lookup('var', ctx.configurations, ctx, args, "launch configuration '{name}' does not exist")
 
 
 def _env(ctx: EvalContext, args: list) -> str:
-    _nargs('env', args, 1, 2)
-    name = evaluate(args[0], ctx)
-    if name in ctx.environment:
-        return ctx.environment[name]
-    if len(args) == 2:
-        return evaluate(args[1], ctx)
-    raise LaunchError(f"environment variable '{name}' does not exist")
+    return _lookup('env', ctx.environment, ctx, args, "environment variable '{name}' does not exist")
 
 
 def _optenv(ctx: EvalContext, args: list) -> str:
     # ROS 1 compatibility: like env, but an unset variable without default is ''.
-    _nargs('optenv', args, 1, 2)
-    name = evaluate(args[0], ctx)
-    if name in ctx.environment:
-        return ctx.environment[name]
-    return evaluate(args[1], ctx) if len(args) == 2 else ''
+    return _lookup('optenv', ctx.environment, ctx, args, None)
 
 
 def _find_pkg_share(ctx: EvalContext, args: list) -> str:

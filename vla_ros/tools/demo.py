@@ -71,13 +71,15 @@ def _watch(args) -> dict:
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import String
+    from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
     from vla_ros.ros.time import ns_from_time_msg
 
     rclpy.init()
     node = Node("demo_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
-    rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None}
+    rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None,
+           "min_episode": 0}
 
     def on_image(msg: Image) -> None:
         if len(rec["frames"]) < 2000:
@@ -89,9 +91,12 @@ def _watch(args) -> dict:
         rec["q"].append(list(msg.position))
 
     def on_status(msg: String) -> None:
-        rec["status"] = json.loads(msg.data)
-        if rec["status"]["lifted"] == args.color and rec["lifted_at"] is None:
-            rec["lifted_at"] = rec["status"]["time_s"]
+        status = json.loads(msg.data)
+        if status["episode"] < rec["min_episode"]:
+            return  # a late status of the episode before the restart
+        rec["status"] = status
+        if status["lifted"] == args.color and rec["lifted_at"] is None and rec["min_episode"] > 0:
+            rec["lifted_at"] = status["time_s"]
 
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
     node.create_subscription(Image, "/camera/image_raw", on_image, 10)
@@ -101,12 +106,28 @@ def _watch(args) -> dict:
                              lambda m: rec.__setitem__("traj", m), 10)
     wall_end = time.monotonic() + args.wall_timeout
     try:
+        # DDS discovery takes a moment, so the first episode's start would be missing from the video:
+        # once camera and joints arrive here, restart the episode (same seed) and record it whole.
+        while time.monotonic() < wall_end and not (rec["frames"] and rec["t_js"] and rec["status"]):
+            rclpy.spin_once(node, timeout_sec=0.05)
+        reset = node.create_client(Trigger, "/sim/reset")
+        if not reset.wait_for_service(timeout_sec=30.0):
+            raise RuntimeError("/sim/reset is not available")
+        episode_before = rec["status"]["episode"]
+        future = reset.call_async(Trigger.Request())
+        while time.monotonic() < wall_end and not future.done():
+            rclpy.spin_once(node, timeout_sec=0.05)
+        t_reset = rec["t_js"][-1]
+        for key in ("frames", "t_js", "q"):
+            rec[key].clear()
+        rec["traj"], rec["lifted_at"], rec["min_episode"] = None, None, episode_before + 1
+        deadline = t_reset + args.timeout
         while time.monotonic() < wall_end:
             rclpy.spin_once(node, timeout_sec=0.05)
             t = rec["t_js"][-1] if rec["t_js"] else 0.0
             if rec["lifted_at"] is not None and t >= rec["lifted_at"] + 1.0:
                 break
-            if t >= args.timeout:
+            if t >= deadline:
                 break
     finally:
         node.destroy_node()
