@@ -45,6 +45,8 @@ class ScriptedMotionNode(Node):
         p = declare_parameters(self, PARAMS)
         self._q_now: dict[str, float] = {}
         self._planned_episode = -1
+        self._pending: dict | None = None  # status of an episode not planned yet
+        self._q_stamp_s = -1.0
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self._pub = self.create_publisher(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", 10)
         self.create_subscription(JointState, "/joint_states", self._on_joints, 10)
@@ -52,11 +54,21 @@ class ScriptedMotionNode(Node):
 
     def _on_joints(self, msg: JointState) -> None:
         self._q_now = dict(zip(msg.name, msg.position))
+        self._q_stamp_s = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if self._pending is not None:
+            self._plan(self._pending)
 
     def _on_status(self, msg: String) -> None:
         status = json.loads(msg.data)
-        if status["episode"] == self._planned_episode or not all(j in self._q_now for j in COMMAND_JOINTS):
+        if status["episode"] != self._planned_episode:
+            self._pending = status
+            self._plan(status)
+
+    def _plan(self, status: dict) -> None:
+        # Plan from joint states of the new episode, not from the last one's pose before the reset.
+        if self._q_stamp_s < status["time_s"] or not all(j in self._q_now for j in COMMAND_JOINTS):
             return
+        self._pending = None
         color = self.get_parameter("target_color").value
         try:
             times, points = pick_plan(

@@ -79,7 +79,7 @@ def _watch(args) -> dict:
     rclpy.init()
     node = Node("demo_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
     rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None,
-           "min_episode": 0}
+           "min_episode": 0, "t_start": 0.0}
 
     def on_image(msg: Image) -> None:
         if len(rec["frames"]) < 2000:
@@ -114,13 +114,15 @@ def _watch(args) -> dict:
         if not reset.wait_for_service(timeout_sec=30.0):
             raise RuntimeError("/sim/reset is not available")
         episode_before = rec["status"]["episode"]
+        rec["traj"] = None  # the new episode's trajectory may arrive before the reset's reply
         future = reset.call_async(Trigger.Request())
         while time.monotonic() < wall_end and not future.done():
             rclpy.spin_once(node, timeout_sec=0.05)
         t_reset = rec["t_js"][-1]
+        rec["t_start"] = t_reset
         for key in ("frames", "t_js", "q"):
             rec[key].clear()
-        rec["traj"], rec["lifted_at"], rec["min_episode"] = None, None, episode_before + 1
+        rec["lifted_at"], rec["min_episode"] = None, episode_before + 1
         deadline = t_reset + args.timeout
         while time.monotonic() < wall_end:
             rclpy.spin_once(node, timeout_sec=0.05)
@@ -157,7 +159,7 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
             if traj is not None and name in traj.joint_names:
                 j = list(traj.joint_names).index(name)
                 tp = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in traj.points]
-                t0 = t[0]  # the trajectory starts on arrival; shown from the first recorded sample
+                t0 = t[0]  # the trajectory starts on arrival, about when recording starts
                 ax.plot(np.asarray(tp) + t0, [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
             ax.set_title(name, fontsize=9)
         axes.flat[0].legend(fontsize=8)
@@ -171,8 +173,9 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         "target": args.color,
         "seed": args.seed,
         "lifted": status.get("lifted"),
-        "time_to_lift_s": rec["lifted_at"],
-        "sim_time_s": rec["t_js"][-1] if rec["t_js"] else None,
+        "episode": status.get("episode"),
+        "time_to_lift_s": None if rec["lifted_at"] is None else round(rec["lifted_at"] - rec["t_start"], 3),
+        "episode_time_s": round(rec["t_js"][-1] - rec["t_start"], 3) if rec["t_js"] else None,
         "frames": len(rec["frames"]),
         "out": str(out),
     }
