@@ -113,16 +113,22 @@ def parse_template(text: str) -> Template:
     reader = _Reader(text)
     out = _Builder()
     while not reader.at_end():
-        char = reader.peek()
-        if char == '\\' and reader.pos + 1 < len(text):
-            out.text(text[reader.pos + 1])
-            reader.pos += 2
-        elif reader.starts_substitution():
-            out.sub(_parse_substitution(reader))
-        else:
-            out.text(char)
-            reader.pos += 1
+        _consume_one(reader, out)
     return out.parts
+
+
+def _consume_one(reader: _Reader, out: _Builder) -> None:
+    """One step of template text: an escaped character, a whole substitution, or a literal character."""
+    text = reader.text
+    char = reader.peek()
+    if char == '\\' and reader.pos + 1 < len(text):
+        out.text(text[reader.pos + 1])
+        reader.pos += 2
+    elif reader.starts_substitution():
+        out.sub(_parse_substitution(reader))
+    else:
+        out.text(char)
+        reader.pos += 1
 
 
 def _parse_substitution(reader: _Reader) -> Substitution:
@@ -180,7 +186,6 @@ def _parse_argument(reader: _Reader) -> Template:
 def _parse_quoted(reader: _Reader, quote: str, out: _Builder) -> None:
     start = reader.pos
     reader.pos += 1
-    text = reader.text
     out.text('')  # '' is a real (empty) argument
     while True:
         if reader.at_end():
@@ -190,14 +195,7 @@ def _parse_quoted(reader: _Reader, quote: str, out: _Builder) -> None:
         if char == quote:
             reader.pos += 1
             return
-        if char == '\\' and reader.pos + 1 < len(text):
-            out.text(text[reader.pos + 1])
-            reader.pos += 2
-        elif reader.starts_substitution():
-            out.sub(_parse_substitution(reader))
-        else:
-            out.text(char)
-            reader.pos += 1
+        _consume_one(reader, out)
 
 
 def has_substitutions(template: Template) -> bool:
