@@ -83,3 +83,12 @@ def test_readme_parameter_tables_match_the_code():
     assert begin in readme and end in readme
     documented = readme.split(begin, 1)[1].split(end, 1)[0]
     assert documented.strip() == all_tables().strip(), "README tables are stale: run `vla-ros params`"
+
+
+def test_duration_conversion_rounds_to_whole_nanoseconds():
+    from vla_ros.ros.time import duration_msg_from_s, seconds_from_duration_msg
+
+    d = duration_msg_from_s(0.9999999999)
+    assert (d.sec, d.nanosec) == (1, 0)
+    d = duration_msg_from_s(2.25)
+    assert (d.sec, d.nanosec) == (2, 250_000_000) and seconds_from_duration_msg(d) == 2.25

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from image_checks import assert_cups_visible
 
 from vla_ros.sim import CUP_COLORS, HOME_Q, ArmSim, CommandError, PositionTrajectory, SimConfig
 from vla_ros.sim.scripted import pick_plan, top_down_ik
@@ -135,16 +136,9 @@ def test_trajectory_interpolates_and_holds():
 
 def test_render_shows_each_cup_where_it_projects():
     s = ArmSim(seed=2)
-    img = s.render().astype(int)
+    img = s.render()
     assert img.shape == (240, 320, 3)
-    channel = {"red": 0, "green": 1, "blue": 2}
-    for color, pos in s.cup_positions().items():
-        u, v = np.round(s.project(pos[None])[0]).astype(int)
-        patch = img[v - 3 : v + 4, u - 3 : u + 4]
-        c = channel[color]
-        others = [i for i in range(3) if i != c]
-        dominant = patch[..., c] > patch[..., others].max(axis=-1) + 40
-        assert dominant.mean() > 0.8, f"{color} cup not visible at pixel ({u}, {v})"
+    assert_cups_visible(img, s, s.cup_positions())
     s.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-from builtin_interfaces.msg import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -19,6 +18,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import ParamSpec, declare_parameters
+from vla_ros.ros.time import duration_msg_from_s
 from vla_ros.sim import CUP_COLORS
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
@@ -80,10 +80,7 @@ class ScriptedMotionNode(Node):
             return
         traj = JointTrajectory(joint_names=COMMAND_JOINTS)  # stamp 0: start on arrival
         for t, q in zip(times, points):
-            sec = int(t)
-            traj.points.append(
-                JointTrajectoryPoint(positions=q.tolist(), time_from_start=Duration(sec=sec, nanosec=int(round((t - sec) * 1e9))))
-            )
+            traj.points.append(JointTrajectoryPoint(positions=q.tolist(), time_from_start=duration_msg_from_s(t)))
         self._pub.publish(traj)
         self._planned_episode = status["episode"]
         self.get_logger().info(f"episode {status['episode']}: scripted pick of the {color} cup ({len(times)} waypoints, {times[-1]:.1f} s)")

@@ -27,7 +27,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import ParamSpec, declare_parameters
-from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
+from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
 
 PARAMS = [
@@ -121,7 +121,7 @@ class SimNode(Node):
         try:
             traj = PositionTrajectory.from_points(
                 list(msg.joint_names),
-                [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points],
+                [seconds_from_duration_msg(p.time_from_start) for p in msg.points],
                 [list(p.positions) for p in msg.points],
                 self.sim.limits,
                 stamp_s=ns_from_time_msg(msg.header.stamp) * 1e-9,

@@ -144,6 +144,8 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from vla_ros.ros.time import seconds_from_duration_msg
+
     video = out / "camera.mp4"
     if rec["frames"]:
         imageio.mimwrite(video, rec["frames"], fps=30, macro_block_size=1)
@@ -158,7 +160,7 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
             ax.plot(t, q[:, i], label="measured")
             if traj is not None and name in traj.joint_names:
                 j = list(traj.joint_names).index(name)
-                tp = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in traj.points]
+                tp = [seconds_from_duration_msg(p.time_from_start) for p in traj.points]
                 t0 = t[0]  # the trajectory starts on arrival, about when recording starts
                 ax.plot(np.asarray(tp) + t0, [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
             ax.set_title(name, fontsize=9)
