@@ -11,22 +11,25 @@ import argparse
 import sys
 
 
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="vla-ros bench",
-        description="Benchmarks; the last line of output is a JSON object.",
-        epilog="example: vla-ros bench sim --seconds 10 --json",
-    )
-    parser.add_argument("part", choices=["sim"], help="what to measure")
-    parser.add_argument("--json", action="store_true", help="print only the JSON line")
-    parser.add_argument("--seconds", type=float, default=10.0, help="simulated seconds to run (default 10)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--width", type=int, default=320)
-    parser.add_argument("--height", type=int, default=240)
-    args = parser.parse_args(argv)
-    from vla_ros.bench import sim_bench
+# Each benchmark is a module with ``main(argv) -> int`` and its own argument parser.
+BENCHMARKS = {
+    "sim": "vla_ros.bench.sim_bench",
+    "tokens": "vla_ros.bench.tokens_bench",
+    "policy": "vla_ros.bench.policy_bench",
+    "safety": "vla_ros.bench.safety_bench",
+    "controller": "vla_ros.bench.controller_bench",
+}
 
-    return sim_bench.main(args)
+
+def _bench(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHMARKS:
+        print("usage: vla-ros bench {" + ",".join(BENCHMARKS) + "} [--json] [options]\n"
+              "Benchmarks; the last line of output is a JSON object.\n"
+              "example: vla-ros bench tokens --json")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    import importlib
+
+    return importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
 
 
 def _params(argv: list[str]) -> int:
@@ -57,7 +60,7 @@ def _demo(argv: list[str]) -> int:
 VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
-    "bench": (_bench, "benchmarks: vla-ros bench sim --json"),
+    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),
 }
 

@@ -8,6 +8,7 @@ measured by the node's own diagnostics (``real_time_factor.achieved``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
@@ -51,7 +52,18 @@ def run(seconds: float = 10.0, seed: int = 0, width: int = 320, height: int = 24
     }
 
 
-def main(args) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros bench sim",
+        description="Simulation speed with the camera on; the last line of output is a JSON object.",
+        epilog="example: vla-ros bench sim --seconds 10 --json",
+    )
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument("--seconds", type=float, default=10.0, help="simulated seconds to run (default 10)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--width", type=int, default=320)
+    parser.add_argument("--height", type=int, default=240)
+    args = parser.parse_args(argv)
     result = run(seconds=args.seconds, seed=args.seed, width=args.width, height=args.height)
     if not args.json:
         for k, v in result.items():
