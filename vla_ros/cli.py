@@ -51,6 +51,12 @@ def _launch(argv: list[str]) -> int:
     return launch_main(argv)
 
 
+def _record(argv: list[str]) -> int:
+    from vla_ros.tools import record
+
+    return record.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from vla_ros.tools import demo
 
@@ -60,6 +66,7 @@ def _demo(argv: list[str]) -> int:
 VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
+    "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),
 }

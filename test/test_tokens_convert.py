@@ -1,0 +1,177 @@
+"""Converters against hand-built messages of every supported encoding, and every kind of bad input."""
+
+import cv2
+import numpy as np
+import pytest
+from sensor_msgs.msg import CompressedImage, Image, JointState
+
+from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig, TokenStream
+from vla_ros.tokens.convert import (
+    JointStateConverter,
+    TokenError,
+    preprocess_image,
+    rgb_from_compressed_msg,
+    rgb_from_image_msg,
+)
+
+RNG = np.random.default_rng(0)
+RGB = RNG.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)  # H=6, W=5
+
+
+def image_msg(encoding: str, rgb: np.ndarray = RGB, pad: int = 0) -> Image:
+    """Hand-built Image with ``pad`` bytes of row padding."""
+    pixels = {
+        "rgb8": rgb,
+        "bgr8": rgb[:, :, ::-1],
+        "rgba8": np.concatenate([rgb, np.full(rgb.shape[:2] + (1,), 7, np.uint8)], axis=2),
+        "bgra8": np.concatenate([rgb[:, :, ::-1], np.full(rgb.shape[:2] + (1,), 7, np.uint8)], axis=2),
+        "mono8": rgb[:, :, :1],
+    }[encoding]
+    h, w, c = pixels.shape
+    rows = np.concatenate([pixels.reshape(h, w * c), np.full((h, pad), 255, np.uint8)], axis=1)
+    return Image(height=h, width=w, encoding=encoding, step=w * c + pad, data=rows.tobytes())
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8", "mono8"])
+@pytest.mark.parametrize("pad", [0, 3])
+def test_every_raw_encoding_gives_the_same_rgb(encoding, pad):
+    out = rgb_from_image_msg(image_msg(encoding, pad=pad))
+    expected = np.repeat(RGB[:, :, :1], 3, axis=2) if encoding == "mono8" else RGB
+    assert out.shape == (6, 5, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_png_is_lossless_and_jpeg_close():
+    big = cv2.resize(RGB, (40, 48), interpolation=cv2.INTER_NEAREST)
+    ok, png = cv2.imencode(".png", big[:, :, ::-1])
+    assert ok
+    np.testing.assert_array_equal(rgb_from_compressed_msg(CompressedImage(format="png", data=png.tobytes())), big)
+    ok, jpg = cv2.imencode(".jpg", big[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 100])
+    out = rgb_from_compressed_msg(CompressedImage(format="rgb8; jpeg compressed bgr8", data=jpg.tobytes()))
+    err = np.abs(out.astype(int) - big).mean()
+    swapped = np.abs(out[:, :, ::-1].astype(int) - big).mean()
+    assert out.shape == big.shape and err < 15 and swapped > 3 * err  # lossy, but the colour order is right
+    ok, gray = cv2.imencode(".png", big[:, :, 0])
+    np.testing.assert_array_equal(rgb_from_compressed_msg(CompressedImage(format="png", data=gray.tobytes())), np.repeat(big[:, :, :1], 3, axis=2))
+
+
+@pytest.mark.parametrize(
+    "msg, code",
+    [
+        (Image(height=2, width=2, encoding="16UC1", step=4, data=bytes(8)), "unknown_encoding"),
+        (Image(height=2, width=2, encoding="yuv422", step=4, data=bytes(8)), "unknown_encoding"),
+        (Image(height=0, width=0, encoding="rgb8", step=0, data=b""), "empty_image"),
+        (Image(height=2, width=2, encoding="rgb8", step=6, data=b""), "empty_image"),
+        (Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(11)), "corrupt_image"),  # one byte short
+        (Image(height=2, width=2, encoding="rgb8", step=5, data=bytes(12)), "corrupt_image"),  # step < row
+    ],
+)
+def test_bad_raw_images_are_rejected_with_a_reason(msg, code):
+    with pytest.raises(TokenError) as err:
+        rgb_from_image_msg(msg)
+    assert err.value.code == code
+
+
+@pytest.mark.parametrize(
+    "msg, code",
+    [
+        (CompressedImage(format="tiff", data=bytes(10)), "unknown_encoding"),
+        (CompressedImage(format="jpeg", data=b""), "empty_image"),
+        (CompressedImage(format="jpeg", data=b"\xff\xd8 this is not a jpeg"), "corrupt_image"),
+        (CompressedImage(format="png", data=bytes(range(64))), "corrupt_image"),
+    ],
+)
+def test_bad_compressed_images_are_rejected_with_a_reason(msg, code):
+    with pytest.raises(TokenError) as err:
+        rgb_from_compressed_msg(msg)
+    assert err.value.code == code
+
+
+def test_preprocess_crops_resizes_and_normalises_per_config():
+    config = TokenizerConfig(image_height=8, image_width=10, image_mean=(0.5, 0.25, 0.0), image_std=(0.5, 0.25, 1.0))
+    rgb = np.zeros((24, 30, 3), np.uint8)
+    rgb[:, :, 0], rgb[:, :, 1], rgb[:, :, 2] = 255, 0, 51
+    out = preprocess_image(rgb, config)
+    assert out.shape == (3, 8, 10) and out.dtype == np.float32
+    np.testing.assert_allclose(out[0], 1.0, atol=1e-6)  # (1 - 0.5) / 0.5
+    np.testing.assert_allclose(out[1], -1.0, atol=1e-6)  # (0 - 0.25) / 0.25
+    np.testing.assert_allclose(out[2], 0.2, atol=1e-6)
+    # crop: the left half is red, the right half blue; cropping away the right half leaves only red
+    rgb[:, 15:] = (0, 0, 255)
+    cropped = preprocess_image(rgb, TokenizerConfig(image_height=8, image_width=10, crop=(0, 0, 0, 0.5)))
+    np.testing.assert_allclose(cropped[0], (1.0 - 0.5) / 0.25, atol=1e-6)  # no blue half blended in
+    np.testing.assert_allclose(cropped[2], (0.2 - 0.5) / 0.25, atol=1e-6)
+
+
+def test_wrong_image_size_is_rejected_when_an_input_size_is_configured():
+    config = TokenizerConfig(input_height=240, input_width=320)
+    with pytest.raises(TokenError) as err:
+        preprocess_image(np.zeros((480, 640, 3), np.uint8), config)
+    assert err.value.code == "wrong_image_size" and "640x480" in str(err.value)
+    assert preprocess_image(np.zeros((240, 320, 3), np.uint8), config).shape == (3, 72, 96)
+
+
+def joint_msg(names, positions, velocities=None) -> JointState:
+    return JointState(name=list(names), position=[float(v) for v in positions], velocity=[float(v) for v in ([] if velocities is None else velocities)])
+
+
+def test_joint_state_is_reordered_to_the_configured_names_and_extra_joints_ignored():
+    convert = JointStateConverter(TokenizerConfig())
+    names = list(reversed(COMMANDED_JOINTS)) + ["right_finger_joint"]
+    q = np.arange(len(names), dtype=float)
+    state = convert(joint_msg(names, q, q * 10))
+    expected_q = [q[names.index(n)] for n in COMMANDED_JOINTS]
+    np.testing.assert_array_equal(state, np.array(expected_q + [v * 10 for v in expected_q], np.float32))
+    no_vel = JointStateConverter(TokenizerConfig(state_velocities=False))(joint_msg(names, q))
+    np.testing.assert_array_equal(no_vel, np.array(expected_q, np.float32))
+
+
+N = len(COMMANDED_JOINTS)
+
+
+@pytest.mark.parametrize(
+    "msg, code",
+    [
+        (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "missing_joint"),
+        (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "unknown_joint"),
+        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "duplicate_joint"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "size_mismatch"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "size_mismatch"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N)), "missing_velocities"),
+        (joint_msg(COMMANDED_JOINTS, [0, 0, float("nan"), 0, 0, 0, 0], np.zeros(N)), "non_finite"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), [0, 0, 0, float("inf"), 0, 0, 0]), "non_finite"),
+    ],
+)
+def test_bad_joint_states_are_rejected_with_a_reason(msg, code):
+    with pytest.raises(TokenError) as err:
+        JointStateConverter(TokenizerConfig())(msg)
+    assert err.value.code == code
+
+
+def test_the_stream_counts_every_rejection_by_reason_and_keeps_going():
+    stream = TokenStream(TokenizerConfig(image_height=8, image_width=8), StreamConfig())
+    good_img = image_msg("rgb8", RNG.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+    bad_img = Image(height=2, width=2, encoding="32FC1", step=8, data=bytes(16))
+    nan_js = joint_msg(COMMANDED_JOINTS, [float("nan")] * N, np.zeros(N))
+    bad_stamp = joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N))
+    bad_stamp.header.stamp.nanosec = 999_999_999
+    for i, msg in enumerate([good_img, bad_img, nan_js]):
+        msg.header.stamp.sec = i + 1
+    assert stream.add_image(good_img, now_ns=1_000_000_000).kind == Kind.IMAGE
+    assert stream.add_image(bad_img, now_ns=2_000_000_000) is None
+    assert stream.add_joint_state(nan_js, now_ns=3_000_000_000) is None
+    assert stream.add_message("sensor_msgs/msg/Imu", object(), 3_000_000_000, "/imu") is None
+    assert stream.set_instruction("   ", 3_000_000_000) is None
+    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
+    assert stream.counts_add_up() and len(stream) == 1
+    assert "non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
+
+
+def test_config_errors_quote_the_values():
+    with pytest.raises(ValueError, match="lateness_s .0.5. must be below window_s .0.4."):
+        StreamConfig(window_s=0.4, lateness_s=0.5)
+    with pytest.raises(ValueError, match="std > 0"):
+        TokenizerConfig(image_std=(1.0, 0.0, 1.0))
+    with pytest.raises(ValueError, match="window_s must be a finite number"):
+        StreamConfig(window_s=float("nan"))

@@ -1,0 +1,201 @@
+"""MCAP episodes -> training samples, through the same token stream the policy node runs online.
+
+Replaying an episode feeds every recorded message, in log-time order and with its log time as the
+receive time, to ``TokenStream.add_message`` -- exactly what the node does with live messages -- so the
+observations a sample holds are the ones the node would have had at that instant. A sample is taken at
+every accepted camera frame: the window at that moment, the pinned instruction, and the targets: the
+joint positions the chunk should reach at ``t + (k+1)/chunk_rate_hz`` for k < H.
+
+Targets come from the commands the robot was given (``/forward_position_controller/commands``, what a
+policy outputs) when the bag has them, else from the measured joint states. Commands are better where
+they differ: a closed gripper squeezing a cup measures the cup's width but was commanded shut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from vla_ros.data.mcap_io import read_messages, read_metadata
+from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenizerConfig, TokenStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Topics:
+    """Topic names in the bags (the defaults are what the sim and the nodes publish)."""
+
+    image: str = "/camera/image_raw"
+    compressed_image: str = "/camera/image_raw/compressed"
+    joint_states: str = "/joint_states"
+    instruction: str = "/vla/instruction"
+    commands: str = "/forward_position_controller/commands"
+    episode_status: str = "/vla/episode_status"
+
+    def observation_topics(self) -> list[str]:
+        return [self.image, self.compressed_image, self.joint_states, self.instruction]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One training example.
+
+    Args:
+        observations: the window when the frame arrived, oldest first; t_s relative to the episode epoch.
+        instruction: the pinned instruction.
+        t_s: time of the newest observation (the frame).
+        target_t_s: (H,) times of the chunk points.
+        target_positions: (H, J) joint positions to reach at those times, J in the tokenizer's joint order.
+    """
+
+    episode: str
+    observations: list[Observation]
+    instruction: Instruction
+    t_s: float
+    target_t_s: np.ndarray
+    target_positions: np.ndarray
+
+
+@dataclasses.dataclass
+class Episode:
+    """Everything replayed from one bag: the per-frame windows and the joint trajectories for targets."""
+
+    path: Path
+    windows: list[tuple[float, list[Observation]]]  # (frame t_s, window) at each accepted frame
+    instruction: Instruction | None
+    joint_t_s: np.ndarray  # (N,) measured joint-state times
+    joint_positions: np.ndarray  # (N, J)
+    command_t_s: np.ndarray  # (M,) command receive times (Float64MultiArray has no stamp)
+    command_positions: np.ndarray  # (M, J)
+    stats: dict[str, int]
+    metadata: dict[str, dict[str, str]]
+    status: dict | None  # the last episode status (JSON) in the bag, if any
+
+    @property
+    def success(self) -> bool | None:
+        if self.status is None:
+            return None
+        return bool(self.status.get("lifted"))
+
+
+def replay(
+    path: str | Path,
+    stream: TokenStream,
+    topics: Topics = Topics(),
+    command_joint_names: tuple[str, ...] | None = None,
+) -> Episode:
+    """Feed one bag through ``stream``; keeps the window at every accepted frame.
+
+    ``command_joint_names``: the joint order of the Float64MultiArray commands (the sim's canonical order,
+    which is the tokenizer's default order); commands are reordered to the tokenizer's joint order.
+    """
+    path = Path(path)
+    joint_names = stream.tokenizer.joint_names
+    cmd_names = tuple(command_joint_names or joint_names)
+    missing = [n for n in joint_names if n not in cmd_names]
+    cmd_index = None if missing else np.array([cmd_names.index(n) for n in joint_names])
+    windows: list[tuple[float, list[Observation]]] = []
+    joint_t, joint_q, cmd_t, cmd_q = [], [], [], []
+    status = None
+    wanted = topics.observation_topics() + [topics.commands, topics.episode_status]
+    generation = stream.generation
+    for m in read_messages(path, wanted):
+        if m.topic == topics.commands:
+            data = np.asarray(m.message.data, dtype=np.float64)
+            if cmd_index is not None and data.shape == (len(cmd_names),) and np.all(np.isfinite(data)):
+                cmd_t.append(stream.t_s(m.log_time_ns) if stream.epoch_ns is not None else None)
+                cmd_q.append(data[cmd_index])
+            continue
+        if m.topic == topics.episode_status:
+            try:
+                status = json.loads(m.message.data)
+            except ValueError:
+                log.warning("%s: unreadable episode status", path.name)
+            continue
+        result = stream.add_message(m.type_name, m.message, m.log_time_ns, m.topic)
+        if stream.generation != generation:  # a clock jump inside the bag: earlier windows are another timeline
+            log.warning("%s: clock jumped back; keeping only what follows", path.name)
+            generation = stream.generation
+            windows, joint_t, joint_q, cmd_t, cmd_q = [], [], [], [], []
+        if isinstance(result, Observation):
+            if result.kind == Kind.IMAGE:
+                windows.append((result.t_s, stream.window()))
+            elif result.kind == Kind.STATE:
+                joint_t.append(result.t_s)
+                joint_q.append(result.data[: len(joint_names)].astype(np.float64))
+    # commands received before the first observation have no epoch yet: drop them
+    keep = [i for i, t in enumerate(cmd_t) if t is not None]
+    return Episode(
+        path=path,
+        windows=windows,
+        instruction=stream.instruction,
+        joint_t_s=np.asarray(joint_t, dtype=np.float64),
+        joint_positions=np.asarray(joint_q, dtype=np.float64).reshape(-1, len(joint_names)),
+        command_t_s=np.asarray([cmd_t[i] for i in keep], dtype=np.float64),
+        command_positions=np.asarray([cmd_q[i] for i in keep], dtype=np.float64).reshape(-1, len(joint_names)),
+        stats=stream.stats.as_dict(),
+        metadata=read_metadata(path),
+        status=status,
+    )
+
+
+def interpolate(t_query: np.ndarray, t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per-joint linear interpolation; t must be increasing."""
+    return np.stack([np.interp(t_query, t, values[:, j]) for j in range(values.shape[1])], axis=1)
+
+
+def samples(
+    episode: Episode,
+    chunk_length: int,
+    chunk_rate_hz: float,
+    targets: str = "auto",
+    every: int = 1,
+) -> Iterator[Sample]:
+    """Samples at every ``every``-th frame whose chunk horizon ends inside the recorded targets.
+
+    ``targets``: "commands", "joint_states", or "auto" (commands when the bag has enough of them).
+    """
+    if episode.instruction is None:
+        log.warning("%s: no instruction in the bag; no samples", episode.path.name)
+        return
+    use_commands = targets == "commands" or (targets == "auto" and len(episode.command_t_s) >= 2)
+    t_src, q_src = (episode.command_t_s, episode.command_positions) if use_commands else (episode.joint_t_s, episode.joint_positions)
+    if len(t_src) < 2:
+        return
+    offsets = np.arange(1, chunk_length + 1, dtype=np.float64) / chunk_rate_hz
+    for i, (t_frame, window) in enumerate(episode.windows):
+        if i % every:
+            continue
+        target_t = t_frame + offsets
+        if target_t[-1] > t_src[-1] or t_frame < t_src[0]:
+            continue
+        yield Sample(
+            episode=episode.path.name,
+            observations=window,
+            instruction=episode.instruction,
+            t_s=t_frame,
+            target_t_s=target_t,
+            target_positions=interpolate(target_t, t_src, q_src),
+        )
+
+
+def make_stream(tokenizer: TokenizerConfig, stream: StreamConfig, encode_text=None) -> TokenStream:
+    """A fresh stream per episode (each bag is its own timeline)."""
+    if encode_text is None:
+        from vla_ros.tokens.text import shared_encoder
+
+        encode_text = shared_encoder(tokenizer.max_text_tokens)
+    return TokenStream(tokenizer, stream, encode_text)
+
+
+def episode_paths(data_dir: str | Path) -> list[Path]:
+    paths = sorted(Path(data_dir).rglob("*.mcap"))
+    if not paths:
+        raise FileNotFoundError(f"no .mcap files under {data_dir}")
+    return paths

@@ -1,0 +1,176 @@
+"""Message -> array converters (no rclpy import: they read message fields by name).
+
+They accept rclpy messages and the messages decoded from MCAP files alike (both have the same field
+names), which is what lets the live node and the offline dataset reader share one code path. Every
+problem raises ``TokenError`` with a reason code that the stream counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from vla_ros.tokens.config import TokenizerConfig
+
+# Raw encodings accepted from sensor_msgs/Image: channels and how to reach RGB.
+IMAGE_ENCODINGS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+COMPRESSED_FORMATS = ("jpeg", "jpg", "png")
+
+
+class TokenError(ValueError):
+    """A message the pipeline will not use. ``code`` names the reason (counted and reported)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _buffer(data) -> np.ndarray:
+    """uint8 view of a message's byte array (bytes, array.array, list or ndarray) without copying when possible."""
+    if isinstance(data, np.ndarray):
+        return data.astype(np.uint8, copy=False).reshape(-1)
+    if isinstance(data, (list, tuple)):
+        return np.asarray(data, dtype=np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def rgb_from_image_msg(msg) -> np.ndarray:
+    """sensor_msgs/Image -> (H, W, 3) uint8 RGB. Honours ``step`` (row padding)."""
+    encoding = str(msg.encoding).lower()
+    if encoding not in IMAGE_ENCODINGS:
+        raise TokenError("unknown_encoding", f"image encoding {msg.encoding!r} is not one of {sorted(IMAGE_ENCODINGS)}")
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    data = _buffer(msg.data)
+    if height == 0 or width == 0 or data.size == 0:
+        raise TokenError("empty_image", f"image is empty ({width}x{height}, {data.size} bytes)")
+    channels = IMAGE_ENCODINGS[encoding]
+    if step < width * channels:
+        raise TokenError("corrupt_image", f"step {step} is shorter than a row of {width} x {channels} bytes")
+    if data.size < step * height:
+        raise TokenError("corrupt_image", f"image has {data.size} bytes, {step} x {height} = {step * height} expected")
+    rows = data[: step * height].reshape(height, step)[:, : width * channels]  # drop row padding
+    pixels = rows.reshape(height, width, channels)
+    if encoding == "rgb8":
+        return pixels
+    if encoding == "bgr8":
+        return pixels[:, :, ::-1]
+    if encoding == "rgba8":
+        return pixels[:, :, :3]
+    if encoding == "bgra8":
+        return pixels[:, :, 2::-1]
+    return np.repeat(pixels, 3, axis=2)  # mono8
+
+
+def rgb_from_compressed_msg(msg) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png, as image_transport writes the format) -> (H, W, 3) RGB."""
+    import cv2
+
+    fmt = str(msg.format).lower()
+    # image_transport writes e.g. "rgb8; jpeg compressed bgr8"; plain "jpeg"/"png" is common too.
+    if not any(f in fmt for f in COMPRESSED_FORMATS):
+        raise TokenError("unknown_encoding", f"compressed format {msg.format!r} is neither jpeg nor png")
+    data = _buffer(msg.data)
+    if data.size == 0:
+        raise TokenError("empty_image", "compressed image has no data")
+    decoded = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if decoded is None or decoded.size == 0:
+        raise TokenError("corrupt_image", f"could not decode {data.size} bytes as {msg.format!r}")
+    if decoded.dtype != np.uint8:
+        raise TokenError("unknown_encoding", f"compressed image decodes to {decoded.dtype}, 8-bit expected")
+    if decoded.ndim == 2:
+        return np.repeat(decoded[:, :, None], 3, axis=2)
+    if decoded.shape[2] == 4:
+        return cv2.cvtColor(decoded, cv2.COLOR_BGRA2RGB)
+    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)  # OpenCV decodes to BGR
+
+
+def preprocess_image(rgb: np.ndarray, config: TokenizerConfig) -> np.ndarray:
+    """(H, W, 3) uint8 -> (3, h, w) float32: check size, crop, resize (area), scale, normalise."""
+    import cv2
+
+    height, width = rgb.shape[:2]
+    if (config.input_height and height != config.input_height) or (config.input_width and width != config.input_width):
+        raise TokenError(
+            "wrong_image_size",
+            f"image is {width}x{height}, the pipeline expects {config.input_width or 'any'}x{config.input_height or 'any'}",
+        )
+    top, bottom, left, right = config.crop
+    y0, y1 = round(top * height), height - round(bottom * height)
+    x0, x1 = round(left * width), width - round(right * width)
+    if y1 - y0 < 1 or x1 - x0 < 1:
+        raise TokenError("wrong_image_size", f"image {width}x{height} is too small for crop {config.crop}")
+    cropped = rgb[y0:y1, x0:x1]
+    resized = cv2.resize(np.ascontiguousarray(cropped), (config.image_width, config.image_height), interpolation=cv2.INTER_AREA)
+    scale = np.float32(1.0 / 255.0)
+    mean = np.asarray(config.image_mean, dtype=np.float32)
+    inv_std = np.float32(1.0) / np.asarray(config.image_std, dtype=np.float32)
+    out = (resized.astype(np.float32) * scale - mean) * inv_std  # (h, w, 3)
+    return np.ascontiguousarray(out.transpose(2, 0, 1))  # (3, h, w)
+
+
+class JointStateConverter:
+    """sensor_msgs/JointState -> state vector in the configured joint order (positions, then velocities).
+
+    The name -> index map of a message is cached per distinct name list, so the common case (a driver
+    always sending the same names in the same order) costs one tuple lookup.
+    """
+
+    def __init__(self, config: TokenizerConfig) -> None:
+        self.joint_names = config.joint_names
+        self.velocities = config.state_velocities
+        self._index_cache: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _indices(self, names: Sequence[str]) -> np.ndarray:
+        key = tuple(names)
+        idx = self._index_cache.get(key)
+        if idx is None:
+            if len(set(key)) != len(key):
+                raise TokenError("duplicate_joint", f"joint names repeat: {list(key)}")
+            where = {n: i for i, n in enumerate(key)}
+            missing = [n for n in self.joint_names if n not in where]
+            if missing:
+                unknown = [n for n in key if n not in self.joint_names]
+                code = "unknown_joint" if unknown else "missing_joint"
+                raise TokenError(code, f"joint state lacks {missing}" + (f" and names unknown joints {unknown}" if unknown else ""))
+            idx = np.array([where[n] for n in self.joint_names], dtype=np.intp)
+            if len(self._index_cache) < 16:  # a driver uses one or two name lists; bound it anyway
+                self._index_cache[key] = idx
+        return idx
+
+    def __call__(self, msg) -> np.ndarray:
+        names = list(msg.name)
+        positions = np.asarray(msg.position, dtype=np.float64)
+        if positions.shape != (len(names),):
+            raise TokenError("size_mismatch", f"{positions.size} positions for {len(names)} joint names")
+        idx = self._indices(names)
+        parts = [positions[idx]]
+        if self.velocities:
+            velocities = np.asarray(msg.velocity, dtype=np.float64)
+            if velocities.size == 0:
+                raise TokenError("missing_velocities", "the state uses joint velocities but the message has none")
+            if velocities.shape != (len(names),):
+                raise TokenError("size_mismatch", f"{velocities.size} velocities for {len(names)} joint names")
+            parts.append(velocities[idx])
+        state = np.concatenate(parts)
+        if not np.all(np.isfinite(state)):
+            bad = [f"{n}" for n, ok in zip(self.joint_names * (2 if self.velocities else 1), np.isfinite(state)) if not ok]
+            raise TokenError("non_finite", f"NaN/Inf in {sorted(set(bad))}")
+        return state.astype(np.float32)
+
+
+def instruction_text(text: str, max_chars: int = 500) -> str:
+    """Normalise an instruction string; empty or absurdly long text is an error, not a silent truncation."""
+    cleaned = " ".join(str(text).split())
+    if not cleaned:
+        raise TokenError("empty_instruction", "instruction is empty")
+    if len(cleaned) > max_chars:
+        raise TokenError("instruction_too_long", f"instruction has {len(cleaned)} characters (max {max_chars})")
+    return cleaned
+
+
+def finite_or_error(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise TokenError("non_finite", f"{what} is {value}")
+    return value

@@ -1,0 +1,286 @@
+"""The token stream: every accepted message becomes a timed observation in a rolling time window.
+
+Nothing is paired or resampled to make the 30 Hz camera and the 100 Hz joints line up: each message keeps
+its own header stamp. The window keeps everything no older than ``window_s`` before the newest stamp, in
+time order. Rules, applied to each message in this order (each rejection counted under its reason):
+
+1. clock jump: the receive clock went back more than ``clock_jump_s`` (a simulator reset) -> the window is
+   cleared, the jump counted, and the message starts the new timeline;
+2. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
+3. ``late``: stamped more than ``lateness_s`` before the newest stamp (within it, it is inserted in order);
+4. ``duplicate``: same (stamp, kind, source) as a token in the window;
+5. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
+
+Bookkeeping that tests check: ``received == accepted + rejected`` and
+``accepted == in window + evicted + cleared``. Consumers (the policy runtime) take new observations with
+``drain()`` and restart when ``generation`` changes (a clock jump).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from vla_ros.tokens.config import StreamConfig, TokenizerConfig
+from vla_ros.tokens.convert import (
+    JointStateConverter,
+    TokenError,
+    instruction_text,
+    preprocess_image,
+    rgb_from_compressed_msg,
+    rgb_from_image_msg,
+)
+from vla_ros.tokens.types import Instruction, Kind, Observation
+
+log = logging.getLogger(__name__)
+
+NS = 1_000_000_000
+
+
+_HANDLERS = {
+    "sensor_msgs/Image": "add_image",
+    "sensor_msgs/CompressedImage": "add_compressed_image",
+    "sensor_msgs/JointState": "add_joint_state",
+    "std_msgs/String": "set_instruction",
+}
+
+
+def stamp_ns(msg) -> int:
+    """header.stamp of a message as integer nanoseconds (works on rclpy and MCAP-decoded messages)."""
+    stamp = msg.header.stamp
+    sec, nanosec = int(stamp.sec), int(stamp.nanosec)
+    if not 0 <= nanosec < NS:
+        raise TokenError("bad_stamp", f"header.stamp.nanosec={nanosec} is outside [0, 1e9)")
+    return sec * NS + nanosec
+
+
+@dataclasses.dataclass
+class StreamStats:
+    """Counters; ``rejected`` is keyed by reason code."""
+
+    received: int = 0
+    accepted: Counter = dataclasses.field(default_factory=Counter)  # by kind name
+    rejected: Counter = dataclasses.field(default_factory=Counter)  # by reason
+    reordered: int = 0  # accepted although older than the newest stamp (inserted in time order)
+    evicted: int = 0
+    cleared: int = 0  # removed by a clock jump
+    clock_jumps: int = 0
+    instructions: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        out = {"received": self.received, "accepted": sum(self.accepted.values())}
+        out.update({f"accepted.{k}": v for k, v in sorted(self.accepted.items())})
+        out["rejected"] = sum(self.rejected.values())
+        out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
+        out.update(reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps)
+        return out
+
+
+class TokenStream:
+    """Rolling, time-ordered window of observations plus the pinned instruction.
+
+    ``now_ns`` arguments are the receive time on the consumer's clock (the node's clock online, the MCAP
+    log time offline); pass None when unknown (the future check is then skipped).
+    """
+
+    def __init__(
+        self,
+        tokenizer: TokenizerConfig | None = None,
+        stream: StreamConfig | None = None,
+        encode_text: Callable[[str], Instruction] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer or TokenizerConfig()
+        self.config = stream or StreamConfig()
+        self._encode_text = encode_text
+        self._joints = JointStateConverter(self.tokenizer)
+        self._window_ns = round(self.config.window_s * NS)
+        self._lateness_ns = round(self.config.lateness_s * NS)
+        self._future_ns = round(self.config.max_future_s * NS)
+        self._jump_ns = round(self.config.clock_jump_s * NS)
+        self.stats = StreamStats()
+        self.instruction: Instruction | None = None
+        self.instruction_generation = 0  # bumps on every new instruction: the policy rebuilds its cache
+        self.generation = 0  # bumps on every clock jump: consumers start over
+        self.last_rejection = ""
+        self._reset_window()
+
+    # ---- state -------------------------------------------------------------------------------------
+    def _reset_window(self) -> None:
+        self._items: list[Observation] = []
+        self._keys: list[tuple[int, int, str]] = []
+        self._pending: list[Observation] = []
+        self.epoch_ns: int | None = None
+        self.newest_ns: int | None = None
+        self._last_now_ns: int | None = None
+        self._seq = 0
+
+    def window(self) -> list[Observation]:
+        """The observations in the window, oldest first (a copy: safe to keep)."""
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def drain(self) -> list[Observation]:
+        """Observations accepted since the last call that are still in the window, in time order."""
+        if not self._pending:
+            return []
+        oldest = self._keys[0] if self._keys else None
+        out = sorted((o for o in self._pending if oldest is not None and o.key >= oldest), key=lambda o: o.key)
+        self._pending = []
+        return out
+
+    def t_s(self, stamp: int) -> float:
+        """Seconds since the epoch for a ROS stamp in ns (exact integer difference, then float64)."""
+        return (stamp - (self.epoch_ns if self.epoch_ns is not None else stamp)) / NS
+
+    # ---- admission ----------------------------------------------------------------------------------
+    def _reject(self, code: str, detail: str) -> None:
+        self.stats.rejected[code] += 1
+        self.last_rejection = f"{code}: {detail}"
+
+    def _check_time(self, kind: Kind, source: str, stamp: int, now_ns: int | None) -> str | None:
+        """Clock-jump handling, then the time rules; returns a rejection code or None."""
+        jumped = False
+        if now_ns is not None:
+            jumped = self._last_now_ns is not None and now_ns < self._last_now_ns - self._jump_ns
+            if not jumped:  # the highest receive time seen: small clock wobbles are not jumps
+                self._last_now_ns = now_ns if self._last_now_ns is None else max(self._last_now_ns, now_ns)
+        elif self.newest_ns is not None:
+            jumped = stamp < self.newest_ns - self._jump_ns
+        if jumped:
+            self.clock_jump(now_ns)
+        if now_ns is not None and stamp > now_ns + self._future_ns:
+            return "future"
+        if self.newest_ns is not None and stamp < self.newest_ns - self._lateness_ns:
+            return "late"
+        key = (stamp, int(kind), source)
+        i = bisect.bisect_left(self._keys, key)
+        if i < len(self._keys) and self._keys[i] == key:
+            return "duplicate"
+        return None
+
+    def clock_jump(self, now_ns: int | None = None) -> None:
+        """Clear the window (time went backwards); the instruction stays pinned."""
+        n = len(self._items)
+        self.stats.cleared += n
+        self.stats.clock_jumps += 1
+        self.generation += 1
+        log.warning("clock jumped back: cleared %d observations", n)
+        self._reset_window()
+        self._last_now_ns = now_ns
+
+    def add(self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None) -> Observation | None:
+        """Admit one message: ``convert()`` runs only when the timing rules pass (a late frame is not decoded)."""
+        self.stats.received += 1
+        code = self._check_time(kind, source, stamp, now_ns)
+        if code is not None:
+            detail = f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
+            self._reject(code, detail)
+            return None
+        try:
+            data = convert()
+        except TokenError as err:
+            self._reject(err.code, f"{source}: {err}")
+            return None
+        if self.epoch_ns is None:
+            self.epoch_ns = stamp
+        self._seq += 1
+        obs = Observation(kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source)
+        self._insert(obs)
+        return obs
+
+    def _insert(self, obs: Observation) -> None:
+        key = obs.key
+        if self._keys and key < self._keys[-1]:
+            i = bisect.bisect_left(self._keys, key)
+            self.stats.reordered += 1
+        else:
+            i = len(self._keys)
+        self._keys.insert(i, key)
+        self._items.insert(i, obs)
+        self._pending.append(obs)
+        self.stats.accepted[obs.kind.name.lower()] += 1
+        if self.newest_ns is None or obs.stamp_ns > self.newest_ns:
+            self.newest_ns = obs.stamp_ns
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop observations more than window_s older than the newest stamp."""
+        cutoff = self.newest_ns - self._window_ns
+        n = bisect.bisect_left(self._keys, (cutoff, -1, ""))
+        if n:
+            del self._keys[:n], self._items[:n]
+            self.stats.evicted += n
+
+    # ---- messages -------------------------------------------------------------------------------------
+    def _stamp_or_reject(self, msg) -> int | None:
+        try:
+            return stamp_ns(msg)
+        except TokenError as err:
+            self.stats.received += 1
+            self._reject(err.code, str(err))
+            return None
+
+    def add_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw") -> Observation | None:
+        """sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8)."""
+        stamp = self._stamp_or_reject(msg)
+        if stamp is None:
+            return None
+        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_image_msg(msg), self.tokenizer), now_ns)
+
+    def add_compressed_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed") -> Observation | None:
+        """sensor_msgs/CompressedImage (jpeg, png)."""
+        stamp = self._stamp_or_reject(msg)
+        if stamp is None:
+            return None
+        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_compressed_msg(msg), self.tokenizer), now_ns)
+
+    def add_joint_state(self, msg, now_ns: int | None = None, source: str = "/joint_states") -> Observation | None:
+        stamp = self._stamp_or_reject(msg)
+        if stamp is None:
+            return None
+        return self.add(Kind.STATE, source, stamp, lambda: self._joints(msg), now_ns)
+
+    def add_message(self, type_name: str, msg, now_ns: int | None, source: str) -> Observation | Instruction | None:
+        """Dispatch by ROS type name ('sensor_msgs/msg/Image', ...): the one entry point the policy node and
+        the offline dataset reader share, so both paths turn the same messages into the same tokens."""
+        handler = _HANDLERS.get(type_name.replace("/msg/", "/"))
+        if handler is None:
+            self.stats.received += 1
+            self._reject("unsupported_type", f"{source}: {type_name} is not an observation type")
+            return None
+        if handler == "set_instruction":
+            return self.set_instruction(msg.data, now_ns)
+        return getattr(self, handler)(msg, now_ns, source)
+
+    def set_instruction(self, text: str, now_ns: int | None = None) -> Instruction | None:
+        """std_msgs/String data -> pinned text tokens. The same text again changes nothing."""
+        self.stats.received += 1
+        try:
+            cleaned = instruction_text(text)
+        except TokenError as err:
+            self._reject(err.code, str(err))
+            return None
+        if self._encode_text is None:
+            self._reject("no_text_encoder", "this stream has no text encoder")
+            return None
+        self.stats.instructions += 1
+        self.stats.accepted["text"] += 1
+        if self.instruction is not None and self.instruction.text == cleaned:
+            return self.instruction
+        instruction = self._encode_text(cleaned)
+        self.instruction = dataclasses.replace(instruction, stamp_ns=int(now_ns or 0))
+        self.instruction_generation += 1
+        return self.instruction
+
+    def counts_add_up(self) -> bool:
+        """The bookkeeping invariant (also checked by the property tests)."""
+        s = self.stats
+        observations = sum(v for k, v in s.accepted.items() if k != "text")
+        return s.received == sum(s.accepted.values()) + sum(s.rejected.values()) and observations == len(self._items) + s.evicted + s.cleared
