@@ -57,6 +57,12 @@ def _record(argv: list[str]) -> int:
     return record.main(argv)
 
 
+def _collect(argv: list[str]) -> int:
+    from vla_ros.tools import collect
+
+    return collect.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from vla_ros.tools import demo
 
@@ -67,6 +73,7 @@ VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
     "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
+    "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),
 }

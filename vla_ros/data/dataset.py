@@ -4,7 +4,8 @@ Replaying an episode feeds every recorded message, in log-time order and with it
 receive time, to ``TokenStream.add_message`` -- exactly what the node does with live messages -- so the
 observations a sample holds are the ones the node would have had at that instant. A sample is taken at
 every accepted camera frame: the window at that moment, the pinned instruction, and the targets: the
-joint positions the chunk should reach at ``t + (k+1)/chunk_rate_hz`` for k < H.
+joint positions the chunk should reach at ``t + (k+1)/chunk_rate_hz`` for k < H, where t is the newest
+observation's time (often a joint state that arrived before the frame), exactly as the node stamps chunks.
 
 Targets come from the commands the robot was given (``/forward_position_controller/commands``, what a
 policy outputs) when the bag has them, else from the measured joint states. Commands are better where
@@ -49,7 +50,7 @@ class Sample:
     Args:
         observations: the window when the frame arrived, oldest first; t_s relative to the episode epoch.
         instruction: the pinned instruction.
-        t_s: time of the newest observation (the frame).
+        t_s: time of the newest observation in the window (the chunk's stamp).
         target_t_s: (H,) times of the chunk points.
         target_positions: (H, J) joint positions to reach at those times, J in the tokenizer's joint order.
     """
@@ -169,17 +170,18 @@ def samples(
     if len(t_src) < 2:
         return
     offsets = np.arange(1, chunk_length + 1, dtype=np.float64) / chunk_rate_hz
-    for i, (t_frame, window) in enumerate(episode.windows):
+    for i, (_t_frame, window) in enumerate(episode.windows):
         if i % every:
             continue
-        target_t = t_frame + offsets
-        if target_t[-1] > t_src[-1] or t_frame < t_src[0]:
+        t_ref = window[-1].t_s
+        target_t = t_ref + offsets
+        if target_t[-1] > t_src[-1] or t_ref < t_src[0]:
             continue
         yield Sample(
             episode=episode.path.name,
             observations=window,
             instruction=episode.instruction,
-            t_s=t_frame,
+            t_s=t_ref,
             target_t_s=target_t,
             target_positions=interpolate(target_t, t_src, q_src),
         )

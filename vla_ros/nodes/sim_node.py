@@ -27,6 +27,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import ParamSpec, declare_parameters
+from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
 
@@ -195,55 +196,21 @@ class SimNode(Node):
             clock = Clock(clock=stamp)
             out.append(lambda m=clock: self.pub_clock.publish(m))
         if sim.is_joint_state_step():
-            js = JointState()
-            js.header.stamp = stamp
-            js.name = list(sim.joint_names)
-            js.position = sim.joint_positions().tolist()
-            js.velocity = sim.joint_velocities().tolist()
-            js.effort = sim.joint_efforts().tolist()
+            js = joint_state_msg(sim, stamp)
             out.append(lambda m=js: self.pub_joints.publish(m))
         if sim.is_frame_step():
             t0 = time.perf_counter()
             rgb = sim.render()
             self._stats["render_ms"].append((time.perf_counter() - t0) * 1e3)
-            img = Image()
-            img.header.stamp = stamp
-            img.header.frame_id = self._frame_id
-            img.height, img.width = rgb.shape[0], rgb.shape[1]
-            img.encoding = "rgb8"
-            img.is_bigendian = 0
-            img.step = rgb.shape[1] * 3
-            img.data = rgb.tobytes()
-            info = self._camera_info(stamp)
+            img = image_msg(rgb, stamp, self._frame_id)
+            info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
             out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
         if sim.step_count % self._status_every == 0:
             out.append(self._publish_status)
         return out
 
-    def _camera_info(self, stamp) -> CameraInfo:
-        k = self.sim.camera_intrinsics()
-        info = CameraInfo()
-        info.header.stamp = stamp
-        info.header.frame_id = self._frame_id
-        info.width, info.height = k.width, k.height
-        info.distortion_model = "plumb_bob"
-        info.d = [0.0] * 5
-        info.k = [k.fx, 0.0, k.cx, 0.0, k.fy, k.cy, 0.0, 0.0, 1.0]
-        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-        info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
-        return info
-
     def _publish_status(self) -> None:
-        sim = self.sim
-        status = {
-            "episode": sim.episode,
-            "seed": sim.seed,
-            "time_s": round(sim.time_s, 6),
-            "lifted": sim.lifted_cup(),
-            "cups": {c: [round(float(v), 5) for v in pos] for c, pos in sim.cup_positions().items()},
-            "tcp": [round(float(v), 5) for v in sim.tcp_position()],
-        }
-        self.pub_status.publish(String(data=json.dumps(status)))
+        self.pub_status.publish(String(data=json.dumps(self.sim.status())))
 
     def _publish_diagnostics(self, achieved_rtf: float) -> None:
         render = self._stats["render_ms"] or [0.0]

@@ -151,15 +151,24 @@ class ArmSim:
         self.reset(seed)
 
     # ---- episode -----------------------------------------------------------------------------------
-    def reset(self, seed: int) -> dict[str, np.ndarray]:
-        """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions."""
+    def reset(self, seed: int, arm_noise_rad: float = 0.0) -> dict[str, np.ndarray]:
+        """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions.
+
+        ``arm_noise_rad`` > 0 perturbs the arm's start pose (uniform, per arm joint) with draws taken after
+        the cups', so the cup layout of a seed never depends on it (data collection varies the start).
+        """
         rng = np.random.default_rng(int(seed))
         mujoco.mj_resetData(self.model, self.data)
-        self.data.qpos[self._cmd_qpos_adr] = HOME_Q
+        cup_xy = self._sample_cup_xy(rng)
+        start_q = np.array(HOME_Q)
+        if arm_noise_rad > 0.0:
+            start_q[:6] += rng.uniform(-arm_noise_rad, arm_noise_rad, 6)
+            start_q = np.clip(start_q, self.limits.lower, self.limits.upper)
+        self.data.qpos[self._cmd_qpos_adr] = start_q
         # The mimic finger starts where its leader is, so the equality constraint starts satisfied.
-        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = HOME_Q[-1]
-        self.data.ctrl[self._cmd_actuators] = HOME_Q
-        for color, xy in zip(CUP_COLORS, self._sample_cup_xy(rng)):
+        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = start_q[-1]
+        self.data.ctrl[self._cmd_actuators] = start_q
+        for color, xy in zip(CUP_COLORS, cup_xy):
             adr = self._cup_qpos_adr[color]
             self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
         mujoco.mj_forward(self.model, self.data)
@@ -169,6 +178,17 @@ class ArmSim:
         self._trajectory = None
         self._initial_cup_pos = self.cup_positions()
         return self._initial_cup_pos
+
+    def status(self) -> dict:
+        """Episode status as the sim node publishes it on /vla/episode_status (JSON)."""
+        return {
+            "episode": self.episode,
+            "seed": self.seed,
+            "time_s": round(self.time_s, 6),
+            "lifted": self.lifted_cup(),
+            "cups": {c: [round(float(v), 5) for v in pos] for c, pos in self.cup_positions().items()},
+            "tcp": [round(float(v), 5) for v in self.tcp_position()],
+        }
 
     def _sample_cup_xy(self, rng: np.random.Generator) -> list[np.ndarray]:
         x0, x1, y0, y1 = self.config.cup_region_m

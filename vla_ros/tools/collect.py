@@ -1,0 +1,164 @@
+"""``vla-ros collect``: demonstrations from the scripted expert, recorded as MCAP episodes.
+
+Each episode runs the MuJoCo core on simulated time with the closed-loop expert picking the cup named
+by a randomly phrased instruction, and writes what the robot graph would carry: ``/joint_states``
+(100 Hz), ``/camera/image_raw`` + ``camera_info`` (30 Hz), ``/vla/instruction``, the expert's commands
+on ``/forward_position_controller/commands`` (the training targets) and ``/vla/episode_status``. Messages
+are built by the same functions the sim node uses and serialized to CDR; each gets a log time of its stamp
+plus a delivery delay like the live graph's (frames 10-40 ms, joint states 1-3 ms), written in that order,
+so replay sees frames arrive after newer joint states just as the node does.
+
+Some episodes start from a perturbed arm pose and some have a push (a smooth offset added to the executed
+commands for a moment) while the label stays the expert's clean command: the policy learns to come back.
+Training seeds and evaluation seeds are disjoint ranges (``vla_ros.sim.tasks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = "example: vla-ros collect --episodes 20 --out runs/demos"
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectConfig:
+    """Args:
+        max_episode_s: give up after this much simulated time.
+        hold_after_lift_s: keep recording this long after the cup is lifted.
+        arm_noise_rad: start-pose perturbation per arm joint (uniform).
+        push_probability: share of episodes with a push.
+        push_rad: largest push offset per joint.
+    """
+
+    max_episode_s: float = 12.0
+    hold_after_lift_s: float = 1.0
+    arm_noise_rad: float = 0.15
+    push_probability: float = 0.4
+    push_rad: float = 0.12
+    image_width: int = 320
+    image_height: int = 240
+
+
+def _push_profile(rng: np.random.Generator, config: CollectConfig):
+    """A smooth bump (raised cosine) of random direction, start and length, or None."""
+    if rng.random() >= config.push_probability:
+        return None
+    start, length = rng.uniform(0.5, 2.5), rng.uniform(0.3, 0.8)
+    offset = np.append(rng.uniform(-config.push_rad, config.push_rad, 6), 0.0)
+
+    def at(t_s: float) -> np.ndarray:
+        s = (t_s - start) / length
+        return offset * (0.5 - 0.5 * np.cos(2 * np.pi * s)) if 0.0 <= s <= 1.0 else np.zeros(7)
+
+    return at
+
+
+def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templates=None) -> dict:
+    """Run one expert episode on ``sim`` and write it to ``out_path``; returns its summary."""
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Float64MultiArray, String
+
+    from vla_ros import __version__
+    from vla_ros.data.mcap_io import McapEpisodeWriter
+    from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
+    from vla_ros.ros.time import time_msg_from_ns
+    from vla_ros.sim.expert import PickExpert
+    from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
+
+    color, instruction = episode_task(seed, templates or TRAIN_TEMPLATES)
+    rng = np.random.default_rng([seed, 11])
+    sim.reset(seed, arm_noise_rad=config.arm_noise_rad)
+    push = _push_profile(rng, config)
+    expert = PickExpert()
+    pending: list[tuple[int, int, str, str, bytes]] = []  # (log_ns, order, topic, type, cdr)
+
+    def emit(delay_s: float, topic: str, type_name: str, msg) -> None:
+        pending.append((sim.time_ns + int(delay_s * 1e9), len(pending), topic, type_name, serialize_message(msg)))
+
+    emit(0.001, "/vla/instruction", "std_msgs/msg/String", String(data=instruction))
+    lifted_at = None
+    q_cmd = np.asarray(sim.command_joint_positions(), float)
+    while sim.time_s < config.max_episode_s:
+        stamp = time_msg_from_ns(sim.time_ns)
+        if sim.is_joint_state_step():
+            emit(rng.uniform(0.001, 0.003), "/joint_states", "sensor_msgs/msg/JointState", joint_state_msg(sim, stamp))
+            q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
+            emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=q_cmd.tolist()))
+            executed = q_cmd + (push(sim.time_s) if push else 0.0)
+            sim.command_positions(None, np.clip(executed, sim.limits.lower, sim.limits.upper))
+        if sim.is_frame_step():
+            delay = rng.uniform(0.010, 0.040)
+            emit(delay, "/camera/image_raw", "sensor_msgs/msg/Image", image_msg(sim.render(), stamp, "camera_optical_frame"))
+            emit(delay, "/camera/camera_info", "sensor_msgs/msg/CameraInfo", camera_info_msg(sim.camera_intrinsics(), stamp, "camera_optical_frame"))
+        if sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
+            emit(0.0005, "/vla/episode_status", "std_msgs/msg/String", String(data=json.dumps(sim.status())))
+        sim.step()
+        if lifted_at is None and sim.lifted_cup() == color:
+            lifted_at = sim.time_s
+        if lifted_at is not None and sim.time_s >= lifted_at + config.hold_after_lift_s:
+            break
+    emit(0.0005, "/vla/episode_status", "std_msgs/msg/String", String(data=json.dumps(sim.status())))
+    summary = {
+        "seed": seed, "color": color, "instruction": instruction, "success": lifted_at is not None,
+        "time_to_lift_s": lifted_at, "duration_s": round(sim.time_s, 3), "pushed": push is not None,
+        "expert_restarts": expert.restarts, "wrong_cup": sim.lifted_cup() not in (None, color),
+    }
+    pending.sort()
+    with McapEpisodeWriter(out_path, metadata={"recorder": f"vla_ros {__version__} collect", **{k: str(v) for k, v in summary.items()}}) as writer:
+        for log_ns, _order, topic, type_name, cdr in pending:
+            writer.write(topic, type_name, cdr, log_ns)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-ros collect", description=__doc__.splitlines()[0], epilog=EXAMPLE)
+    parser.add_argument("--episodes", type=int, default=200, help="number of episodes (default 200)")
+    parser.add_argument("--out", default="", help="output folder (default runs/demos-<date>)")
+    parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
+    parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
+    args = parser.parse_args(argv)
+    from tqdm import tqdm
+
+    from vla_ros.sim import ArmSim, SimConfig
+    from vla_ros.sim.tasks import EVAL_SEED_START, TRAIN_SEED_START
+
+    seed_start = TRAIN_SEED_START if args.seed_start is None else args.seed_start
+    if seed_start < EVAL_SEED_START <= seed_start + args.episodes - 1:
+        print(f"seeds {seed_start}..{seed_start + args.episodes - 1} reach the evaluation range (>= {EVAL_SEED_START})", file=sys.stderr)
+        return 2
+    config = CollectConfig()
+    out = Path(args.out or f"runs/demos-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    out.mkdir(parents=True, exist_ok=True)
+    sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
+    summaries = []
+    t0 = time.time()
+    bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
+    for seed in bar:
+        path = out / f"episode_{seed:07d}.mcap"
+        s = record_episode(sim, seed, path, config)
+        if not s["success"] and not args.keep_failures:
+            path.unlink()
+        summaries.append(s)
+        bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
+    sim.close()
+    result = {
+        "episodes": len(summaries), "successes": int(sum(s["success"] for s in summaries)),
+        "kept": len(list(out.glob("*.mcap"))), "seeds": [seed_start, seed_start + args.episodes - 1],
+        "wall_s": round(time.time() - t0, 1), "out": str(out),
+        "megabytes": round(sum(p.stat().st_size for p in out.glob("*.mcap")) / 1e6, 1),
+    }
+    (out / "collect_summary.json").write_text(json.dumps({"result": result, "episodes": summaries}, indent=1))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
