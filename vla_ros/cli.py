@@ -63,6 +63,18 @@ def _collect(argv: list[str]) -> int:
     return collect.main(argv)
 
 
+def _export_onnx(argv: list[str]) -> int:
+    from vla_ros.model import export_onnx
+
+    return export_onnx.main(argv)
+
+
+def _train(argv: list[str]) -> int:
+    from vla_ros.training import train
+
+    return train.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from vla_ros.tools import demo
 
@@ -74,6 +86,8 @@ VERBS = {
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
     "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
+    "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
+    "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),
 }

@@ -69,6 +69,7 @@ class Episode:
 
     path: Path
     windows: list[tuple[float, list[Observation]]]  # (frame t_s, window) at each accepted frame
+    observations: list[Observation]  # the stream's window at the end (everything, with a long window_s)
     instruction: Instruction | None
     joint_t_s: np.ndarray  # (N,) measured joint-state times
     joint_positions: np.ndarray  # (N, J)
@@ -90,11 +91,13 @@ def replay(
     stream: TokenStream,
     topics: Topics = Topics(),
     command_joint_names: tuple[str, ...] | None = None,
+    keep_windows: bool = True,
 ) -> Episode:
     """Feed one bag through ``stream``; keeps the window at every accepted frame.
 
     ``command_joint_names``: the joint order of the Float64MultiArray commands (the sim's canonical order,
     which is the tokenizer's default order); commands are reordered to the tokenizer's joint order.
+    ``keep_windows``: False skips the per-frame windows (training uses ``observations`` instead).
     """
     path = Path(path)
     joint_names = stream.tokenizer.joint_names
@@ -125,7 +128,7 @@ def replay(
             generation = stream.generation
             windows, joint_t, joint_q, cmd_t, cmd_q = [], [], [], [], []
         if isinstance(result, Observation):
-            if result.kind == Kind.IMAGE:
+            if result.kind == Kind.IMAGE and keep_windows:
                 windows.append((result.t_s, stream.window()))
             elif result.kind == Kind.STATE:
                 joint_t.append(result.t_s)
@@ -135,6 +138,7 @@ def replay(
     return Episode(
         path=path,
         windows=windows,
+        observations=stream.window(),
         instruction=stream.instruction,
         joint_t_s=np.asarray(joint_t, dtype=np.float64),
         joint_positions=np.asarray(joint_q, dtype=np.float64).reshape(-1, len(joint_names)),
