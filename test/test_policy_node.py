@@ -1,0 +1,115 @@
+"""policy_node against the running MuJoCo sim over DDS, on simulated time, with a small random-weight model.
+
+Checks what the node promises, not what a random model does: chunks at the configured rate of simulated
+time, stamped with the newest observation, with the model's joint names and point times; no chunk and a
+reason on /diagnostics without an instruction or without a loadable model.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from ros_helpers import REPO, LaunchedGraph, Probe
+from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.model.config import tiny_config
+from vla_ros.model.io import save_model
+from vla_ros.model.model import VLATransformer
+from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg
+
+RATE_HZ = 10.0
+
+
+def start_node(name: str, *params: str, log=None) -> subprocess.Popen:
+    args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-r", f"__node:={name}", "-p", "use_sim_time:=true"]
+    for p in params:
+        args += ["-p", p]
+    return subprocess.Popen(args, cwd=REPO, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> int:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("policy")
+    torch.manual_seed(0)
+    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0)
+    save_model(VLATransformer(config), tmp / "tiny")
+    log = open(tmp / "nodes.log", "w")
+    with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=1", log_path=tmp / "sim.log"):
+        probe = Probe("policy_probe")
+        rec = {"chunks": [], "diag": []}
+        n = probe.node
+        n.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: rec["chunks"].append((probe.now_s(), m)), 50)
+        n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 100)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        probe.pub_instruction = n.create_publisher(String, "/vla/instruction", latched)
+        probe.rec, probe.config = rec, config
+        nodes = [
+            start_node("policy", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", log=log),
+            start_node("policy_nomodel", f"model:={tmp / 'missing'}", "instruction:=pick up the red cup", log=log),
+        ]
+        probe.nodes = nodes
+        yield probe
+        codes = [stop(p) for p in nodes]
+        probe.close()
+    log.close()
+    assert codes == [0, 0], (tmp / "nodes.log").read_text()[-3000:]
+
+
+def statuses(probe, node_name):
+    return [(s.level, s.message, {kv.key: kv.value for kv in s.values}) for m in probe.rec["diag"] for s in m.status if s.name == f"{node_name}: policy"]
+
+
+def test_without_instruction_no_chunk_and_the_reason_is_reported(graph):
+    assert graph.spin_until(lambda: any("no instruction" in s[1] for s in statuses(graph, "policy")), 120), statuses(graph, "policy")[-3:]
+    assert graph.rec["chunks"] == []
+
+
+def test_without_a_loadable_model_no_chunk_and_an_error(graph):
+    assert graph.spin_until(lambda: any(s[0] == b"\x02" and "cannot load model" in s[1] for s in statuses(graph, "policy_nomodel")), 60)
+    assert graph.nodes[1].poll() is None  # it keeps running, saying why
+
+
+def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph):
+    graph.pub_instruction.publish(String(data="pick up the red cup"))
+    assert graph.spin_until(lambda: len(graph.rec["chunks"]) >= 3, 90), statuses(graph, "policy")[-3:]
+    graph.rec["chunks"].clear()
+    t0 = graph.now_s()
+    graph.spin_for_sim(3.0, wall_timeout_s=120)
+    chunks = [(t, m) for t, m in graph.rec["chunks"] if t >= t0]
+    assert abs(len(chunks) - 3.0 * RATE_HZ) <= 3, len(chunks)
+    cfg = graph.config
+    for t_recv, msg in chunks:
+        assert tuple(msg.joint_names) == COMMANDED_JOINTS
+        assert len(msg.points) == cfg.chunk_length
+        offsets = [seconds_from_duration_msg(p.time_from_start) for p in msg.points]
+        np.testing.assert_allclose(offsets, (np.arange(cfg.chunk_length) + 1) / cfg.chunk_rate_hz, atol=1e-9)
+        assert all(np.all(np.isfinite(p.positions)) and len(p.positions) == 7 for p in msg.points)
+        age = t_recv - ns_from_time_msg(msg.header.stamp) * 1e-9
+        assert -1e-6 <= age < 0.25, age  # stamped with an observation of the last few ticks, never in the future
+    stamps = [ns_from_time_msg(m.header.stamp) for _, m in chunks]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    # stamps are sensor stamps (they fall on the sim's 600 Hz physics steps), not the node's tick times
+    assert all(abs(s * 600e-9 - round(s * 600e-9)) < 1e-3 for s in stamps)
+    assert graph.spin_until(lambda: any(s[0] == b"\x00" for s in statuses(graph, "policy")), 30)
+    values = [s for s in statuses(graph, "policy") if s[0] == b"\x00"][-1][2]
+    assert int(values["tokens_in_cache"]) > 50 and float(values["inference_ms.p50"]) > 0
+    assert int(values["tokens.rejected"]) == 0

@@ -1,0 +1,1 @@
+"""Training the policy from MCAP demonstrations (torch, no rclpy)."""

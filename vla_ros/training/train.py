@@ -1,0 +1,212 @@
+"""``vla-ros train``: train the policy from MCAP demonstrations (CPU by default, CUDA when available).
+
+Reads every bag through the same token stream the node uses, trains on sequences built with the exact
+streaming mask (``training.data``), and writes ``config.json`` + ``model.safetensors`` + ``model.onnx``
+into ``--out`` with a report: loss curves (PNG), the data summary and its hash, seeds, duration, git commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = "example: vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out models/vla_cups --minutes 40"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Args:
+        minutes: wall-clock budget; training stops at whichever of minutes/steps comes first.
+        steps: optimiser steps (upper bound).
+        span_s / context_s / chunks: sequence shape (see training.data).
+        lr / weight_decay / warmup_steps: AdamW with linear warm-up and cosine decay to lr/10.
+        val_fraction: share of episodes held out for the validation loss.
+        threads: torch CPU threads (0 = torch's default).
+    """
+
+    minutes: float = 40.0
+    steps: int = 100_000
+    span_s: float = 1.0
+    context_s: float = 0.5
+    chunks: int = 24
+    batch_sequences: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 200
+    grad_clip: float = 1.0
+    val_fraction: float = 0.1
+    val_every: int = 200
+    val_sequences: int = 24
+    seed: int = 0
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.minutes <= 0 or self.steps <= 0:
+            raise ValueError(f"minutes ({self.minutes}) and steps ({self.steps}) must be > 0")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def lr_at(step: int, tc: TrainConfig, total: int) -> float:
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    progress = min(1.0, (step - tc.warmup_steps) / max(1, total - tc.warmup_steps))
+    return tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def train(data_dir: str | Path, out: str | Path, tc: TrainConfig = TrainConfig(), model_config=None, device: str = "auto", progress: bool = True) -> dict:
+    import torch
+    from tqdm import tqdm
+
+    from vla_ros.model.config import ModelConfig
+    from vla_ros.model.io import save_model
+    from vla_ros.model.model import VLATransformer
+    from vla_ros.model.runtime import resolve_device
+    from vla_ros.model.sequence import collate
+    from vla_ros.tokens import TokenizerConfig
+    from vla_ros.training.data import load_episodes, normalisation_stats, sample_sequence
+
+    t_start = time.time()
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    torch.manual_seed(tc.seed)
+    rng = np.random.default_rng(tc.seed)
+    config = model_config or ModelConfig()
+    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress)
+    order = rng.permutation(len(episodes))
+    n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
+    val_eps = [episodes[i] for i in order[:n_val]]
+    train_eps = [episodes[i] for i in order[n_val:]]
+    config = config.replace(**normalisation_stats(train_eps))
+    dev = resolve_device(device)
+    model = VLATransformer(config).to(dev)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr)
+    val_rng = np.random.default_rng(tc.seed + 1)
+    val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng)]) for _ in range(tc.val_sequences if val_eps else 0)]
+
+    def validate() -> float:
+        model.eval()
+        with torch.no_grad():
+            losses = [float(model(b.to(dev))[0]) for b in val_batches]
+        model.train()
+        return float(np.mean(losses)) if losses else float("nan")
+
+    history = {"step": [], "loss": [], "mae": [], "val_step": [], "val_loss": []}
+    deadline = t_start + tc.minutes * 60.0
+    # The step budget for the schedule: estimated from the first steps' speed so cosine decay ends on time.
+    total_steps = tc.steps
+    bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
+    step, best_val, smooth = 0, float("inf"), None
+    model.train()
+    while step < total_steps and time.time() < deadline:
+        if step == 20:
+            per_step = (time.time() - t_start_steps) / 20
+            total_steps = min(tc.steps, max(step + 1, int((deadline - t_start_steps) / per_step)))
+            bar.total = total_steps
+        if step == 0:
+            t_start_steps = time.time()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, tc, total_steps)
+        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng) for _ in range(tc.batch_sequences)]).to(dev)
+        loss, info = model(batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        smooth = info["loss"] if smooth is None else 0.98 * smooth + 0.02 * info["loss"]
+        history["step"].append(step)
+        history["loss"].append(info["loss"])
+        history["mae"].append(info["mae"])
+        step += 1
+        bar.update(1)
+        if step % tc.val_every == 0 and val_batches:
+            v = validate()
+            history["val_step"].append(step)
+            history["val_loss"].append(v)
+            if v < best_val:
+                best_val = v
+            bar.set_postfix(loss=f"{smooth:.4f}", val=f"{v:.4f}")
+        elif step % 10 == 0:
+            bar.set_postfix(loss=f"{smooth:.4f}")
+    bar.close()
+    final_val = validate() if val_batches else float("nan")
+    duration_min = (time.time() - t_start) / 60.0
+    out = Path(out)
+    report = {
+        "data": {**data_summary, "train_episodes": len(train_eps), "val_episodes": len(val_eps), "path": str(data_dir)},
+        "train_config": dataclasses.asdict(tc),
+        "steps": step, "duration_min": round(duration_min, 2), "device": str(dev), "threads": torch.get_num_threads(),
+        "final_train_loss_smoothed": smooth, "final_val_loss": final_val, "best_val_loss": best_val if best_val < float("inf") else None,
+        "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
+        "parameters": model.num_parameters(), "git_commit": git_commit(), "torch": torch.__version__,
+    }
+    metadata = {"training": json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "git_commit")}),
+                "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
+    save_model(model.cpu(), out, metadata=metadata, onnx=True)
+    (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
+    plot_losses(history, out / "loss.png")
+    return report
+
+
+def plot_losses(history: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    steps, loss = np.asarray(history["step"]), np.asarray(history["loss"])
+    if len(loss):
+        ax.plot(steps, loss, color="0.8", lw=0.6, label="train (per step)")
+        k = max(1, len(loss) // 100)
+        smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
+        ax.plot(steps[k - 1:], smooth, color="C0", lw=1.5, label=f"train ({k}-step mean)")
+    if history["val_loss"]:
+        ax.plot(history["val_step"], history["val_loss"], "o-", color="C3", ms=3, label="validation")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("MSE (normalised joint positions)")
+    ax.set_title("vla-ros train")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-ros train", description=__doc__.splitlines()[0], epilog=EXAMPLE)
+    parser.add_argument("--data", required=True, help="folder of .mcap episodes (vla-ros collect or ros2 bag record)")
+    parser.add_argument("--out", required=True, help="model folder to write, e.g. models/vla_cups")
+    parser.add_argument("--minutes", type=float, default=TrainConfig.minutes, help="wall-clock budget (default 40)")
+    parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimiser steps at most")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
+    args = parser.parse_args(argv)
+    tc = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads, lr=args.lr)
+    report = train(args.data, args.out, tc, device=args.device)
+    print(json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "final_mae_rad", "parameters")} | {"out": args.out}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
