@@ -1,0 +1,248 @@
+"""safety_filter_node over real DDS: the MuJoCo sim (sim.launch.xml, policy:=none) publishes /clock,
+/joint_states and /robot_description; the node runs as its own process on simulated time; a probe sends
+chunks and watches /vla/safe_action_chunk and /diagnostics. A second, in-process instance on remapped
+topics shows that without a robot model or a joint state nothing passes, and that it says so.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from ros_helpers import REPO, LaunchedGraph, Probe
+from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, seconds_from_duration_msg
+from vla_ros.sim import HOME_Q, default_urdf_path
+
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+DIVE = np.array([0.0, 1.6, 1.4, 0.0, 0.8, 0.0, 0.04])  # through the table
+
+
+def _traj(points, dt, stamp, names=COMMANDED_JOINTS, t0=None):
+    msg = JointTrajectory(joint_names=list(names))
+    msg.header.stamp = stamp
+    msg.header.frame_id = "base_link"
+    for k, p in enumerate(points):
+        t = (k + 1) * dt if t0 is None else t0 + k * dt
+        msg.points.append(JointTrajectoryPoint(positions=[float(x) for x in p], time_from_start=duration_msg_from_s(t)))
+    return msg
+
+
+def _statuses(rec, suffix):
+    out = []
+    for arr in rec["diag"]:
+        for s in arr.status:
+            if s.name.endswith(suffix):
+                out.append((s, {v.key: v.value for v in s.values}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("safety")
+    with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", log_path=logs / "sim.log"):
+        node_log = open(logs / "node.log", "w")
+        node = subprocess.Popen(
+            [sys.executable, "-m", "vla_ros.nodes.safety_filter_node", "--ros-args",
+             "--params-file", str(REPO / "config" / "safety_filter.yaml"), "-p", "use_sim_time:=true"],
+            stdout=node_log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+        )
+        probe = Probe("safety_test_probe")
+        rec = {"js": [], "safe": [], "diag": []}
+        n = probe.node
+        n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 50)
+        n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", lambda m: rec["safe"].append(m), 50)
+        n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 200)
+        probe.pub = n.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
+        probe.rec = rec
+        try:
+            ready = probe.spin_until(
+                lambda: len(rec["js"]) > 5 and any(
+                    kv.get("robot") == "vla_arm" and s.message == "filtering" for s, kv in _statuses(rec, "safety_filter: filter")),
+                120,
+            )
+            assert ready, (logs / "node.log").read_text()[-3000:] + (logs / "sim.log").read_text()[-2000:]
+            yield probe
+        finally:
+            probe.close()
+            os.killpg(node.pid, signal.SIGINT)
+            try:
+                code = node.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
+                code = node.wait()
+            node_log.close()
+        assert code == 0, (logs / "node.log").read_text()[-3000:]
+
+
+def _latest(probe):
+    m = probe.rec["js"][-1]
+    pos = dict(zip(m.name, m.position))
+    return np.array([pos[j] for j in COMMANDED_JOINTS]), m.header.stamp
+
+
+def _send_and_wait(probe, msg, wall_s=20.0):
+    probe.rec["safe"].clear()
+    probe.rec["diag"].clear()
+    probe.pub.publish(msg)
+    stamp_ns = ns_from_time_msg(msg.header.stamp)
+    got = probe.spin_until(lambda: any(ns_from_time_msg(m.header.stamp) == stamp_ns for m in probe.rec["safe"])
+                           or _statuses(probe.rec, "chunk rejected"), wall_s)
+    return [m for m in probe.rec["safe"] if ns_from_time_msg(m.header.stamp) == stamp_ns] if got else []
+
+
+def test_benign_chunk_passes_unchanged_with_its_stamp(graph):
+    q, stamp = _latest(graph)
+    pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.1, -0.05, 0.05, 0.1, -0.05, 0.1, -0.01])
+    msg = _traj(pts, 0.1, stamp)
+    out = _send_and_wait(graph, msg)
+    assert len(out) == 1, _statuses(graph.rec, "chunk rejected")
+    got = out[0]
+    assert got.header.frame_id == "base_link" and list(got.joint_names) == list(COMMANDED_JOINTS)
+    assert [list(p.positions) for p in got.points] == [list(p.positions) for p in msg.points]
+    assert [seconds_from_duration_msg(p.time_from_start) for p in got.points] == pytest.approx(
+        [seconds_from_duration_msg(p.time_from_start) for p in msg.points], abs=1e-9)
+
+
+def test_chunk_through_the_table_is_cut_and_reported(graph):
+    q, stamp = _latest(graph)
+    pts = q + np.linspace(0.0, 1.0, 31)[1:, None] * (DIVE - q)
+    out = _send_and_wait(graph, _traj(pts, 0.2, stamp))
+    assert len(out) == 1 and 0 < len(out[0].points) < 30
+    assert graph.spin_until(lambda: _statuses(graph.rec, "chunk truncated"), 20)
+    status, kv = _statuses(graph.rec, "chunk truncated")[-1]
+    assert kv["reason"] in ("table_collision", "stopping_distance") and int(kv["first_unsafe_index"]) == len(out[0].points)
+    assert int(kv["points_out"]) == len(out[0].points) and float(kv["check_ms.p99"]) > 0.0
+
+
+@pytest.mark.parametrize("make, code", [
+    (lambda q, stamp: _traj([np.r_[q[:2], np.nan, q[3:]]] * 3, 0.1, stamp), "non_finite"),
+    (lambda q, stamp: _traj([q, q], 0.1, stamp, names=["bogus"] + list(COMMANDED_JOINTS[1:])), "unknown_joint"),
+    (lambda q, stamp: _traj([q, q, q], -0.1, stamp, t0=0.5), "non_increasing_time"),
+    (lambda q, stamp: _traj([q + 0.01], 0.1, type(stamp)(sec=max(stamp.sec - 5, 0), nanosec=stamp.nanosec)), "stale_chunk"),
+    (lambda q, stamp: JointTrajectory(joint_names=list(COMMANDED_JOINTS), header=_traj([q], 0.1, stamp).header), "empty_chunk"),
+])
+def test_bad_chunks_are_rejected_with_the_reason_and_nothing_passes(graph, make, code):
+    q, stamp = _latest(graph)
+    if code == "stale_chunk" and stamp.sec < 5:
+        graph.spin_for_sim(5.0 - stamp.sec + 0.5)
+        q, stamp = _latest(graph)
+    out = _send_and_wait(graph, make(q, stamp))
+    assert out == []
+    assert graph.spin_until(lambda: _statuses(graph.rec, "chunk rejected"), 20)
+    status, kv = _statuses(graph.rec, "chunk rejected")[-1]
+    assert kv["reason"] == code and status.message.startswith(code)
+    assert int(kv[f"rejected.{code}"]) >= 1
+
+
+def _set(probe, name, value):
+    client = probe.node.create_client(SetParameters, "/safety_filter/set_parameters")
+    if isinstance(value, float):
+        pv = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+    else:
+        pv = ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=value)
+    result = probe.call(client, SetParameters.Request(parameters=[ParameterMsg(name=name, value=pv)]))
+    return result.results[0]
+
+
+def test_parameter_changes_are_validated_and_never_loosen_the_urdf(graph):
+    bad = _set(graph, "velocity_scale", 1.5)
+    assert not bad.successful and "velocity_scale" in bad.reason
+    loose = _set(graph, "limit_overrides", ["elbow_joint: velocity=9.0"])
+    assert not loose.successful and "would loosen the URDF velocity limit 2.5" in loose.reason
+    nonsense = _set(graph, "obstacles", ["pyramid center=0,0,0"])
+    assert not nonsense.successful and "'pyramid'" in nonsense.reason
+    negative = _set(graph, "clearance_m", -0.1)
+    assert not negative.successful and "clearance_m" in negative.reason
+    # A stricter velocity limit is taken at once: the same benign chunk now comes back slowed down.
+    ok = _set(graph, "limit_overrides", ["shoulder_pan_joint: velocity=0.05"])
+    assert ok.successful, ok.reason
+    try:
+        q, stamp = _latest(graph)
+        pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.1, 0, 0, 0, 0, 0, 0])  # 0.1 rad/s on the pan joint
+        out = _send_and_wait(graph, _traj(pts, 0.1, stamp))
+        assert len(out) == 1
+        assert seconds_from_duration_msg(out[0].points[-1].time_from_start) > 1.5  # stretched about 2x
+    finally:
+        assert _set(graph, "limit_overrides", [""]).successful
+
+
+def test_without_robot_model_or_joint_state_nothing_passes_and_it_says_so():
+    """An in-process node on remapped topics: no description, then no joint state, then both."""
+    ctx = Context()
+    rclpy.init(context=ctx)
+    from vla_ros.nodes.safety_filter_node import SafetyFilterNode
+
+    remap = ["--ros-args", "-r", "__node:=safety_filter_alone", "-r", "/robot_description:=/alone/robot_description",
+             "-r", "/joint_states:=/alone/joint_states", "-r", "/vla/action_chunk:=/alone/action_chunk",
+             "-r", "/vla/safe_action_chunk:=/alone/safe_action_chunk", "-p", "diagnostics_period_s:=0.2"]
+    node = SafetyFilterNode(context=ctx, cli_args=remap)
+    peer = Node("alone_probe", context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    ex.add_node(peer)
+    rec = {"diag": [], "safe": []}
+    peer.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 100)
+    peer.create_subscription(JointTrajectory, "/alone/safe_action_chunk", lambda m: rec["safe"].append(m), 10)
+    pub_chunk = peer.create_publisher(JointTrajectory, "/alone/action_chunk", 10)
+    pub_js = peer.create_publisher(JointState, "/alone/joint_states", 10)
+    pub_desc = peer.create_publisher(String, "/alone/robot_description", LATCHED)
+
+    def spin_until(pred, wall_s=15.0):
+        import time
+        end = time.monotonic() + wall_s
+        while time.monotonic() < end:
+            ex.spin_once(timeout_sec=0.02)
+            if pred():
+                return True
+        return False
+
+    def mine(suffix):
+        return [(s, kv) for s, kv in _statuses(rec, suffix) if s.name.startswith("safety_filter_alone")]
+
+    def chunk_now():
+        now = node.get_clock().now().to_msg()
+        return _traj([np.array(HOME_Q) + 0.01 * k * np.r_[np.ones(6), 0.0] for k in range(1, 4)], 0.1, now)
+
+    try:
+        assert spin_until(lambda: mine("filter"))
+        status, kv = mine("filter")[-1]
+        assert "nothing passes" in status.message and "no robot model" in status.message
+        pub_chunk.publish(chunk_now())
+        assert spin_until(lambda: mine("chunk rejected"))
+        assert mine("chunk rejected")[-1][1]["reason"] == "no_robot_model"
+
+        pub_desc.publish(String(data=default_urdf_path().read_text()))
+        rec["diag"].clear()
+        assert spin_until(lambda: any("no joint state" in s.message for s, _ in mine("filter"))), [s.message for s, _ in mine("filter")]
+        pub_chunk.publish(chunk_now())
+        assert spin_until(lambda: mine("chunk rejected"))
+        assert mine("chunk rejected")[-1][1]["reason"] == "no_joint_state"
+
+        js = JointState(name=list(COMMANDED_JOINTS), position=list(HOME_Q))
+        js.header.stamp = node.get_clock().now().to_msg()
+        pub_js.publish(js)
+        assert spin_until(lambda: node._state is not None)
+        pub_chunk.publish(chunk_now())
+        assert spin_until(lambda: rec["safe"]), mine("chunk rejected")[-1:] if mine("chunk rejected") else "nothing"
+        assert rec["safe"][0].joint_names == list(COMMANDED_JOINTS)
+    finally:
+        ex.shutdown()
+        node.destroy_node()
+        peer.destroy_node()
+        rclpy.shutdown(context=ctx)

@@ -1,0 +1,91 @@
+"""Joint limits the filter enforces: the URDF's, tightened by configuration, never loosened (no rclpy import).
+
+Position and velocity limits come from the URDF; acceleration limits from configuration (URDF has none).
+``resolve_limits`` raises ``LimitError`` naming every value that would loosen a URDF limit, so a node can
+refuse that parameter change with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vla_ros.safety.config import ConfigError, SafetyConfig
+from vla_ros.safety.robot import RobotModel
+
+
+class LimitError(ConfigError):
+    """A configuration that would loosen the robot description's limits, or names joints it lacks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JointLimitTable:
+    """Limits of the robot's actuated joints, in ``RobotModel.joint_names`` order.
+
+    Args:
+        lower / upper: position range a commanded point must stay in (URDF or tighter, minus margins).
+        hard_lower / hard_upper: the URDF's own range (the stop extension is clipped to it).
+        velocity / acceleration: rad/s or m/s, rad/s^2 or m/s^2 (after the scale factors).
+        commanded: (n_act,) True for joints a chunk must command; others hold their measured position.
+    """
+
+    names: tuple[str, ...]
+    lower: np.ndarray
+    upper: np.ndarray
+    hard_lower: np.ndarray
+    hard_upper: np.ndarray
+    velocity: np.ndarray
+    acceleration: np.ndarray
+    max_step: np.ndarray
+    commanded: np.ndarray
+
+
+def resolve_limits(robot: RobotModel, config: SafetyConfig) -> JointLimitTable:
+    names = robot.joint_names
+    reasons = []
+    unknown = [j for j in config.joints if j not in names]
+    if unknown:
+        reasons.append(f"joints {unknown} are not actuated joints of the robot ({list(names)})")
+    lower, upper, velocity = robot.lower.copy(), robot.upper.copy(), robot.velocity.copy()
+    acceleration = np.where(robot.prismatic, config.default_acceleration_m_s2, config.default_acceleration_rad_s2)
+    for o in config.parsed_overrides:
+        if o.joint not in names:
+            reasons.append(f"limit_overrides names {o.joint!r}, not an actuated joint of the robot ({list(names)})")
+            continue
+        i = names.index(o.joint)
+        if o.lower is not None:
+            if o.lower < robot.lower[i]:
+                reasons.append(f"{o.joint}: lower={o.lower} would loosen the URDF lower limit {robot.lower[i]:g}")
+            lower[i] = max(lower[i], o.lower)
+        if o.upper is not None:
+            if o.upper > robot.upper[i]:
+                reasons.append(f"{o.joint}: upper={o.upper} would loosen the URDF upper limit {robot.upper[i]:g}")
+            upper[i] = min(upper[i], o.upper)
+        if o.velocity is not None:
+            if o.velocity > robot.velocity[i]:
+                reasons.append(f"{o.joint}: velocity={o.velocity} would loosen the URDF velocity limit {robot.velocity[i]:g}")
+            velocity[i] = min(velocity[i], o.velocity)
+        if o.acceleration is not None:
+            acceleration[i] = o.acceleration
+    margin = np.where(robot.prismatic, config.position_margin_m, config.position_margin_rad)
+    lower, upper = lower + margin, upper - margin
+    for i, name in enumerate(names):
+        if not lower[i] <= upper[i]:
+            reasons.append(
+                f"{name}: no range left: [{lower[i]:g}, {upper[i]:g}] after margins of {margin[i]:g} on the limits"
+            )
+    if reasons:
+        raise LimitError("; ".join(reasons))
+    commanded = np.array([(not config.joints) or (n in config.joints) for n in names], dtype=bool)
+    return JointLimitTable(
+        names=names,
+        lower=lower,
+        upper=upper,
+        hard_lower=robot.lower.copy(),
+        hard_upper=robot.upper.copy(),
+        velocity=velocity * config.velocity_scale,
+        acceleration=acceleration * config.acceleration_scale,
+        max_step=np.where(robot.prismatic, config.max_joint_step_m, config.max_joint_step_rad),
+        commanded=commanded,
+    )

@@ -1,0 +1,554 @@
+"""The robot as the safety filter sees it: kinematics (Pinocchio), collision geometry (Coal), pair selection.
+
+Loaded once per robot description and shared read-only; every filter owns its own Pinocchio workspaces.
+
+* The URDF comes as a string (the ``/robot_description`` topic) or a file. ``package://name/...`` mesh
+  paths resolve through configured package paths: ``name=/dir/of/package`` entries map one package,
+  plain ``/dir`` entries are searched for ``/dir/name``. Only collision geometry is read.
+* Meshes are replaced by their convex hulls (computed with the qhull bundled in MuJoCo, then verified to
+  contain every vertex). A hull contains the mesh, so distances to it are never larger than distances to
+  the mesh: conservative, and GJK on a convex shape is exact and fast.
+* Joint names, position limits and velocity limits come from the URDF. Mimic joints (``<mimic>``) are
+  filled from their leaders, so a chunk commands only the actuated joints.
+* Collision pairs: every pair of links, minus those an SRDF disables; without an SRDF, minus adjacent links
+  (connected by a joint, skipping links without collision geometry) and pairs already touching in the
+  reference configuration (MoveIt Setup Assistant's "Adjacent" and "Default"). Links fixed to each other
+  (no movable joint between them) are never checked: their distance cannot change.
+* For every pair a Lipschitz bound ``w . |dq|`` on how much its distance can shrink when the joints move
+  by ``dq`` along a straight joint-space segment (see ``_joint_reach``); the collision checker uses it to
+  certify whole stretches of a path without exact distance queries (conservative advancement, as in
+  Schwarzer, Saha and Latombe, "Exact collision checking of robot paths", 2002).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+import coal
+import numpy as np
+import pinocchio as pin
+
+log = logging.getLogger(__name__)
+
+REVOLUTE_TYPES = {"JointModelRX", "JointModelRY", "JointModelRZ", "JointModelRevoluteUnaligned"}
+PRISMATIC_TYPES = {"JointModelPX", "JointModelPY", "JointModelPZ", "JointModelPrismaticUnaligned"}
+# Pairs closer than this in the reference configuration count as touching ("Default" in MoveIt's terms).
+CONTACT_TOLERANCE_M = 1e-4
+
+
+class RobotModelError(ValueError):
+    """The description cannot be used (unreadable, unsupported joint, unresolvable mesh...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+    """A self-collision pair of geometry indices with its Lipschitz weights over the actuated joints."""
+
+    geom_a: int
+    geom_b: int
+    link_a: str
+    link_b: str
+    weights: np.ndarray  # (n_act,) metres of distance change per unit of |dq_j|
+
+
+# ---- description parsing -----------------------------------------------------------------------------
+
+def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path | None) -> Path:
+    """Absolute path of a mesh reference: package://, file:// or a path relative to the URDF's folder."""
+    if uri.startswith("package://"):
+        package, _, rest = uri[len("package://"):].partition("/")
+        searched = []
+        for entry in package_paths:
+            name, sep, folder = entry.partition("=")
+            if sep:
+                if name.strip() == package:
+                    candidate = Path(folder.strip()).expanduser() / rest
+                    searched.append(str(candidate))
+                    if candidate.is_file():
+                        return candidate.resolve()
+            else:
+                candidate = Path(entry).expanduser() / package / rest
+                searched.append(str(candidate))
+                if candidate.is_file():
+                    return candidate.resolve()
+        raise RobotModelError(
+            f"cannot resolve {uri}: no package path provides it (package_paths={list(package_paths)}, tried {searched})"
+        )
+    path = Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser()
+    if not path.is_absolute():
+        if base_dir is None:
+            raise RobotModelError(f"relative mesh path {uri!r} in a URDF given as a string; use package:// or an absolute path")
+        path = base_dir / path
+    if not path.is_file():
+        raise RobotModelError(f"mesh {uri!r} not found (looked at {path})")
+    return path.resolve()
+
+
+def _parse_xml(text: str, what: str) -> ET.Element:
+    try:
+        return ET.fromstring(text)
+    except ET.ParseError as err:
+        raise RobotModelError(f"{what} is not valid XML: {err}") from None
+
+
+def _srdf_disabled_pairs(srdf_xml: str) -> set[frozenset[str]]:
+    root = _parse_xml(srdf_xml, "SRDF")
+    pairs = set()
+    for el in root.iter("disable_collisions"):
+        a, b = el.get("link1"), el.get("link2")
+        if a and b:
+            pairs.add(frozenset((a, b)))
+    return pairs
+
+
+def convex_hull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(points (V, 3), triangles (F, 3) with outward winding) of the convex hull of ``vertices``.
+
+    Uses the qhull inside MuJoCo (a project dependency; Coal's own hull needs a qhull build it lacks).
+    MuJoCo moves a mesh to its inertial frame, so hull vertices are mapped back to the nearest input
+    vertex, and the result is verified: every input vertex must lie inside every face plane.
+    """
+    import mujoco
+
+    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    spec = mujoco.MjSpec()
+    mesh = spec.add_mesh(name="hull")
+    mesh.uservert = vertices.reshape(-1).tolist()
+    spec.worldbody.add_body(name="b").add_geom(type=mujoco.mjtGeom.mjGEOM_MESH, meshname="hull")
+    model = spec.compile()
+    start, count = int(model.mesh_vertadr[0]), int(model.mesh_vertnum[0])
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, model.mesh_quat[0])
+    moved = model.mesh_vert[start:start + count].astype(np.float64) @ rot.reshape(3, 3).T + model.mesh_pos[0]
+    graph = model.mesh_graph[model.mesh_graphadr[0]:]
+    # mesh_graph layout: numvert, numface, vert_edgeadr[numvert], vert_globalid[numvert],
+    # edge_localid[numvert + 3 numface], face_globalid[3 numface]
+    nv, nf = int(graph[0]), int(graph[1])
+    faces = np.asarray(graph[2 + 3 * nv + 3 * nf: 2 + 3 * nv + 6 * nf]).reshape(nf, 3)
+    nearest = np.linalg.norm(moved[:, None, :] - vertices[None, :, :], axis=2).argmin(axis=1)  # (count,)
+    used = np.unique(faces)
+    remap = np.full(count, -1)
+    remap[used] = np.arange(used.size)
+    points, triangles = vertices[nearest[used]], remap[faces]
+    corners = points[triangles]  # (F, 3 corners, 3)
+    normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
+    outside = vertices @ normals.T - np.einsum("fk,fk->f", normals, corners[:, 0])  # (V, F)
+    scale = float(np.abs(vertices).max()) or 1.0
+    if outside.max() > 1e-9 * scale:
+        raise RobotModelError(f"convex hull check failed: a vertex lies {outside.max():.3g} m outside the hull")
+    return points, triangles
+
+
+def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
+    verts = coal.StdVec_Vec3s()
+    for p in points:
+        verts.append(np.asarray(p, dtype=np.float64))
+    tris = coal.StdVec_Triangle()
+    for a, b, c in triangles:
+        tris.append(coal.Triangle(int(a), int(b), int(c)))
+    return coal.Convex(verts, tris)
+
+
+# ---- the model ---------------------------------------------------------------------------------------
+
+class RobotModel:
+    """Kinematics, limits and collision geometry of one robot description. Read-only once built.
+
+    Attributes:
+        joint_names: actuated joints (movable, not mimic), in Pinocchio's depth-first order.
+        lower / upper / velocity: URDF limits of those joints (rad, m, rad/s, m/s).
+        prismatic: (n_act,) True for prismatic joints.
+        geom_model: robot collision geometry only (meshes as convex hulls).
+        geom_links: link name of each geometry.
+        geom_weights: (G, n_act) Lipschitz weights of each geometry against a static object.
+        moving: (G,) False for geometry fixed to the world (checked against nothing in the environment).
+        self_pairs: the self-collision pairs to check.
+        excluded: reason -> sorted link pairs not checked (srdf, adjacent, contact_at_reference, rigid).
+        reference_q: (n_act,) the reference configuration (zeros clipped into the limits).
+        digest: hash of the description, SRDF and mesh files (the cache key).
+    """
+
+    def __init__(self, urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (),
+                 base_dir: Path | None = None, digest: str = "") -> None:
+        self.digest = digest
+        root = _parse_xml(urdf_xml, "URDF")
+        if root.tag != "robot":
+            raise RobotModelError(f"URDF root element must be <robot>, got <{root.tag}>")
+        self.name = root.get("name", "")
+        self._urdf_root = root
+        # Only collision meshes are needed; resolve them to absolute paths so Pinocchio never guesses.
+        for mesh in root.findall("./link/collision/geometry/mesh"):
+            mesh.set("filename", str(resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)))
+        for link in root.findall("link"):  # visual meshes may live in packages we do not have
+            for visual in link.findall("visual"):
+                link.remove(visual)
+        resolved_xml = ET.tostring(root, encoding="unicode")
+        try:
+            self.model = pin.buildModelFromXML(resolved_xml)
+            self.geom_model = pin.buildGeomFromUrdfString(self.model, resolved_xml, pin.GeometryType.COLLISION)
+        except (RuntimeError, ValueError) as err:
+            raise RobotModelError(f"Pinocchio cannot load the URDF: {err}") from None
+        self._read_joints(root)
+        self._convexify()
+        self.geom_links = tuple(self.model.frames[g.parentFrame].name for g in self.geom_model.geometryObjects)
+        self.geom_joints = np.array([g.parentJoint for g in self.geom_model.geometryObjects], dtype=np.intp)
+        self.moving = self.geom_joints > 0
+        self.geom_weights = self._geometry_weights()
+        self.reference_q = np.clip(np.zeros(len(self.joint_names)), self.lower, self.upper)
+        self.self_pairs, self.excluded = self._select_pairs(srdf_xml)
+        log.info(
+            "robot %s: %d joints, %d collision geometries, %d self pairs checked, excluded %s",
+            self.name, len(self.joint_names), len(self.geom_links), len(self.self_pairs),
+            {k: len(v) for k, v in self.excluded.items()},
+        )
+
+    # -- joints --
+    def _read_joints(self, root: ET.Element) -> None:
+        model = self.model
+        mimics = {}
+        for joint in root.findall("joint"):
+            m = joint.find("mimic")
+            if m is not None:
+                mimics[joint.get("name")] = (m.get("joint"), float(m.get("multiplier", 1.0)), float(m.get("offset", 0.0)))
+        names, q_idx, prismatic = [], [], []
+        mimic_rows = []
+        for j in range(1, model.njoints):
+            kind = model.joints[j].shortname()
+            name = model.names[j]
+            if model.joints[j].nq != 1 or kind not in REVOLUTE_TYPES | PRISMATIC_TYPES:
+                raise RobotModelError(
+                    f"joint {name} ({kind}) is not supported: the filter handles revolute and prismatic joints "
+                    "with limits (continuous, planar and floating joints have no position limits to enforce)"
+                )
+            if name in mimics:
+                mimic_rows.append((name, *mimics[name]))
+                continue
+            names.append(name)
+            q_idx.append(model.joints[j].idx_q)
+            prismatic.append(kind in PRISMATIC_TYPES)
+        self.joint_names = tuple(names)
+        self.q_index = np.array(q_idx, dtype=np.intp)
+        self.prismatic = np.array(prismatic, dtype=bool)
+        self.lower = model.lowerPositionLimit[self.q_index].copy()
+        self.upper = model.upperPositionLimit[self.q_index].copy()
+        self.velocity = model.velocityLimit[self.q_index].copy()
+        bad = [n for n, lo, hi, v in zip(names, self.lower, self.upper, self.velocity)
+               if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi and np.isfinite(v) and v > 0)]
+        if bad:
+            raise RobotModelError(f"joint(s) {bad} lack finite position limits (lower < upper) and a positive velocity limit")
+        # Mimic q[m] = multiplier * q[leader] + offset; leaders must be actuated joints.
+        self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off = [], [], [], []
+        for name, leader, mult, off in mimic_rows:
+            if leader not in self.joint_names:
+                raise RobotModelError(f"mimic joint {name} follows {leader!r}, which is not an actuated joint")
+            self._mimic_q.append(model.joints[model.getJointId(name)].idx_q)
+            self._mimic_src.append(self.joint_names.index(leader))
+            self._mimic_mult.append(mult)
+            self._mimic_off.append(off)
+        self._mimic_q = np.array(self._mimic_q, dtype=np.intp)
+        self._mimic_src = np.array(self._mimic_src, dtype=np.intp)
+        self._mimic_mult = np.array(self._mimic_mult)
+        self._mimic_off = np.array(self._mimic_off)
+        self._full_A = np.zeros((model.nq, len(names)))
+        self._full_b = np.zeros(model.nq)
+        self._full_A[self.q_index, np.arange(len(names))] = 1.0
+        for qi, src, mult, off in zip(self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off):
+            self._full_A[qi, src] = mult
+            self._full_b[qi] = off
+        self._contiguous = bool(np.array_equal(self.q_index, np.arange(len(names))))
+        self._mimic_list = [(int(qi), int(src), float(mult), float(off)) for qi, src, mult, off in
+                            zip(self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off)]
+        # Which actuated joint drives each Pinocchio joint (and with what factor): for the Lipschitz weights.
+        self._driver = {}
+        for a, qi in enumerate(self.q_index):
+            self._driver[self._joint_of_q(qi)] = (a, 1.0)
+        for qi, src, mult in zip(self._mimic_q, self._mimic_src, self._mimic_mult):
+            self._driver[self._joint_of_q(qi)] = (int(src), float(mult))
+
+    def root_joint_axes(self) -> dict[int, tuple[np.ndarray, bool]]:
+        """Actuated joints whose axis is fixed in the world (children of the root): index -> (world axis,
+        prismatic). Motion about such an axis leaves some distances unchanged (a pan joint never moves
+        anything towards a horizontal table), which tightens the bounds against half-spaces."""
+        out = {}
+        for j in range(1, self.model.njoints):
+            if self.model.parents[j] != 0 or j not in self._driver or self._driver[j][1] != 1.0:
+                continue
+            if self._driver[j][0] in set(self._mimic_src.tolist()):
+                continue  # a joint elsewhere follows it; keep the plain bound
+            kind = self.model.joints[j].shortname()
+            if kind[-1] in "XYZ" and kind[:-1] in ("JointModelR", "JointModelP"):
+                local = np.eye(3)["XYZ".index(kind[-1])]
+            else:
+                local = np.asarray(self.model.joints[j].extract().axis, dtype=np.float64)
+            axis = self.model.jointPlacements[j].rotation @ local
+            out[self._driver[j][0]] = (axis / np.linalg.norm(axis), kind in PRISMATIC_TYPES)
+        return out
+
+    def _joint_of_q(self, qi: int) -> int:
+        for j in range(1, self.model.njoints):
+            if self.model.joints[j].idx_q == qi:
+                return j
+        raise AssertionError(qi)
+
+    def full_q(self, q_act: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Pinocchio configuration(s) (..., nq) from actuated positions (..., n_act), mimics filled in.
+
+        With ``out`` (one configuration, the per-query path) it writes slices and a few scalars: numpy's
+        fancy indexing costs microseconds a call, which adds up over hundreds of queries per chunk.
+        """
+        q_act = np.asarray(q_act, dtype=np.float64)
+        if out is None:
+            return q_act @ self._full_A.T + self._full_b
+        if self._contiguous:
+            out[: q_act.shape[0]] = q_act
+        else:
+            out[self.q_index] = q_act
+        for qi, src, mult, off in self._mimic_list:
+            out[qi] = q_act[src] * mult + off
+        return out
+
+    # -- geometry --
+    def _convexify(self) -> None:
+        for g in self.geom_model.geometryObjects:
+            if isinstance(g.geometry, coal.BVHModelBase):
+                vertices = np.array(g.geometry.vertices())
+                if vertices.shape[0] < 4:
+                    raise RobotModelError(f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4")
+                points, triangles = convex_hull(vertices)
+                g.geometry = _coal_convex(points, triangles)
+            g.geometry.computeLocalAABB()
+
+    def _joint_extent(self, j: int) -> float:
+        """How far a prismatic joint can move its child frame from the joint origin (0 for revolute)."""
+        if self.model.joints[j].shortname() in PRISMATIC_TYPES:
+            qi = self.model.joints[j].idx_q
+            return float(max(abs(self.model.lowerPositionLimit[qi]), abs(self.model.upperPositionLimit[qi])))
+        return 0.0
+
+    def _joint_reach(self, geom_index: int) -> dict[int, float]:
+        """Lipschitz weight of every joint moving geometry ``geom_index``: how fast (m per rad or m per m)
+        its points can move when that joint moves, in any configuration.
+
+        ``L_j`` bounds the distance from joint j's origin (on its axis) to any point of the geometry: the
+        geometry's bounding sphere seen from its joint, plus the joint offsets down the chain, plus the
+        travel of prismatic joints on the way (triangle inequality, so it holds for every configuration).
+        A point at distance <= L_j from a revolute axis moves at most L_j |dq_j|; a prismatic joint moves
+        it by |dq_j|. Worked example (sim arm, upper_arm_link cylinder, centre 0.175 m up its joint,
+        bounding radius 0.186 m): shoulder_lift gets 0.175 + 0.186 = 0.361 and shoulder_pan
+        0.15 + 0.361 = 0.511 (the lift joint sits 0.15 m above the pan joint).
+        """
+        return self._reach_walk(geom_index)[0]
+
+    def reach_ball(self, geom_index: int) -> tuple[np.ndarray, float]:
+        """A world-fixed ball every point of the geometry stays in, in every configuration: centred on the
+        origin of the first movable joint above it (which never moves), radius from ``_joint_reach``."""
+        _, centre, radius = self._reach_walk(geom_index)
+        return centre, radius
+
+    def _reach_walk(self, geom_index: int) -> tuple[dict[int, float], np.ndarray, float]:
+        g = self.geom_model.geometryObjects[geom_index]
+        geo = g.geometry
+        centre = g.placement.translation + g.placement.rotation @ np.asarray(geo.aabb_center)
+        reach = float(np.linalg.norm(centre) + geo.aabb_radius)
+        weights: dict[int, float] = {}
+        j = g.parentJoint
+        L = reach + self._joint_extent(j)
+        top, top_L = j, L
+        while j > 0:
+            weights[j] = 1.0 if self.model.joints[j].shortname() in PRISMATIC_TYPES else L
+            top, top_L = j, L
+            parent = self.model.parents[j]
+            L = L + float(np.linalg.norm(self.model.jointPlacements[j].translation)) + self._joint_extent(parent)
+            j = parent
+        # The first movable joint's origin is fixed in the world (its parent is the universe).
+        origin = np.asarray(self.model.jointPlacements[top].translation, dtype=np.float64) if top > 0 else np.zeros(3)
+        return weights, origin, top_L
+
+    def _to_actuated(self, per_joint: dict[int, float]) -> np.ndarray:
+        w = np.zeros(len(self.joint_names))
+        for j, value in per_joint.items():
+            a, mult = self._driver[j]
+            w[a] += abs(mult) * value
+        return w
+
+    def _geometry_weights(self) -> np.ndarray:
+        return np.array([self._to_actuated(self._joint_reach(i)) for i in range(len(self.geom_links))]).reshape(
+            len(self.geom_links), len(self.joint_names)
+        )
+
+    def pair_weights(self, a: int, b: int) -> np.ndarray:
+        """Joints above both geometries move them rigidly together: only the joints between count."""
+        ra, rb = self._joint_reach(a), self._joint_reach(b)
+        only_a = {j: w for j, w in ra.items() if j not in rb}
+        only_b = {j: w for j, w in rb.items() if j not in ra}
+        return self._to_actuated(only_a) + self._to_actuated(only_b)
+
+    # -- pair selection --
+    def _collision_parent(self) -> dict[str, str | None]:
+        """For each link, the nearest ancestor link with collision geometry (None at the root)."""
+        parent_of = {}
+        for joint in self._urdf_root.findall("joint"):
+            parent_of[joint.find("child").get("link")] = joint.find("parent").get("link")
+        has_geometry = set(self.geom_links)
+        out = {}
+        for link in has_geometry:
+            p = parent_of.get(link)
+            while p is not None and p not in has_geometry:
+                p = parent_of.get(p)
+            out[link] = p
+        return out
+
+    def _select_pairs(self, srdf_xml: str | None) -> tuple[list[PairSpec], dict[str, list[tuple[str, str]]]]:
+        geoms = range(len(self.geom_links))
+        excluded: dict[str, set[tuple[str, str]]] = {"rigid": set()}
+        candidates = []
+        for a in geoms:
+            for b in geoms:
+                if b <= a or self.geom_links[a] == self.geom_links[b]:
+                    continue
+                links = tuple(sorted((self.geom_links[a], self.geom_links[b])))
+                weights = self.pair_weights(a, b)
+                if not weights.any():
+                    excluded["rigid"].add(links)
+                    continue
+                candidates.append((a, b, links, weights))
+        if srdf_xml is not None:
+            disabled = _srdf_disabled_pairs(srdf_xml)
+            excluded["srdf"] = set()
+            keep = []
+            for cand in candidates:
+                if frozenset(cand[2]) in disabled:
+                    excluded["srdf"].add(cand[2])
+                else:
+                    keep.append(cand)
+            candidates = keep
+        else:
+            parent = self._collision_parent()
+            excluded["adjacent"] = set()
+            keep = []
+            for cand in candidates:
+                la, lb = cand[2]
+                if parent.get(la) == lb or parent.get(lb) == la:
+                    excluded["adjacent"].add(cand[2])
+                else:
+                    keep.append(cand)
+            # "Default": touching in the reference configuration, so they would make it unsafe forever.
+            excluded["contact_at_reference"] = set()
+            data = self.model.createData()
+            gdata = pin.GeometryData(self.geom_model)
+            pin.updateGeometryPlacements(self.model, data, self.geom_model, gdata, self.full_q(self.reference_q))
+            candidates = []
+            for cand in keep:
+                d = _pair_distance(self.geom_model, gdata, cand[0], cand[1])
+                if d <= CONTACT_TOLERANCE_M:
+                    excluded["contact_at_reference"].add(cand[2])
+                else:
+                    candidates.append(cand)
+        # A link pair is excluded as a whole: any geometry of an excluded link pair is dropped.
+        dropped = set().union(*excluded.values())
+        pairs = []
+        for a, b, links, w in candidates:
+            if links in dropped:
+                continue
+            for static in (a, b):  # a pan joint turning the arm about the base cylinder's axis: no closer
+                for j in self._symmetric_root_joints(static):
+                    w = w.copy()
+                    w[j] = 0.0
+            pairs.append(PairSpec(a, b, self.geom_links[a], self.geom_links[b], w))
+        return pairs, {k: sorted(v) for k, v in excluded.items()}
+
+    def _symmetric_root_joints(self, geom_index: int) -> list[int]:
+        """Actuated root joints about whose axis a world-fixed geometry is rotationally symmetric (a sphere
+        centred on the axis, or a cylinder, capsule or cone along it): turning them moves nothing closer
+        to that geometry, so they drop out of its pairs' bounds."""
+        g = self.geom_model.geometryObjects[geom_index]
+        if g.parentJoint != 0:
+            return []
+        geo = g.geometry
+        if isinstance(geo, coal.Sphere):
+            axis = None
+        elif isinstance(geo, (coal.Cylinder, coal.Capsule, coal.Cone)):
+            axis = g.placement.rotation[:, 2]
+        else:
+            return []
+        centre = g.placement.translation
+        out = []
+        for a, (direction, prismatic) in self.root_joint_axes().items():
+            origin = np.asarray(self.model.jointPlacements[self._root_joint_of(a)].translation)
+            on_axis = np.linalg.norm(np.cross(centre - origin, direction)) < 1e-9
+            aligned = axis is None or np.linalg.norm(np.cross(axis, direction)) < 1e-9
+            if not prismatic and on_axis and aligned:
+                out.append(a)
+        return out
+
+    def _root_joint_of(self, actuated: int) -> int:
+        return next(j for j, (a, mult) in self._driver.items() if a == actuated and self.model.parents[j] == 0)
+
+
+def _pair_distance(gmodel: pin.GeometryModel, gdata: pin.GeometryData, a: int, b: int) -> float:
+    req, res = coal.DistanceRequest(), coal.DistanceResult()
+    return float(
+        coal.distance(
+            gmodel.geometryObjects[a].geometry, gdata.oMg[a], gmodel.geometryObjects[b].geometry, gdata.oMg[b], req, res
+        )
+    )
+
+
+# ---- loading with a cache ----------------------------------------------------------------------------
+
+_CACHE: dict[str, RobotModel] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 4
+
+
+def _digest(urdf_xml: str, srdf_xml: str | None, package_paths: Sequence[str], base_dir: Path | None) -> str:
+    h = hashlib.sha256()
+    h.update(urdf_xml.encode())
+    h.update(b"\0srdf\0" + (srdf_xml or "").encode())
+    try:
+        root = ET.fromstring(urdf_xml)
+    except ET.ParseError:
+        return h.hexdigest()
+    for mesh in root.findall("./link/collision/geometry/mesh"):
+        try:
+            path = resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)
+        except RobotModelError:
+            continue  # the load itself reports it
+        h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def load_robot(urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (),
+               base_dir: Path | str | None = None) -> RobotModel:
+    """The model for a description, built once per content (URDF, SRDF and mesh files) and cached."""
+    base = Path(base_dir) if base_dir else None
+    key = _digest(urdf_xml, srdf_xml, tuple(package_paths), base)
+    with _CACHE_LOCK:
+        robot = _CACHE.get(key)
+        if robot is None:
+            robot = RobotModel(urdf_xml, srdf_xml, tuple(package_paths), base, digest=key)
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = robot
+        return robot
+
+
+def load_robot_files(urdf_path: Path | str, srdf_path: Path | str | None = None,
+                     package_paths: Sequence[str] = ()) -> RobotModel:
+    urdf_path = Path(urdf_path).expanduser()
+    if not urdf_path.is_file():
+        raise FileNotFoundError(f"robot description not found: {urdf_path}")
+    srdf = None
+    if srdf_path:
+        srdf_path = Path(srdf_path).expanduser()
+        if not srdf_path.is_file():
+            raise FileNotFoundError(f"SRDF not found: {srdf_path}")
+        srdf = srdf_path.read_text()
+    return load_robot(urdf_path.read_text(), srdf, package_paths, base_dir=urdf_path.parent)
