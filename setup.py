@@ -13,6 +13,7 @@ CONSOLE_SCRIPTS = [
     "scripted_motion_node = vla_ros.nodes.scripted_motion_node:main",
     "policy_node = vla_ros.nodes.policy_node:main",
     "safety_filter_node = vla_ros.nodes.safety_filter_node:main",
+    "controller_node = vla_ros.nodes.controller_node:main",
     "vla-ros = vla_ros.cli:main",
 ]
 

@@ -75,6 +75,12 @@ def _train(argv: list[str]) -> int:
     return train.main(argv)
 
 
+def _eval(argv: list[str]) -> int:
+    from vla_ros.evaluation import run_eval
+
+    return run_eval.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from vla_ros.tools import demo
 
@@ -87,6 +93,7 @@ VERBS = {
     "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
+    "eval": (_eval, "closed-loop success rate in the sim: vla-ros eval --model models/vla_cups --episodes 50 --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),

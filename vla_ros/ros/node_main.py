@@ -26,6 +26,11 @@ def run_node(make_node: Callable[[], object], args: list[str] | None = None) -> 
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # A signal can invalidate the context while spin() is inside rcl (rclpy raises RCLError or
+        # RuntimeError then): that is a shutdown, not a failure. Anything else is a real error.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             close = getattr(node, "close", None)

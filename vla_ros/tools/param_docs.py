@@ -10,11 +10,12 @@ from vla_ros.ros.params import markdown_table
 
 
 def node_tables() -> dict[str, list]:
-    from vla_ros.nodes import policy_node, safety_filter_node, scripted_motion_node, sim_node
+    from vla_ros.nodes import controller_node, policy_node, safety_filter_node, scripted_motion_node, sim_node
 
     return {
         "policy_node": policy_node.PARAMS,
         "safety_filter_node": safety_filter_node.PARAMS,
+        "controller_node": controller_node.PARAMS,
         "sim_node": sim_node.PARAMS,
         "scripted_motion_node": scripted_motion_node.PARAMS,
     }

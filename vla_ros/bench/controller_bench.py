@@ -1,0 +1,273 @@
+"""``vla-ros bench controller``: the controller node's 100 Hz loop on wall time, idle and under load.
+
+What is measured is the real node: ``controller_node`` runs as its own process (on wall time, with its
+usual executor and timer) and reports its loop statistics on ``/diagnostics``; the bench sets the
+statistics window to exactly the measured cycles and reads the report that covers them. The bench
+process plays the rest of the system on private topics: a perfect robot (joint states at 100 Hz echoing
+the last command) and a policy behind a safety filter (a 1 s chunk of 50 points every 0.2 s, stamped
+30 ms in the past), so the controller samples, blends and publishes as it would in use.
+
+Two phases of ``--seconds`` each, after a warm-up: ``idle`` (nothing else running) and ``loaded``
+(``--load-cmd`` running beside it; by default one Python process doing float32 matrix products with
+torch on one thread, in a loop, about as heavy as a policy node; point it at the policy node once it
+exists). Reported per phase: period error |period - 10 ms| p50/p99/max in ms, overruns (cycles more
+than 1.5 periods after the previous one), mean period, compute time p99, and the controller process's
+CPU use (% of one core). Goal: p99 period error under 1 ms idle and under 2 ms loaded. The JSON object
+is the last line of output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+GOAL_P99_MS = {"idle": 1.0, "loaded": 2.0}
+NODE_NAME = "bench_controller"
+PREFIX = "/bench_controller"
+HOME = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
+
+DEFAULT_LOAD = (
+    "import torch\n"
+    "torch.set_num_threads(1)\n"
+    "torch.manual_seed(0)\n"
+    "a = torch.randn(384, 384)\n"
+    "b = torch.randn(384, 384) / 20.0\n"
+    "while True:\n"
+    "    a = torch.tanh(a @ b)\n"
+)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class _Rig:
+    """The bench's side of the graph: robot, chunk source and diagnostics reader, spun in a thread."""
+
+    def __init__(self, chunk_period_s: float = 0.2) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        from trajectory_msgs.msg import JointTrajectory
+
+        from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
+        from vla_ros.ros.chunk_msgs import msg_from_chunk
+
+        self._rclpy = rclpy
+        self._context = rclpy.Context()
+        rclpy.init(context=self._context)
+        self.node = Node("bench_controller_rig", context=self._context)
+        self._joints = list(COMMANDED_JOINTS)
+        self._q = np.array(HOME)
+        self.commands = 0
+        self.loop: dict[str, str] = {}
+        self.loop_reports = 0
+        self._lock = threading.Lock()
+        self._js_pub = self.node.create_publisher(JointState, f"{PREFIX}/joint_states", 10)
+        self._chunk_pub = self.node.create_publisher(JointTrajectory, f"{PREFIX}/safe_action_chunk", 10)
+        self.node.create_subscription(Float64MultiArray, f"{PREFIX}_forward/commands", self._on_command, 10)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.node.create_timer(0.01, self._publish_joint_state)
+        self.node.create_timer(chunk_period_s, self._publish_chunk)
+        self._ActionChunk, self._msg_from_chunk, self._JointState = ActionChunk, msg_from_chunk, JointState
+        self._executor = SingleThreadedExecutor(context=self._context)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name="bench-rig", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # the context is shut down at the end of the bench
+            pass
+
+    def _on_command(self, msg) -> None:
+        self._q = np.array(msg.data)  # a perfect robot: it is where it was told to be
+        self.commands += 1
+
+    def _on_diag(self, msg) -> None:
+        for status in msg.status:
+            if status.name == f"{NODE_NAME}: loop":
+                with self._lock:
+                    self.loop = {kv.key: kv.value for kv in status.values}
+                    self.loop_reports += 1
+
+    def _publish_joint_state(self) -> None:
+        js = self._JointState(name=self._joints, position=self._q.tolist())
+        js.header.stamp = self.node.get_clock().now().to_msg()
+        self._js_pub.publish(js)
+
+    def _publish_chunk(self) -> None:
+        now_ns = self.node.get_clock().now().nanoseconds
+        stamp_ns = now_ns - 30_000_000  # observation 30 ms old when the chunk arrives
+        t = stamp_ns * 1e-9 + 0.02 * np.arange(50)
+        wave = np.sin(2.0 * np.pi * 0.25 * (t % 4.0))[:, None]  # (50, 1), a slow periodic reach
+        points = np.array(HOME) + wave * np.array([0.3, -0.15, 0.2, 0.3, -0.25, 0.3, -0.01])
+        chunk = self._ActionChunk(tuple(self._joints), stamp_ns, 0.02 * np.arange(50), points)
+        self._chunk_pub.publish(self._msg_from_chunk(chunk))
+
+    def report(self) -> tuple[int, dict[str, str]]:
+        with self._lock:
+            return self.loop_reports, dict(self.loop)
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        self._rclpy.try_shutdown(context=self._context)
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
+    """Wait for the loop report whose window holds only cycles run from now on, and read it."""
+    _, start = rig.report()
+    start_cycles = int(start.get("cycles", 0))
+    cpu0, t0 = _cpu_seconds(pid), time.monotonic()
+    _wait(lambda: int(rig.report()[1].get("cycles", 0)) >= start_cycles + cycles, timeout_s, "the loop report")
+    cpu1, t1 = _cpu_seconds(pid), time.monotonic()
+    loop = rig.report()[1]
+    return {
+        "period_err_ms_p50": round(float(loop["period_err_ms.p50"]), 4),
+        "period_err_ms_p99": round(float(loop["period_err_ms.p99"]), 4),
+        "period_err_ms_max": round(float(loop["period_err_ms.max"]), 4),
+        "overruns": int(loop["overruns_window"]),
+        "period_ms_mean": round(float(loop["period_ms_mean"]), 4),
+        "compute_ms_p99": round(float(loop["compute_ms.p99"]), 4),
+        "cycles": int(loop["window"]),
+        "cpu_pct": round(100.0 * (cpu1 - cpu0) / (t1 - t0), 1),
+    }
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run(
+    seconds: float = 20.0,
+    warmup_s: float = 3.0,
+    load_cmd: str | None = None,
+    rate_hz: float = 100.0,
+    realtime_priority: int = 0,
+    blend: bool = True,
+    log=print,
+) -> dict:
+    # DDS stays on this machine unless the caller decided otherwise.
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    cycles = int(round(seconds * rate_hz))
+    node_cmd = [
+        sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args",
+        "-r", f"__node:={NODE_NAME}",
+        "-r", f"/joint_states:={PREFIX}/joint_states",
+        "-r", f"/vla/safe_action_chunk:={PREFIX}/safe_action_chunk",
+        "-p", f"position_controller:={PREFIX.lstrip('/')}_forward",
+        "-p", f"rate_hz:={rate_hz}",
+        "-p", f"loop_stats_window:={cycles}",
+        "-p", "diagnostics_rate_hz:=2.0",
+        "-p", f"realtime_priority:={realtime_priority}",
+    ]  # fmt: skip
+    load_argv = shlex.split(load_cmd) if load_cmd else [sys.executable, "-c", DEFAULT_LOAD]
+    controller = load = rig = None
+    result: dict = {}
+    try:
+        node_log = tempfile.TemporaryFile()  # a file, not a pipe: nobody reads it while the node runs
+        controller = subprocess.Popen(node_cmd, stdout=node_log, stderr=subprocess.STDOUT, start_new_session=True)
+        rig = _Rig()
+        _wait(lambda: rig.commands > 50 or controller.poll() is not None, 60, "the controller's first commands")
+        if controller.poll() is not None:
+            node_log.seek(0)
+            raise RuntimeError(f"controller_node exited: {node_log.read().decode()[-2000:]}")
+        log(f"controller running (pid {controller.pid}); warm-up {warmup_s:g} s")
+        time.sleep(warmup_s)
+        log(f"idle: measuring {cycles} cycles")
+        result["idle"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
+        load = subprocess.Popen(load_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        load_t0 = time.monotonic()
+        time.sleep(max(2.0, warmup_s))
+        if load.poll() is not None:
+            raise RuntimeError(f"the load command exited with status {load.returncode}: {load_argv}")
+        log(f"loaded: measuring {cycles} cycles beside {' '.join(load_argv)[:80]!r}")
+        result["loaded"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
+        result["load_cpu_pct"] = round(100.0 * _cpu_seconds(load.pid) / (time.monotonic() - load_t0), 1)
+        result["commands_received"] = rig.commands
+    finally:
+        _stop(load)
+        _stop(controller)
+        if rig is not None:
+            rig.close()
+    result["rate_hz"] = rate_hz
+    result["realtime_priority"] = realtime_priority
+    result["seconds"] = seconds
+    result["clock"] = "wall"
+    result["load_cmd"] = load_cmd or "default: python, torch float32 384x384 matmul + tanh loop, 1 thread"
+    result["cpu_count"] = os.cpu_count()
+    result["goal_p99_ms"] = GOAL_P99_MS
+    result["meets_goal"] = all(result[k]["period_err_ms_p99"] < GOAL_P99_MS[k] for k in GOAL_P99_MS)
+    if blend:
+        from vla_ros.control import ControllerConfig, bundled_urdf_path
+        from vla_ros.control.blend_eval import compare
+        from vla_ros.chunks import COMMANDED_JOINTS
+
+        result["blend"] = compare(ControllerConfig.from_urdf(bundled_urdf_path(), COMMANDED_JOINTS), seeds=range(10))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros bench controller",
+        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a CPU load; the last line of output is a JSON object.",
+        epilog="example: vla-ros bench controller --seconds 20 --json\n"
+        "         vla-ros bench controller --load-cmd 'ros2 run vla_ros policy_node' --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured wall seconds per phase (default 20)")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each measurement (default 3)")
+    parser.add_argument("--load-cmd", default=None, help="command run beside the controller in the loaded phase (default: a 1-thread torch matmul loop)")
+    parser.add_argument("--realtime-priority", type=int, default=0, help="the node's realtime_priority parameter (0 = normal scheduling, the default)")
+    parser.add_argument("--no-blend", action="store_true", help="skip the blend-mode comparison (crossfade vs freeze)")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.warmup < 0:
+        parser.error(f"--seconds must be > 0 and --warmup >= 0, got {args.seconds} and {args.warmup}")
+    log = (lambda *_: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    result = run(
+        seconds=args.seconds, warmup_s=args.warmup, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority, blend=not args.no_blend, log=log
+    )
+    if not args.json:
+        for phase in ("idle", "loaded"):
+            print(f"{phase:>7}: " + ", ".join(f"{k} {v}" for k, v in result[phase].items()))
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,184 @@
+"""Controller configuration and the joint limits it enforces (no rclpy import).
+
+Velocity and position limits come from the URDF (``<limit velocity lower upper>``), the same file the
+simulator and the safety filter read, so the three never disagree; acceleration limits are not part of
+URDF and come from the configuration, one value for revolute and one for prismatic joints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+BLEND_MODES = ("crossfade", "freeze")
+
+
+def bundled_urdf_path() -> Path:
+    """The robot description shipped in the package (the same file the simulator loads)."""
+    return Path(str(resources.files("vla_ros") / "description" / "vla_arm.urdf"))
+
+
+@dataclasses.dataclass(frozen=True)
+class UrdfJointLimits:
+    """Limits of named joints, in the order asked for. ``prismatic[j]`` is True for linear joints."""
+
+    names: tuple[str, ...]
+    lower: np.ndarray
+    upper: np.ndarray
+    velocity: np.ndarray
+    prismatic: np.ndarray
+
+
+def limits_from_urdf(path: Path | str, joints: Sequence[str]) -> UrdfJointLimits:
+    """Read ``<limit>`` of each joint in ``joints``. Raises ValueError naming the joint that lacks one."""
+    try:
+        root = ET.parse(str(path)).getroot()
+    except ET.ParseError as err:
+        raise ValueError(f"robot description {path} is not valid XML: {err}") from None
+    by_name = {j.get("name"): j for j in root.iter("joint")}
+    lower, upper, velocity, prismatic = [], [], [], []
+    for name in joints:
+        joint = by_name.get(name)
+        if joint is None:
+            raise ValueError(f"joint {name!r} is not in {path}; it has {sorted(n for n in by_name if n)}")
+        kind = joint.get("type")
+        if kind not in ("revolute", "prismatic", "continuous"):
+            raise ValueError(f"joint {name!r} in {path} is {kind!r}; only revolute, continuous and prismatic joints can be commanded")
+        limit = joint.find("limit")
+        if limit is None or limit.get("velocity") is None:
+            raise ValueError(f"joint {name!r} in {path} has no <limit velocity=...>")
+        velocity.append(float(limit.get("velocity")))
+        if kind == "continuous":
+            lower.append(-math.inf)
+            upper.append(math.inf)
+        else:
+            lower.append(float(limit.get("lower", "0")))
+            upper.append(float(limit.get("upper", "0")))
+        prismatic.append(kind == "prismatic")
+    return UrdfJointLimits(
+        names=tuple(joints),
+        lower=np.array(lower),
+        upper=np.array(upper),
+        velocity=np.array(velocity),
+        prismatic=np.array(prismatic, dtype=bool),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    """Everything the chunk executor needs; one consistent snapshot is read per control cycle.
+
+    Args:
+        joint_names: the controlled joints, in output order (the forward controller's array order).
+        velocity_limits: per joint, rad/s or m/s (URDF ``<limit velocity>`` times a scale).
+        acceleration_limits: per joint, rad/s^2 or m/s^2. Bounds the velocity change per period, blends
+            and every stop (watchdog, e-stop, disable).
+        position_lower / position_upper: per joint; the command is clamped inside as a last guard
+            (the safety filter already keeps chunks inside them with a margin).
+        rate_hz: control rate; the nominal period is 1 / rate_hz.
+        blend_mode: ``crossfade`` (old and new chunk mixed with a smooth weight over the horizon) or
+            ``freeze`` (old chunk kept for ``freeze_periods``, then one cubic to the new chunk).
+        blend_horizon_s: how long a new chunk takes to take over the running one.
+        freeze_periods: control periods of the old chunk that ``freeze`` keeps (already committed).
+        chunk_timeout_s: a chunk whose stamp (observation time) is older than this stops the arm even
+            if it still has points: it was computed from stale observations.
+        max_chunk_future_s: chunks stamped further ahead of the controller's clock are rejected (a clock
+            mismatch, or a chunk from before a simulator reset).
+        joint_state_timeout_s: without joint states for this long the arm is stopped and held.
+        use_chunk_velocities: take the chunk's velocities as spline tangents when it carries them.
+            Off by default: monotone cubic (PCHIP) slopes keep the path between two waypoints inside
+            their range, which is what the safety filter's segment checks assume; arbitrary tangents
+            can bulge past it.
+        max_chunk_points: capacity of the preallocated buffers; longer chunks are rejected.
+    """
+
+    joint_names: tuple[str, ...]
+    velocity_limits: tuple[float, ...]
+    acceleration_limits: tuple[float, ...]
+    position_lower: tuple[float, ...]
+    position_upper: tuple[float, ...]
+    rate_hz: float = 100.0  # the issue's control rate; joint states arrive at the same rate
+    blend_mode: str = "crossfade"  # measured better than freeze: lower deviation, same velocity steps
+    blend_horizon_s: float = 0.2  # absorbs a 0.07 rad chunk-to-chunk offset at 10 rad/s^2
+    freeze_periods: int = 3  # what a JTC with lookahead has typically already been sent
+    chunk_timeout_s: float = 2.0  # longer than one chunk plus policy latency
+    max_chunk_future_s: float = 0.5
+    joint_state_timeout_s: float = 0.5  # 50 missed joint-state messages at 100 Hz
+    use_chunk_velocities: bool = False  # PCHIP stays between neighbouring waypoints, as the filter checked them
+    max_chunk_points: int = 256
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        if n == 0:
+            raise ValueError("joint_names is empty: the controller needs at least one joint")
+        if len(set(self.joint_names)) != n:
+            raise ValueError(f"joint_names repeat: {list(self.joint_names)}")
+        for field in ("velocity_limits", "acceleration_limits", "position_lower", "position_upper"):
+            values = getattr(self, field)
+            if len(values) != n:
+                raise ValueError(f"{field} has {len(values)} values for {n} joints {list(self.joint_names)}")
+        for field in ("velocity_limits", "acceleration_limits"):
+            bad = [(j, v) for j, v in zip(self.joint_names, getattr(self, field)) if not (math.isfinite(v) and v > 0.0)]
+            if bad:
+                raise ValueError(f"{field} must be finite and > 0, got {bad}")
+        bad = [(j, lo, hi) for j, lo, hi in zip(self.joint_names, self.position_lower, self.position_upper) if not lo <= hi]
+        if bad:
+            raise ValueError(f"position_lower must be <= position_upper, got {bad}")
+        if not 1.0 <= self.rate_hz <= 1000.0:
+            raise ValueError(f"rate_hz must be in [1, 1000], got {self.rate_hz}")
+        if self.blend_mode not in BLEND_MODES:
+            raise ValueError(f"blend_mode must be one of {list(BLEND_MODES)}, got {self.blend_mode!r}")
+        if not 0.0 < self.blend_horizon_s <= 2.0:
+            raise ValueError(f"blend_horizon_s must be in (0, 2], got {self.blend_horizon_s}")
+        if not 0 <= self.freeze_periods <= 50:
+            raise ValueError(f"freeze_periods must be in [0, 50], got {self.freeze_periods}")
+        for field in ("chunk_timeout_s", "max_chunk_future_s", "joint_state_timeout_s"):
+            value = getattr(self, field)
+            if not (math.isfinite(value) and value > 0.0):
+                raise ValueError(f"{field} must be finite and > 0, got {value}")
+        if self.chunk_timeout_s < 2.0 / self.rate_hz:
+            raise ValueError(f"chunk_timeout_s={self.chunk_timeout_s} is shorter than two control periods at rate_hz={self.rate_hz}")
+        if not 1 <= self.max_chunk_points <= 100_000:
+            raise ValueError(f"max_chunk_points must be in [1, 100000], got {self.max_chunk_points}")
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.rate_hz
+
+    @property
+    def plan_capacity(self) -> int:
+        """Knots a plan may need: blend samples, frozen steps, the chunk, a lead-in knot and the stop."""
+        return int(math.ceil(2.0 * self.rate_hz)) + 50 + self.max_chunk_points + 8
+
+    @classmethod
+    def from_urdf(
+        cls,
+        urdf_path: Path | str,
+        joint_names: Sequence[str],
+        velocity_scale: float = 1.0,
+        max_acceleration: float = 10.0,
+        max_acceleration_prismatic: float = 1.0,
+        **kwargs,
+    ) -> "ControllerConfig":
+        """Limits from the URDF; ``max_acceleration`` for revolute joints, ``..._prismatic`` for linear ones."""
+        if not 0.0 < velocity_scale <= 1.0:
+            raise ValueError(f"velocity_scale must be in (0, 1], got {velocity_scale}")
+        lim = limits_from_urdf(urdf_path, joint_names)
+        accel = np.where(lim.prismatic, max_acceleration_prismatic, max_acceleration)
+        return cls(
+            joint_names=tuple(joint_names),
+            velocity_limits=tuple(float(v) for v in lim.velocity * velocity_scale),
+            acceleration_limits=tuple(float(a) for a in accel),
+            position_lower=tuple(float(v) for v in lim.lower),
+            position_upper=tuple(float(v) for v in lim.upper),
+            **kwargs,
+        )
+
+    def replace(self, **changes) -> "ControllerConfig":
+        return dataclasses.replace(self, **changes)

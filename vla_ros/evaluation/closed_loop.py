@@ -1,0 +1,196 @@
+"""Closed-loop episodes on simulated time: timed tokens -> policy -> safety filter -> controller -> sim.
+
+The same core objects the nodes wrap, wired the way the launch graph wires them, stepped on the
+simulation's clock so a run is deterministic per seed and independent of the machine's speed:
+
+* every 100 Hz joint state and 30 Hz frame is built as the ROS message the sim node publishes and goes
+  through ``TokenStream.add_message`` (frames after a fixed delivery delay, like the live graph);
+* the policy ticks at ``policy_rate_hz``; its chunk reaches the filter ``inference_latency_s`` later
+  (a fixed, modelled latency, so results do not depend on this machine's load), stamped with the
+  newest observation as the node stamps it;
+* the filter checks it against the joint state of that instant; what passes goes to the controller,
+  which runs at 100 Hz and commands the sim's position actuators.
+
+Success: the named cup's bottom is 5 cm above the table. Lifting another cup ends the episode as a failure.
+Parameters come from the same YAML files the nodes load (``config/safety_filter.yaml``,
+``config/controller.yaml``), so evaluation runs the shipped configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Args:
+        max_episode_s: simulated seconds before an episode counts as failed.
+        policy_rate_hz: policy ticks per simulated second (the node's ``rate_hz``).
+        inference_latency_s: modelled time from a tick to its chunk reaching the filter.
+        frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
+        hold_after_success_s: keep running after success (for videos).
+    """
+
+    max_episode_s: float = 15.0
+    policy_rate_hz: float = 10.0
+    inference_latency_s: float = 0.03
+    frame_delay_s: float = 0.02
+    hold_after_success_s: float = 0.0
+    image_width: int = 320
+    image_height: int = 240
+
+
+def node_params(node_module, yaml_path: Path, section: str) -> dict:
+    """A node's parameter values as its YAML file sets them (defaults from its PARAMS table)."""
+    import yaml
+
+    values = {s.name: (list(s.default) if isinstance(s.default, tuple) else s.default) for s in node_module.PARAMS}
+    data = yaml.safe_load(Path(yaml_path).read_text()) or {}
+    for key, block in data.items():
+        if key.endswith(section):
+            values.update((block or {}).get("ros__parameters", {}))
+    return values
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    seed: int
+    color: str
+    instruction: str
+    success: bool
+    time_to_success_s: float | None
+    lifted: str | None
+    verdicts: dict
+    chunks: int
+    min_target_distance_m: float
+    initial_target_distance_m: float
+    frames: list | None = None  # camera frames (RGB) when recording
+    commanded: list | None = None
+    measured: list | None = None
+
+
+class ClosedLoop:
+    """Builds the cores once; ``run_episode(seed, instruction, color)`` runs one episode."""
+
+    def __init__(self, model_dir: str | Path, backend: str = "torch", device: str = "cpu", config: EvalConfig | None = None,
+                 share_dir: Path | None = None, threads: int | None = None) -> None:
+        from vla_ros.control import ChunkExecutor
+        from vla_ros.launch_runner.packages import find_package_share
+        from vla_ros.model.runtime import StreamingPolicy
+        from vla_ros.nodes import controller_node, safety_filter_node
+        from vla_ros.safety import SafetyFilter, load_robot
+        from vla_ros.sim import ArmSim, SimConfig
+        from vla_ros.tokens import StreamConfig, TokenizerConfig
+        from vla_ros.tokens.text import shared_encoder
+
+        self.config = config or EvalConfig()
+        share = Path(share_dir) if share_dir else find_package_share("vla_ros")
+        self.sim = ArmSim(SimConfig(image_width=self.config.image_width, image_height=self.config.image_height))
+        self.policy = StreamingPolicy.from_pretrained(model_dir, backend=backend, device=device, threads=threads)
+        mc = self.policy.config
+        self.tokenizer = TokenizerConfig.from_model_config(mc.to_dict())
+        self.stream_config = StreamConfig(window_s=mc.window_seconds + mc.max_lateness_s, lateness_s=mc.max_lateness_s)
+        self.encoder = shared_encoder(mc.max_text_tokens)
+        safety_p = node_params(safety_filter_node, share / "config" / "safety_filter.yaml", "safety_filter")
+        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter_node.config_from_params(safety_p))
+        control_p = node_params(controller_node, share / "config" / "controller.yaml", "controller")
+        self.controller_config = controller_node.config_from_params(control_p)
+        self._executor_cls = ChunkExecutor
+        names = list(self.sim.command_joint_names)
+        self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
+
+    def close(self) -> None:
+        self.sim.close()
+
+    def run_episode(self, seed: int, instruction: str, color: str, record: bool = False) -> EpisodeResult:
+        from vla_ros.chunks import ActionChunk
+        from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
+        from vla_ros.ros.time import time_msg_from_ns
+        from vla_ros.safety import JointStateSample
+        from vla_ros.tokens import TokenStream
+
+        cfg, sim, policy = self.config, self.sim, self.policy
+        sim.reset(seed)
+        stream = TokenStream(self.tokenizer, self.stream_config, self.encoder)
+        stream.set_instruction(instruction, 0)
+        policy.set_instruction(stream.instruction)
+        policy.reset()
+        controller = self._executor_cls(self.controller_config)
+        sim_names = list(sim.joint_names)
+        ctrl_from_sim = np.array([sim_names.index(n) for n in self.controller_config.joint_names])
+        steps_per_tick = round(sim.config.physics_rate_hz / cfg.policy_rate_hz)
+        latency_ns = int(cfg.inference_latency_s * 1e9)
+        frame_delay_ns = int(cfg.frame_delay_s * 1e9)
+        pending_frames: list[tuple[int, object]] = []
+        pending_chunks: list[tuple[int, ActionChunk]] = []
+        verdicts: Counter = Counter()
+        chunks = 0
+        success_t = None
+        lifted = None
+        period_s = 1.0 / sim.config.joint_state_rate_hz
+        cup0 = sim.cup_positions()[color]
+        initial_d = float(np.linalg.norm(sim.tcp_position() - cup0))
+        min_d = initial_d
+        frames, commanded, measured = ([], [], []) if record else (None, None, None)
+        last_state = None
+        while sim.time_s < cfg.max_episode_s:
+            now = sim.time_ns
+            stamp = time_msg_from_ns(now)
+            if sim.is_joint_state_step():
+                js = joint_state_msg(sim, stamp)
+                stream.add_message("sensor_msgs/msg/JointState", js, now, "/joint_states")
+                q_all = np.asarray(js.position)
+                controller.set_measured(q_all[ctrl_from_sim], now, now)
+                last_state = JointStateSample(tuple(js.name), q_all, now)
+            if sim.is_frame_step():
+                rgb = sim.render()
+                pending_frames.append((now + frame_delay_ns, image_msg(rgb, stamp, "camera_optical_frame")))
+                if record:
+                    frames.append(rgb)
+            while pending_frames and pending_frames[0][0] <= now:
+                _, msg = pending_frames.pop(0)
+                stream.add_message("sensor_msgs/msg/Image", msg, now, "/camera/image_raw")
+            if sim.step_count % steps_per_tick == 0:
+                new = stream.drain()
+                if new:
+                    policy.observe(new)
+                if policy.ready:
+                    out = policy.predict_action_chunk()
+                    pending_chunks.append((now + latency_ns, ActionChunk(tuple(out.joint_names), out.stamp_ns, out.time_from_start_s, out.positions)))
+            while pending_chunks and pending_chunks[0][0] <= now:
+                _, chunk = pending_chunks.pop(0)
+                safe, report = self.safety.filter(chunk, last_state, now)
+                verdicts[report.verdict] += 1
+                chunks += 1
+                if safe is not None:
+                    controller.submit_chunk(safe)
+            if sim.is_joint_state_step():
+                q_cmd = controller.update(now, period_s)
+                if q_cmd is not None:
+                    sim.command_positions(None, np.asarray(q_cmd)[self._to_sim])
+                    if record:
+                        commanded.append((sim.time_s, np.asarray(q_cmd)[self._to_sim].copy()))
+                        measured.append((sim.time_s, sim.command_joint_positions().copy()))
+            sim.step()
+            if sim.step_count % 60 == 0:
+                min_d = min(min_d, float(np.linalg.norm(sim.tcp_position() - sim.cup_positions()[color])))
+                lifted = sim.lifted_cup()
+                if lifted is not None and success_t is None:
+                    if lifted != color:
+                        break  # the wrong cup: a failure
+                    success_t = sim.time_s
+                if success_t is not None and sim.time_s >= success_t + cfg.hold_after_success_s:
+                    break
+        return EpisodeResult(
+            seed=seed, color=color, instruction=instruction, success=success_t is not None,
+            time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,
+            min_target_distance_m=min_d, initial_target_distance_m=initial_d,
+            frames=frames, commanded=commanded, measured=measured,
+        )

@@ -1,0 +1,114 @@
+"""``vla-ros eval``: closed-loop success rate of a model in the sim, deterministic per seed.
+
+Episodes use the evaluation seed range (never used for training data) and, by default, instruction
+phrasings held out from training. Prints per-episode progress, writes ``results.json`` (and a video of
+the first episodes with ``--videos``) to a dated folder, and prints a JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = "example: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json"
+
+
+def load_templates(path: str | None) -> tuple[str, ...]:
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES
+
+    if not path:
+        return HELDOUT_TEMPLATES
+    lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    bad = [line for line in lines if "{color}" not in line]
+    if not lines or bad:
+        raise ValueError(f"{path}: every line must be a template containing {{color}}; bad: {bad[:3]}")
+    return tuple(lines)
+
+
+def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", device="cpu", videos: int = 0,
+             out: Path | None = None, progress: bool = True, config=None, share_dir=None) -> dict:
+    from tqdm import tqdm
+
+    from vla_ros.evaluation.closed_loop import ClosedLoop
+    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+
+    loop = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir)
+    results = []
+    t0 = time.time()
+    bar = tqdm(range(episodes), desc="evaluating", unit="ep", disable=not progress)
+    for i in bar:
+        ep_seed = EVAL_SEED_START + seed + i
+        color, instruction = episode_task(ep_seed, templates)
+        r = loop.run_episode(ep_seed, instruction, color, record=i < videos)
+        if r.frames and out is not None:
+            write_video(r.frames, out / f"episode_{ep_seed}_{color}.mp4")
+        r.frames = r.commanded = r.measured = None
+        results.append(r)
+        bar.set_postfix(success=f"{np.mean([x.success for x in results]):.0%}")
+    loop.close()
+    by_color = {}
+    for c in ("red", "green", "blue"):
+        rs = [r for r in results if r.color == c]
+        by_color[c] = round(float(np.mean([r.success for r in rs])), 3) if rs else None
+    times = [r.time_to_success_s for r in results if r.success]
+    interventions = sum(v for r in results for k, v in r.verdicts.items() if k != "pass")
+    summary = {
+        "success_rate": round(float(np.mean([r.success for r in results])), 3),
+        "success_by_color": by_color,
+        "mean_time_to_success_s": round(float(np.mean(times)), 3) if times else None,
+        "safety_interventions": int(interventions),
+        "safety_verdicts": dict(sum((Counter(r.verdicts) for r in results), Counter())),
+        "wrong_cup": sum(1 for r in results if r.lifted not in (None, r.color)),
+        "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
+        "episodes": len(results),
+        "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
+        "model": str(model), "backend": backend, "wall_s": round(time.time() - t0, 1),
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": [r.__dict__ for r in results]}, indent=1, default=str))
+    return summary
+
+
+def write_video(frames, path: Path, fps: int = 30) -> None:
+    import cv2
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h, w = frames[0].shape[:2]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+    for f in frames:
+        writer.write(np.ascontiguousarray(f[:, :, ::-1]))
+    writer.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-ros eval", description=__doc__.splitlines()[0], epilog=EXAMPLE)
+    parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
+    parser.add_argument("--instructions", default=None, help="file of templates with {color}, one per line (default: held-out phrasings)")
+    parser.add_argument("--backend", default="torch", choices=("torch", "onnx"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
+    parser.add_argument("--out", default="", help="output folder (default runs/eval-<date>)")
+    parser.add_argument("--max-episode-s", type=float, default=15.0)
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(argv)
+    from vla_ros.evaluation.closed_loop import EvalConfig
+    from vla_ros.nodes.policy_node import resolve_model_dir
+
+    templates = load_templates(args.instructions)
+    out = Path(args.out or f"runs/eval-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
+                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s))
+    if not args.json:
+        for k, v in summary.items():
+            print(f"{k:>24}: {v}")
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,351 @@
+"""controller_node: executes the safe action chunks at 100 Hz on the node's clock (wall or simulated).
+
+Subscribes ``/vla/safe_action_chunk`` (trajectory_msgs/JointTrajectory, from the safety filter) and
+``/joint_states``; every control period it samples the chunk executor (``vla_ros.control``: time-stamped
+chunk execution, blending, watchdog, limits) and sends the command to one output interface:
+
+- ``forward_position``: std_msgs/Float64MultiArray on ``/<position_controller>/commands`` (ros2_control
+  forward position controller; values in the order of the ``joints`` parameter);
+- ``joint_trajectory``: trajectory_msgs/JointTrajectory on ``/<trajectory_controller>/joint_trajectory``
+  (ros2_control joint trajectory controller; a short look-ahead of the plan, stamped now);
+- ``isaac``: sensor_msgs/JointState on ``/joint_command`` (Isaac Sim's ROS 2 bridge).
+
+Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
+(std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
+reports the loop timing (period mean, p50/p99 error, overruns), the mode, the watchdog, the active chunk's
+age, the tracking error and every rejected input by reason.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import numpy as np
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool, Trigger
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from vla_ros.chunks import COMMANDED_JOINTS, ChunkError
+from vla_ros.control import BLEND_MODES, ChunkExecutor, ControllerConfig, LoopStats, Motion, bundled_urdf_path
+from vla_ros.ros.chunk_msgs import chunk_from_msg
+from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.node_main import run_node
+from vla_ros.ros.params import ParamSpec, declare_parameters
+from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
+
+OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
+
+
+def _check_joints(names) -> str | None:
+    if len(names) == 0:
+        return "joints must name at least one joint"
+    if len(set(names)) != len(names):
+        return f"joints repeat: {list(names)}"
+    return None
+
+
+PARAMS = [
+    ParamSpec("rate_hz", 100.0, "control rate on the node's clock (wall or simulated time)", read_only=True, min_value=10.0, max_value=1000.0),
+    ParamSpec(
+        "joints", list(COMMANDED_JOINTS),
+        "controlled joints in output order (the forward controller's array order); chunks and joint states are matched by name",
+        read_only=True, check=_check_joints,
+    ),
+    ParamSpec(
+        "output_interface", "forward_position",
+        "forward_position: Float64MultiArray on /<position_controller>/commands; joint_trajectory: JointTrajectory on "
+        "/<trajectory_controller>/joint_trajectory; isaac: JointState on isaac_topic",
+        read_only=True, choices=OUTPUT_INTERFACES,
+    ),
+    ParamSpec("position_controller", "forward_position_controller", "ros2_control forward position controller name", read_only=True),
+    ParamSpec("trajectory_controller", "joint_trajectory_controller", "ros2_control joint trajectory controller name", read_only=True),
+    ParamSpec("isaac_topic", "/joint_command", "JointState command topic of Isaac Sim's articulation controller", read_only=True),
+    ParamSpec("trajectory_points", 5, "joint_trajectory output: points of look-ahead per message, one period apart", min_value=1, max_value=50),
+    ParamSpec("robot_description_file", "", "URDF giving position and velocity limits; empty = the bundled vla_arm.urdf", read_only=True),
+    ParamSpec("velocity_scale", 1.0, "fraction of the URDF velocity limits the command may use", min_value=0.01, max_value=1.0),
+    ParamSpec(
+        "max_acceleration", 10.0, "acceleration limit of revolute joints, rad/s^2 (blends, stops, velocity change per period)",
+        min_value=0.1, max_value=200.0,
+    ),
+    ParamSpec("max_acceleration_prismatic", 1.0, "acceleration limit of prismatic joints (gripper), m/s^2", min_value=0.01, max_value=50.0),
+    ParamSpec(
+        "blend_mode", "crossfade",
+        "how a new chunk takes over: crossfade (mix over the horizon) or freeze (keep freeze_periods of the old plan, then one cubic)",
+        choices=BLEND_MODES,
+    ),
+    ParamSpec("blend_horizon_s", 0.2, "time a new chunk takes to take over (stretched if the limits need it)", min_value=0.01, max_value=2.0),
+    ParamSpec("freeze_periods", 3, "blend_mode freeze: control periods of the old plan kept unchanged", min_value=0, max_value=50),
+    ParamSpec("chunk_timeout_s", 2.0, "stop when the active chunk's stamp (observation time) is older than this", min_value=0.2, max_value=60.0),
+    ParamSpec("max_chunk_future_s", 0.5, "reject chunks stamped further ahead of the node's clock", min_value=0.001, max_value=10.0),
+    ParamSpec("joint_state_timeout_s", 0.5, "stop when no joint state arrived for this long", min_value=0.02, max_value=10.0),
+    ParamSpec(
+        "use_chunk_velocities", False,
+        "use a chunk's velocities as spline tangents when it has them; default: monotone cubic slopes, which keep the path between waypoints",
+    ),
+    ParamSpec("max_chunk_points", 256, "longest chunk accepted (buffers are preallocated for it)", read_only=True, min_value=1, max_value=10000),
+    ParamSpec("start_enabled", True, "send commands from the start; false: wait for ~/enable", read_only=True),
+    ParamSpec("diagnostics_rate_hz", 1.0, "/diagnostics rate", read_only=True, min_value=0.1, max_value=10.0),
+    ParamSpec("loop_stats_window", 1000, "control cycles the loop timing percentiles cover", read_only=True, min_value=10, max_value=1000000),
+    ParamSpec(
+        "realtime_priority", 0,
+        "SCHED_FIFO priority of the thread running the loop (0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
+        read_only=True, min_value=0, max_value=99,
+    ),
+]  # fmt: skip
+
+# Parameters that map one-to-one onto ControllerConfig fields.
+_CONFIG_FIELDS = (
+    "rate_hz", "blend_mode", "blend_horizon_s", "freeze_periods", "chunk_timeout_s", "max_chunk_future_s",
+    "joint_state_timeout_s", "use_chunk_velocities", "max_chunk_points",
+)
+
+
+def config_from_params(p: dict) -> ControllerConfig:
+    """ControllerConfig from parameter values (limits from the URDF). Raises ValueError with the reason."""
+    urdf = p["robot_description_file"] or bundled_urdf_path()
+    return ControllerConfig.from_urdf(
+        urdf,
+        list(p["joints"]),
+        velocity_scale=p["velocity_scale"],
+        max_acceleration=p["max_acceleration"],
+        max_acceleration_prismatic=p["max_acceleration_prismatic"],
+        **{k: p[k] for k in _CONFIG_FIELDS},
+    )
+
+
+class ControllerNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("controller", **kwargs)
+        p = declare_parameters(self, PARAMS, on_change=self._on_param_change)
+        self._params = dict(p)
+        self.core = ChunkExecutor(config_from_params(p))  # ValueError -> run_node reports, exit 2
+        cfg = self.core.config
+        self._joints = list(cfg.joint_names)
+        self._period_s = cfg.period_s
+        self.stats = LoopStats(cfg.period_s, p["loop_stats_window"])
+        self.diag = Diagnostics(self, hardware_id="controller")
+        self._js_index: dict[tuple[str, ...], np.ndarray | None] = {}
+        self._last_tick_ns: int | None = None
+        self._published = 0
+        self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+
+        self._interface = p["output_interface"]
+        if self._interface == "forward_position":
+            self._topic = f"/{p['position_controller']}/commands"
+            self._pub = self.create_publisher(Float64MultiArray, self._topic, 10)
+            self._msg = Float64MultiArray()
+        elif self._interface == "joint_trajectory":
+            self._topic = f"/{p['trajectory_controller']}/joint_trajectory"
+            self._pub = self.create_publisher(JointTrajectory, self._topic, 10)
+            self._msg = JointTrajectory(joint_names=self._joints)
+            self._look_q = np.zeros((50, len(self._joints)))
+            self._look_v = np.zeros((50, len(self._joints)))
+        else:
+            self._topic = p["isaac_topic"]
+            self._pub = self.create_publisher(JointState, self._topic, 10)
+            self._msg = JointState(name=self._joints)
+
+        self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10)
+        self.create_subscription(JointState, "/joint_states", self._on_joint_state, 10)
+        self.create_service(Trigger, "~/estop", self._on_estop)
+        self.create_service(Trigger, "~/resume", self._on_resume)
+        self.create_service(SetBool, "~/enable", self._on_enable)
+        if p["realtime_priority"] > 0:
+            self._set_realtime_priority(p["realtime_priority"])
+        if not p["start_enabled"]:
+            self.core.set_enabled(False)
+        self._timer = self.create_timer(cfg.period_s, self._tick)
+        # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
+        self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.get_logger().info(
+            f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time; "
+            f"output {self._interface} on {self._topic}; blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
+        )
+
+    def _set_realtime_priority(self, priority: int) -> None:
+        """Run this thread (the one that spins the executor, hence the loop) under SCHED_FIFO."""
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            self.get_logger().info(f"control loop thread runs SCHED_FIFO priority {priority}")
+        except (OSError, AttributeError) as err:
+            self.get_logger().warning(f"realtime_priority {priority} not applied ({err}); running with normal scheduling")
+
+    # ---- parameters ------------------------------------------------------------------------------
+    def _on_param_change(self, name: str, value) -> None:
+        """Accepted runtime changes take effect between two cycles (one consistent snapshot per cycle)."""
+        previous = self._params[name]
+        self._params[name] = value
+        try:
+            self.core.set_config(config_from_params(self._params))
+        except ValueError as err:  # the ranges in PARAMS keep this from happening; never let it pass silently
+            self._params[name] = previous
+            self.get_logger().error(f"parameter {name}={value!r} not applied: {err}")
+
+    # ---- inputs ----------------------------------------------------------------------------------
+    def _reject(self, source: str, code: str, detail: str = "") -> None:
+        self.diag.count_rejection(code)
+        self.get_logger().warning(f"rejected {source}: {code} {detail}".rstrip(), throttle_duration_sec=2.0)
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        try:
+            chunk = chunk_from_msg(msg)
+        except ChunkError as err:
+            self._reject("chunk", err.code, str(err))
+            return
+        code = self.core.submit_chunk(chunk)  # the executor counts its own rejections
+        if code is not None:
+            self.get_logger().warning(f"rejected chunk: {code}", throttle_duration_sec=2.0)
+
+    def _joint_index(self, names: tuple[str, ...]) -> np.ndarray | None:
+        """Index of each controlled joint in a JointState's name list (cached per name list)."""
+        if names not in self._js_index:
+            pos = {n: i for i, n in enumerate(names)}
+            missing = [j for j in self._joints if j not in pos]
+            self._js_index[names] = None if missing else np.array([pos[j] for j in self._joints])
+        return self._js_index[names]
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        names = tuple(msg.name)
+        idx = self._joint_index(names)
+        if idx is None:
+            self._reject("joint state", "joint_state_missing_joint", f"names {list(names)} lack some of {self._joints}")
+            return
+        if len(msg.position) != len(names):
+            self._reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
+            return
+        now_ns = self.get_clock().now().nanoseconds
+        stamp_ns = ns_from_time_msg(msg.header.stamp) or now_ns  # some drivers leave the stamp at zero
+        code = self.core.set_measured(np.asarray(msg.position, dtype=np.float64)[idx], stamp_ns, now_ns)
+        if code is not None:
+            self.get_logger().warning(f"rejected joint state: {code}", throttle_duration_sec=2.0)
+
+    # ---- services --------------------------------------------------------------------------------
+    def _on_estop(self, request, response):
+        response.message = self.core.request_estop()
+        response.success = True
+        self.get_logger().warning(f"e-stop: {response.message}")
+        return response
+
+    def _on_resume(self, request, response):
+        response.success, response.message = self.core.resume()
+        self.get_logger().info(f"resume: {response.message}")
+        return response
+
+    def _on_enable(self, request, response):
+        response.message = self.core.set_enabled(bool(request.data))
+        response.success = True
+        self.get_logger().info(f"enable={bool(request.data)}: {response.message}")
+        return response
+
+    # ---- the control loop ------------------------------------------------------------------------
+    def _tick(self) -> None:
+        t0 = time.perf_counter()
+        now_ns = self.get_clock().now().nanoseconds
+        last = self._last_tick_ns
+        period_s = (now_ns - last) * 1e-9 if last is not None else self._period_s
+        try:
+            q = self.core.update(now_ns, period_s)  # never raises by design; publishing can
+            if q is not None:
+                self._publish(q, now_ns)
+        except Exception as err:  # the loop must keep running; a failing publish is reported, not fatal
+            if not self.context.ok():
+                return  # shutting down (SIGTERM/Ctrl-C): the publisher's context is already gone
+            self.core.counters["tick_errors"] += 1
+            self.get_logger().error(f"control cycle failed: {err!r}", throttle_duration_sec=1.0)
+        self._last_tick_ns = now_ns
+        if last is not None and now_ns > last:  # a backwards jump is counted by the executor, not timed
+            self.stats.record(period_s, time.perf_counter() - t0)
+
+    def _publish(self, q: np.ndarray, now_ns: int) -> None:
+        msg = self._msg
+        if self._interface == "forward_position":
+            msg.data = q.tolist()
+        elif self._interface == "joint_trajectory":
+            k = self._params["trajectory_points"]
+            look_q, look_v = self._look_q[:k], self._look_v[:k]
+            self.core.preview(self._period_s, look_q, look_v)
+            msg.header.stamp = time_msg_from_ns(now_ns)
+            msg.points = [
+                JointTrajectoryPoint(
+                    positions=look_q[i].tolist(), velocities=look_v[i].tolist(), time_from_start=duration_msg_from_s((i + 1) * self._period_s)
+                )
+                for i in range(k)
+            ]
+        else:
+            msg.header.stamp = time_msg_from_ns(now_ns)
+            msg.position = q.tolist()
+        self._pub.publish(msg)
+        self._published += 1
+
+    # ---- diagnostics -----------------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        if self.context.ok():
+            self._diagnostics()
+
+    def _diagnostics(self) -> None:
+        ex = self.core
+        now_ns = self.get_clock().now().nanoseconds
+        loop = self.stats.summary()
+        loop_values = {k.replace("period_err_ms_", "period_err_ms.").replace("compute_ms_", "compute_ms."): v for k, v in loop.items()}
+        loop_values["rate_hz"] = ex.config.rate_hz
+        loop_values["clock"] = "sim" if self._use_sim_time else "wall"
+        loop_level, loop_msg = OK, "on time"
+        if loop.get("cycles", 0) == 0:
+            loop_level, loop_msg = WARN, "no control cycle yet (waiting for the clock)"
+        elif loop["overruns_window"] > 0 or loop["period_err_ms_p99"] > 0.5e3 * self._period_s:
+            loop_level, loop_msg = WARN, f"late cycles: p99 period error {loop['period_err_ms_p99']:.2f} ms, {loop['overruns_window']} overruns"
+
+        err, err_joint = ex.tracking_error()
+        age = ex.chunk_age_s()
+        state = {
+            "mode": ex.mode,
+            "watchdog": ex.watchdog or "ok",
+            "estop": ex.estopped,
+            "enabled": ex.enabled,
+            "chunk_age_s": age if age is not None else "none",
+            "tracking_error.max": err,
+            "tracking_error.joint": err_joint,
+            "output_interface": self._interface,
+            "output_topic": self._topic,
+            "commands.published": self._published,
+        }
+        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts", "tick_errors"):
+            state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = ex.counters[key]
+        state.update({k: v for k, v in sorted(ex.counters.items()) if k.startswith("stops.")})
+        rejected = self.diag.rejected + ex.rejected
+        state.update({f"rejected.{k}": v for k, v in sorted(rejected.items())})
+        state["rejected.total"] = sum(rejected.values())
+        if ex.estopped:
+            level, message = ERROR, "e-stop latched (call ~/resume)"
+        elif ex.motion is Motion.WAITING:
+            level, message = WARN, "waiting for joint states" if ex.enabled else "disabled"
+        elif ex.watchdog in ("chunk_stale", "joint_states_stale"):
+            level, message = WARN, f"{ex.mode}: watchdog {ex.watchdog}"
+        else:
+            level, message = OK, ex.mode + (f" ({ex.watchdog})" if ex.watchdog else "")
+        self.diag.publish(time_msg_from_ns(now_ns), [("loop", loop_level, loop_msg, loop_values), ("state", level, message, state)])
+
+
+def _make_node() -> ControllerNode:
+    node = ControllerNode()
+    # Everything allocated so far lives as long as the process: move it out of the collector's view, so
+    # a full collection never has to walk it in the middle of a control cycle.
+    gc.collect()
+    gc.freeze()
+    return node
+
+
+_make_node.__name__ = "ControllerNode"  # run_node names the node in its start-up error line
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(_make_node, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
