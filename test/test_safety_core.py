@@ -532,3 +532,21 @@ def test_config_file_matches_the_parameter_table_and_the_bench():
         assert specs[name].validate(value) is None, (name, value)
     assert config_from_params(values) == SIM_CONFIG  # the bench measures what the node runs
     assert config_from_params({s.name: s.default for s in PARAMS}) == SafetyConfig()  # table defaults = core defaults
+
+
+def test_gripper_targets_just_past_the_stroke_are_clamped_further_ones_cut(flt):
+    pts = small_move()
+    pts[:, -1] = np.linspace(0.035, -0.006, len(pts))  # a learned "shut" command ends 6 mm past the stroke
+    out, report = flt.filter(chunk(pts), state(), NOW)
+    assert report.verdict == "modified" and out.horizon == len(pts)
+    assert out.positions[:, -1].min() == 0.0 and np.array_equal(out.positions[:, :6], pts[:, :6])
+    assert "position_clamped" in [f.code for f in report.findings]
+    again, report2 = flt.filter(out, state(), NOW)  # filtering the output again changes nothing
+    assert report2.verdict == "pass" and again is out
+    pts[5:, -1] = -0.02  # 2 cm past: beyond the tolerance, the point is unsafe
+    out, report = flt.filter(chunk(pts), state(), NOW)
+    assert report.verdict == "truncated" and report.reason == "position_limit" and report.first_unsafe_index == 5
+    elbow = small_move()
+    elbow[3:, 2] = 3.5  # revolute joints are never clamped by default
+    _, report = flt.filter(chunk(elbow), state(), NOW)
+    assert report.reason == "position_limit" and report.first_unsafe_index == 3

@@ -154,6 +154,9 @@ class SafetyConfig:
     Args:
         joints: joints a chunk must command (empty = every actuated, non-mimic joint of the URDF). Other
             actuated joints are held at their measured positions for the collision checks.
+        position_clamp_rad / position_clamp_m: a target this little past a (margin-reduced) limit is
+            clamped onto it instead of ending the chunk there (a learned gripper command of "shut" lands a
+            few millimetres past the stroke); further past, the point is unsafe.
         position_margin_rad / position_margin_m: distance kept from the URDF position limits of revolute /
             prismatic joints. 0 m for prismatic joints so a gripper can use its full stroke.
         velocity_scale / acceleration_scale: fractions in (0, 1] of the velocity and acceleration limits.
@@ -184,6 +187,8 @@ class SafetyConfig:
     joints: tuple[str, ...] = ()
     position_margin_rad: float = 0.01  # keeps targets off the hard stops; small against the sim's ranges
     position_margin_m: float = 0.0
+    position_clamp_rad: float = 0.0  # off: a revolute target past its limit marks the point unsafe
+    position_clamp_m: float = 0.01  # a "fully closed" gripper target a few mm past the stroke is clamped
     velocity_scale: float = 1.0
     acceleration_scale: float = 1.0
     default_acceleration_rad_s2: float = 10.0  # similar to industrial arms' joint acceleration limits
@@ -225,7 +230,7 @@ class SafetyConfig:
         for name in ("default_acceleration_rad_s2", "default_acceleration_m_s2", "max_chunk_age_s", "max_state_age_s",
                      "max_horizon_s", "max_joint_step_rad", "max_joint_step_m"):
             positive(name)
-        for name in ("position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
+        for name in ("position_clamp_rad", "position_clamp_m", "position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
             non_negative(name)
         if not (math.isfinite(self.max_time_scale) and self.max_time_scale >= 1.0):
             raise ConfigError(f"max_time_scale must be >= 1 (1 = never slow a chunk down), got {self.max_time_scale!r}")

@@ -138,6 +138,7 @@ class SafetyFilter:
         self.joint_names = robot.joint_names
         self.commanded_names = tuple(n for n, c in zip(robot.joint_names, self.limits.commanded) if c)
         self._act_index = {n: i for i, n in enumerate(robot.joint_names)}
+        self._clamp_tol = np.where(robot.prismatic, cfg.position_clamp_m, cfg.position_clamp_rad)
         self._mimic_names = {robot.model.names[j] for j in range(1, robot.model.njoints)} - set(robot.joint_names)
 
     @property
@@ -275,9 +276,19 @@ class SafetyFilter:
             vel = np.zeros((H, len(self.joint_names)))
             vel[:, order] = np.asarray(chunk.velocities, dtype=np.float64)
 
-        # Position limits (commanded joints only; held joints stay where they are).
+        # Position limits (commanded joints only; held joints stay where they are). Targets just past a
+        # limit (within the clamp tolerance) are clamped onto it; further past, the point is unsafe.
         end = H  # exclusive end of the prefix still considered safe
         cols = order
+        tol = self._clamp_tol[cols]
+        low, high = lim.lower[cols], lim.upper[cols]
+        sub = Q[f:, cols]
+        clamp = ((sub < low) & (sub >= low - tol)) | ((sub > high) & (sub <= high + tol))
+        clamped = bool(clamp.any())
+        if clamped:
+            k = f + int(np.argmax(clamp.any(axis=1)))
+            Q[f:, cols] = np.where(clamp, np.clip(sub, low, high), sub)
+            findings.append(Finding("position_clamped", k, f"{int(clamp.sum())} target(s) within the clamp tolerance past a limit clamped onto it"))
         outside = (Q[f:, cols] < lim.lower[cols]) | (Q[f:, cols] > lim.upper[cols])
         if outside.any():
             k = f + int(np.argmax(outside.any(axis=1)))
@@ -355,14 +366,14 @@ class SafetyFilter:
             assert first is not None
             detail = first.detail if end > f else f"{first.detail}; no safe point left"
             return None, FilterReport("rejected", first.code, detail, first.index, 1.0, H, 0, tuple(findings), **work)
-        if f == 0 and end == H and s == 1.0:
+        if f == 0 and end == H and s == 1.0 and not clamped:
             return chunk, FilterReport("pass", points_in=H, points_out=H, **work)
         if s != 1.0:
             findings.append(Finding("time_scaled", f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits"))
         new_t_ns = new_tau_ns[f:end] + age_ns
         out = chunk.replace(
             time_from_start_s=new_t_ns.astype(np.float64) * 1e-9,
-            positions=np.asarray(chunk.positions, dtype=np.float64)[f:end].copy(),
+            positions=Q[f:end][:, order].copy(),
             velocities=None if chunk.velocities is None else np.asarray(chunk.velocities, dtype=np.float64)[f:end] / s,
         )
         if first is None:

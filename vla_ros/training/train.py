@@ -61,10 +61,11 @@ def git_commit() -> str:
         return ""
 
 
-def lr_at(step: int, tc: TrainConfig, total: int) -> float:
+def lr_at(step: int, tc: TrainConfig, time_fraction: float) -> float:
+    """Linear warm-up, then cosine decay to lr/10 over whichever budget (steps or minutes) runs out first."""
     if step < tc.warmup_steps:
         return tc.lr * (step + 1) / tc.warmup_steps
-    progress = min(1.0, (step - tc.warmup_steps) / max(1, total - tc.warmup_steps))
+    progress = min(1.0, max(step / tc.steps, time_fraction))
     return tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
@@ -109,21 +110,15 @@ def train(data_dir: str | Path, out: str | Path, tc: TrainConfig = TrainConfig()
         return float(np.mean(losses)) if losses else float("nan")
 
     history = {"step": [], "loss": [], "mae": [], "val_step": [], "val_loss": []}
-    deadline = t_start + tc.minutes * 60.0
-    # The step budget for the schedule: estimated from the first steps' speed so cosine decay ends on time.
-    total_steps = tc.steps
+    # The time budget counts from the first step (data loading is not training time).
+    t_train = time.time()
+    budget_s = tc.minutes * 60.0
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
     model.train()
-    while step < total_steps and time.time() < deadline:
-        if step == 20:
-            per_step = (time.time() - t_start_steps) / 20
-            total_steps = min(tc.steps, max(step + 1, int((deadline - t_start_steps) / per_step)))
-            bar.total = total_steps
-        if step == 0:
-            t_start_steps = time.time()
+    while step < tc.steps and time.time() - t_train < budget_s:
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, tc, total_steps)
+            group["lr"] = lr_at(step, tc, (time.time() - t_train) / budget_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng) for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
         opt.zero_grad(set_to_none=True)
