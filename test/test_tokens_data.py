@@ -131,7 +131,7 @@ def recorded_sim_episode(tmp_path_factory, encoder):
     tmp = tmp_path_factory.mktemp("record")
     log = tmp / "sim.log"
     path = tmp / "episode.mcap"
-    with LaunchedGraph("sim.launch.xml", "seed:=2", log_path=log):
+    with LaunchedGraph("sim.launch.xml", "policy:=scripted", "seed:=2", log_path=log):
         probe = Probe("tokens_probe")
         online = TokenStream(TOKENIZER, LIVE_STREAM, encoder)
         windows = []
