@@ -81,6 +81,12 @@ def _eval(argv: list[str]) -> int:
     return run_eval.main(argv)
 
 
+def _attention(argv: list[str]) -> int:
+    from vla_ros.evaluation import attention
+
+    return attention.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from vla_ros.tools import demo
 
@@ -94,6 +100,7 @@ VERBS = {
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
     "eval": (_eval, "closed-loop success rate in the sim: vla-ros eval --model models/vla_cups --episodes 50 --json"),
+    "attention": (_attention, "where the colour word looks: vla-ros attention --model models/vla_cups --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables: vla-ros params"),

@@ -1,9 +1,11 @@
 """``vla-ros demo``: the simulated demo, end to end through the real launch file and real DDS.
 
-Starts ``launch/sim.launch.xml`` with the launch runner (every node its own process), tells the arm which
-cup to pick, watches the episode in simulated time until the cup is lifted or the time runs out, then
-writes a video of the camera view, a plot of commanded versus measured joints and a summary into a dated
-folder. Until the trained policy ships, the motion comes from the scripted pick and the summary says so.
+Starts ``launch/sim.launch.xml`` with the launch runner (every node its own process: sim, policy, safety
+filter, controller), tells the policy "pick up the <color> cup", watches the episode in simulated time
+until the cup is lifted or the time runs out, then writes a video of the camera view, a plot of
+commanded versus measured joints, a histogram of the policy's latency (sensor stamp to chunk publish)
+and a summary into a dated folder. ``--policy scripted`` runs the privileged scripted pick instead (and
+says so).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         epilog="example: vla-ros demo --color red --seed 3 --out runs/my-demo",
     )
     parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
+    parser.add_argument("--policy", default="vla", choices=["vla", "scripted"], help="the learned pipeline or the scripted pick")
+    parser.add_argument("--model", default="vla_cups", help="policy model (folder or name under models/)")
+    parser.add_argument("--instruction", default="", help="what to say (default: 'pick up the <color> cup')")
     parser.add_argument("--seed", type=int, default=0, help="episode seed (cup positions)")
     parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds before giving up")
     parser.add_argument("--wall-timeout", type=float, default=180.0, help="wall seconds before giving up")
@@ -45,10 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(list(argv or []))
     out = args.out or Path("runs") / datetime.datetime.now().strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    print("vla_ros demo: no trained policy ships yet, so the arm follows the SCRIPTED pick "
-          "(privileged cup positions from the simulator), not a learned policy.")
-    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()),
-           f"seed:={args.seed}", f"target_color:={args.color}", "policy:=scripted"]
+    args.instruction = args.instruction or f"pick up the {args.color} cup"
+    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()), f"seed:={args.seed}"]
+    if args.policy == "scripted":
+        print("vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), "
+              "not the learned policy.")
+        cmd += [f"target_color:={args.color}", "policy:=scripted"]
+    else:
+        from vla_ros.nodes.policy_node import resolve_model_dir
+
+        model = resolve_model_dir(args.model)
+        if not (model / "config.json").is_file():
+            print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
+            return 2
+        print(f"vla_ros demo: learned policy {model.name}, instruction {args.instruction!r}")
+        cmd += ["policy:=vla", f"model:={model}", f"instruction:={args.instruction}"]
     launch = subprocess.Popen(cmd, start_new_session=True)
     try:
         record = _watch(args)
@@ -70,7 +86,8 @@ def _watch(args) -> dict:
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image, JointState
-    from std_msgs.msg import String
+    from diagnostic_msgs.msg import DiagnosticArray
+    from std_msgs.msg import Float64MultiArray, String
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
@@ -79,7 +96,8 @@ def _watch(args) -> dict:
     rclpy.init()
     node = Node("demo_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
     rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None,
-           "min_episode": 0, "t_start": 0.0}
+           "min_episode": 0, "t_start": 0.0, "t_cmd": [], "cmd": [], "latency_ms": [], "chunks": 0,
+           "safety": {}, "sim_rejected": 0, "tcp_cup": []}
 
     def on_image(msg: Image) -> None:
         if len(rec["frames"]) < 2000:
@@ -95,6 +113,8 @@ def _watch(args) -> dict:
         if status["episode"] < rec["min_episode"]:
             return  # a late status of the episode before the restart
         rec["status"] = status
+        if rec["min_episode"] > 0 and args.color in status["cups"]:
+            rec["tcp_cup"].append((status["time_s"], float(np.linalg.norm(np.subtract(status["tcp"], status["cups"][args.color])))))
         if status["lifted"] == args.color and rec["lifted_at"] is None and rec["min_episode"] > 0:
             rec["lifted_at"] = status["time_s"]
 
@@ -104,6 +124,29 @@ def _watch(args) -> dict:
     node.create_subscription(String, "/vla/episode_status", on_status, latched)
     node.create_subscription(JointTrajectory, "/joint_trajectory_controller/joint_trajectory",
                              lambda m: rec.__setitem__("traj", m), 10)
+
+    def now_s() -> float:
+        return node.get_clock().now().nanoseconds * 1e-9
+
+    def on_command(msg: Float64MultiArray) -> None:
+        rec["t_cmd"].append(now_s())
+        rec["cmd"].append(list(msg.data))
+
+    def on_chunk(msg: JointTrajectory) -> None:
+        rec["chunks"] += 1
+        rec["latency_ms"].append((now_s() - ns_from_time_msg(msg.header.stamp) * 1e-9) * 1e3)
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for st in msg.status:
+            values = {kv.key: kv.value for kv in st.values}
+            if st.name.startswith("safety_filter:"):
+                rec["safety"] = {k: int(v) for k, v in values.items() if k.startswith("chunks.")}
+            if st.name.startswith("sim:") and "rejected.total" in values:
+                rec["sim_rejected"] = int(values["rejected.total"])
+
+    node.create_subscription(Float64MultiArray, "/forward_position_controller/commands", on_command, 100)
+    node.create_subscription(JointTrajectory, "/vla/action_chunk", on_chunk, 10)
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 50)
     wall_end = time.monotonic() + args.wall_timeout
     try:
         # DDS discovery takes a moment, so the first episode's start would be missing from the video:
@@ -120,7 +163,7 @@ def _watch(args) -> dict:
             rclpy.spin_once(node, timeout_sec=0.05)
         t_reset = rec["t_js"][-1]
         rec["t_start"] = t_reset
-        for key in ("frames", "t_js", "q"):
+        for key in ("frames", "t_js", "q", "t_cmd", "cmd", "latency_ms", "tcp_cup"):
             rec[key].clear()
         rec["lifted_at"], rec["min_episode"] = None, episode_before + 1
         deadline = t_reset + args.timeout
@@ -144,6 +187,7 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from vla_ros.chunks import COMMANDED_JOINTS
     from vla_ros.ros.time import seconds_from_duration_msg
 
     video = out / "camera.mp4"
@@ -155,23 +199,36 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         q = np.asarray(rec["q"])
         fig, axes = plt.subplots(4, 2, figsize=(11, 9), sharex=True)
         traj = rec["traj"]
+        cmd = np.asarray(rec["cmd"]) if rec["cmd"] else None
         for i, name in enumerate(rec["names"][:8]):
             ax = axes.flat[i]
             ax.plot(t, q[:, i], label="measured")
-            if traj is not None and name in traj.joint_names:
+            if cmd is not None and name in COMMANDED_JOINTS:
+                ax.plot(rec["t_cmd"], cmd[:, COMMANDED_JOINTS.index(name)], lw=1, label="commanded (controller, 100 Hz)")
+            elif traj is not None and name in traj.joint_names:
                 j = list(traj.joint_names).index(name)
                 tp = [seconds_from_duration_msg(p.time_from_start) for p in traj.points]
-                t0 = t[0]  # the trajectory starts on arrival, about when recording starts
-                ax.plot(np.asarray(tp) + t0, [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
+                ax.plot(np.asarray(tp) + t[0], [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
             ax.set_title(name, fontsize=9)
         axes.flat[0].legend(fontsize=8)
         fig.supxlabel("simulated time [s]")
         fig.tight_layout()
         fig.savefig(out / "joints.png", dpi=90)
         plt.close(fig)
+    if rec["latency_ms"]:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(rec["latency_ms"], bins=30, color="C0")
+        ax.set_xlabel("newest observation stamp -> chunk received [ms, simulated time]")
+        ax.set_ylabel("chunks")
+        ax.set_title(f"policy latency, p50 {np.percentile(rec['latency_ms'], 50):.0f} ms, {len(rec['latency_ms'])} chunks")
+        fig.tight_layout()
+        fig.savefig(out / "latency.png", dpi=90)
+        plt.close(fig)
     status = rec["status"] or {}
+    dist = [d for _, d in rec["tcp_cup"]]
     summary = {
-        "motion": "scripted (no trained policy yet)",
+        "motion": "learned policy" if args.policy == "vla" else "scripted (privileged cup positions)",
+        "instruction": args.instruction if args.policy == "vla" else None,
         "target": args.color,
         "seed": args.seed,
         "lifted": status.get("lifted"),
@@ -179,11 +236,21 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         "time_to_lift_s": None if rec["lifted_at"] is None else round(rec["lifted_at"] - rec["t_start"], 3),
         "episode_time_s": round(rec["t_js"][-1] - rec["t_start"], 3) if rec["t_js"] else None,
         "frames": len(rec["frames"]),
+        "chunks": rec["chunks"],
+        "latency_ms_p50": round(float(np.percentile(rec["latency_ms"], 50)), 1) if rec["latency_ms"] else None,
+        "latency_ms_p99": round(float(np.percentile(rec["latency_ms"], 99)), 1) if rec["latency_ms"] else None,
+        "gripper_cup_distance_m": {"start": round(dist[0], 3), "min": round(min(dist), 3)} if dist else None,
+        "safety_filter": rec["safety"],
+        "commands_rejected_by_sim": rec["sim_rejected"],
+        "commands": len(rec["cmd"]),
         "out": str(out),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n  target cup      : {args.color} (seed {args.seed})")
+    print(f"\n  {summary['motion']}: {summary['instruction'] or ''}")
+    print(f"  target cup      : {args.color} (seed {args.seed})")
     print(f"  lifted          : {summary['lifted']}  after {summary['time_to_lift_s']} s simulated")
+    print(f"  gripper to cup  : {summary['gripper_cup_distance_m']}")
+    print(f"  chunks          : {summary['chunks']} (latency p50 {summary['latency_ms_p50']} ms), safety filter {summary['safety_filter']}")
     print(f"  frames recorded : {summary['frames']}")
-    print(f"  outputs         : {video}, {out / 'joints.png'}, {out / 'summary.json'}\n")
+    print(f"  outputs         : {video}, {out / 'joints.png'}, {out / 'latency.png'}, {out / 'summary.json'}\n")
     return summary

@@ -1,0 +1,182 @@
+"""``vla-ros attention``: does the colour word look at the right cup?
+
+For frames of sim episodes (the scripted expert drives the arm, so every run sees the same scenes), the
+window the policy would hold is run through the model in one full pass with attention weights; for each
+instruction word, the attention the newest frame's patch tokens pay to it is drawn as a heat map over
+the camera image (one panel per word, PNG). ``grounding_ratio``: the share of the colour word's
+attention that falls on the patches covering the named cup, divided by those patches' share of the
+image (1 = no preference, higher = grounded), averaged over frames, layers and heads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLE = "example: vla-ros attention --model models/vla_cups --episodes 3 --out runs/attention --json"
+
+
+def cup_patches(sim, color: str, grid: tuple[int, int], crop=(0.0, 0.0, 0.0, 0.0)) -> np.ndarray:
+    """(rows*cols,) bool: patches whose cell overlaps the projected outline of the named cup."""
+    from vla_ros.sim.scene import CUP_HALF_HEIGHT_M, CUP_RADIUS_M
+
+    center = sim.cup_positions()[color]
+    ang = np.linspace(0, 2 * np.pi, 16, endpoint=False)
+    ring = np.stack([np.cos(ang) * CUP_RADIUS_M, np.sin(ang) * CUP_RADIUS_M, np.zeros_like(ang)], axis=1)
+    pts = np.concatenate([center + ring + [0, 0, dz] for dz in (-CUP_HALF_HEIGHT_M, CUP_HALF_HEIGHT_M)])
+    uv = sim.project(pts)
+    k = sim.camera_intrinsics()
+    top, bottom, left, right = crop
+    x0, x1 = left * k.width, k.width * (1 - right)
+    y0, y1 = top * k.height, k.height * (1 - bottom)
+    rows, cols = grid
+    u = (uv[:, 0] - x0) / (x1 - x0) * cols
+    v = (uv[:, 1] - y0) / (y1 - y0) * rows
+    mask = np.zeros((rows, cols), bool)
+    r0, r1 = int(np.clip(np.floor(v.min()), 0, rows - 1)), int(np.clip(np.floor(v.max()), 0, rows - 1))
+    c0, c1 = int(np.clip(np.floor(u.min()), 0, cols - 1)), int(np.clip(np.floor(u.max()), 0, cols - 1))
+    mask[r0:r1 + 1, c0:c1 + 1] = True
+    return mask.reshape(-1)
+
+
+def frame_attention(model, config, window, instruction) -> np.ndarray:
+    """(layers, heads, L, P): attention of the newest frame's patch tokens to each instruction token."""
+    import torch
+
+    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
+    from vla_ros.tokens import Kind
+
+    seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
+    batch = collate([seq])
+    with torch.no_grad():
+        out = model.full_pass(batch, need_weights=True)
+    frame_rows = [i for i, o in enumerate(window) if o.kind == Kind.IMAGE]
+    newest = frame_rows[-1]
+    rows = np.flatnonzero((seq.token_obs == newest) & (seq.kind == int(Kind.IMAGE)))  # (P,) query rows
+    L = instruction.embeddings.shape[0]
+    maps = []
+    for w in out.weights:  # (1, H, T, T) per layer
+        a = w[0].numpy()  # (H, T, T)
+        maps.append(a[:, rows][:, :, :L].transpose(0, 2, 1))  # (H, L, P)
+    return np.stack(maps)  # (layers, H, L, P)
+
+
+def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
+    import cv2
+
+    rows, cols = grid
+    h = heat.reshape(rows, cols)
+    h = (h - h.min()) / (np.ptp(h) + 1e-12)
+    big = cv2.resize(h.astype(np.float32), (rgb.shape[1], rgb.shape[0]), interpolation=cv2.INTER_NEAREST)
+    color = cv2.applyColorMap((big * 255).astype(np.uint8), cv2.COLORMAP_JET)[:, :, ::-1]
+    return (0.55 * rgb + 0.45 * color).astype(np.uint8)
+
+
+def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6, out: Path | None = None, templates=None) -> dict:
+    import torch
+
+    from vla_ros.model.io import load_model
+    from vla_ros.sim import ArmSim
+    from vla_ros.sim.expert import PickExpert
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
+    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
+    from vla_ros.ros.time import time_msg_from_ns
+    from vla_ros.tokens import StreamConfig, TokenizerConfig, TokenStream
+    from vla_ros.tokens.text import shared_encoder
+
+    torch.manual_seed(0)
+    model = load_model(model_dir).eval()
+    config = model.config
+    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    encoder = shared_encoder(config.max_text_tokens)
+    sim = ArmSim()
+    ratios, per_layer, panels = [], [], []
+    for e in range(episodes):
+        ep_seed = EVAL_SEED_START + seed + e
+        color, instruction_text = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
+        sim.reset(ep_seed)
+        stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
+        instruction = stream.set_instruction(instruction_text, 0)
+        words = list(instruction.tokens)
+        color_idx = words.index(color) if color in words else None
+        expert = PickExpert()
+        sample_at = set(np.linspace(0.4, 2.0, frames_per_episode).round(2))
+        while sim.time_s < 2.05:
+            stamp = time_msg_from_ns(sim.time_ns)
+            if sim.is_joint_state_step():
+                stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
+                sim.command_positions(None, expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()))
+            if sim.is_frame_step():
+                rgb = sim.render()
+                stream.add_message("sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera"), sim.time_ns, "/camera/image_raw")
+                if round(sim.time_s, 2) in sample_at or any(abs(sim.time_s - t) < 0.017 for t in sample_at):
+                    sample_at = {t for t in sample_at if abs(sim.time_s - t) >= 0.017}
+                    att = frame_attention(model, config, stream.window(), instruction)  # (layers, H, L, P)
+                    target = cup_patches(sim, color, config.patch_grid, config.crop)
+                    share = target.mean()
+                    if color_idx is not None and share > 0:
+                        a = att[:, :, color_idx, :]  # (layers, H, P)
+                        mass = a[..., target].sum(-1) / a.sum(-1)  # (layers, H)
+                        ratios.append(float(mass.mean() / share))
+                        per_layer.append((mass.mean(axis=1) / share).tolist())
+                    if len(panels) < 2 and e < 2:
+                        panels.append((rgb, att.mean(axis=(0, 1)), words, color, instruction_text))
+            sim.step()
+    sim.close()
+    result = {
+        "grounding_ratio": round(float(np.mean(ratios)), 3) if ratios else None,
+        "grounding_ratio_by_layer": [round(float(v), 3) for v in np.mean(per_layer, axis=0)] if per_layer else None,
+        "frames": len(ratios), "episodes": episodes, "model": str(model_dir),
+    }
+    if out is not None and panels:
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (rgb, att, words, color, text) in enumerate(panels):
+            draw_panels(rgb, att, words, config.patch_grid, f"{text!r} (target: {color})", out / f"attention_{i}.png")
+        (out / "attention.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def draw_panels(rgb, att, words, grid, title, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(words)
+    cols = min(4, n)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows))
+    for ax in np.atleast_1d(axes).flat:
+        ax.axis("off")
+    for i, word in enumerate(words):
+        ax = np.atleast_1d(axes).flat[i]
+        ax.imshow(overlay(rgb, att[i], grid))
+        ax.set_title(word, fontsize=10)
+    fig.suptitle(f"attention of the newest frame's patches to each word: {title}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-ros attention", description=__doc__.splitlines()[0], epilog=EXAMPLE)
+    parser.add_argument("--model", default="vla_cups")
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
+    parser.add_argument("--frames", type=int, default=6, help="frames per episode")
+    parser.add_argument("--out", default="", help="output folder (default runs/attention-<date>)")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(argv)
+    import datetime
+
+    from vla_ros.nodes.policy_node import resolve_model_dir
+
+    out = Path(args.out or f"runs/attention-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    result = run(resolve_model_dir(args.model), args.episodes, args.seed, args.frames, out)
+    if not args.json:
+        print(f"grounding_ratio {result['grounding_ratio']} over {result['frames']} frames; panels in {out}")
+    print(json.dumps(result))
+    return 0
