@@ -41,7 +41,8 @@ demo: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-62} $(VENV)/bin/vla-ros demo
 
 bench: setup
-	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench sim --json
+	for part in sim tokens policy safety controller; do \
+	  ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench $$part --json || exit 1; done
 
 params: setup
 	$(VENV)/bin/vla-ros params
