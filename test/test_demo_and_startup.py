@@ -9,10 +9,10 @@ from ros_helpers import REPO
 RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / "sim.launch.xml")]
 
 
-def test_demo_picks_the_named_cup_and_writes_its_outputs(tmp_path):
+def test_scripted_demo_picks_the_named_cup_and_writes_its_outputs(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "vla_ros.cli", "demo", "--color", "green", "--seed", "4", "--out", str(out)],
+        [sys.executable, "-m", "vla_ros.cli", "demo", "--policy", "scripted", "--color", "green", "--seed", "4", "--out", str(out)],
         capture_output=True, text=True, timeout=240, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

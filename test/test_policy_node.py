@@ -111,5 +111,5 @@ def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph
     assert all(abs(s * 600e-9 - round(s * 600e-9)) < 1e-3 for s in stamps)
     assert graph.spin_until(lambda: any(s[0] == b"\x00" for s in statuses(graph, "policy")), 30)
     values = [s for s in statuses(graph, "policy") if s[0] == b"\x00"][-1][2]
-    assert int(values["tokens_in_cache"]) > 50 and float(values["inference_ms.p50"]) > 0
+    assert int(values["tokens_in_cache"]) >= 20 and float(values["inference_ms.p50"]) > 0
     assert int(values["tokens.rejected"]) == 0
