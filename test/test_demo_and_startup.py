@@ -51,3 +51,25 @@ def test_unknown_choice_is_refused_before_anything_starts():
     assert proc.returncode != 0
     assert "purple" in proc.stdout + proc.stderr
     assert "process started" not in proc.stdout + proc.stderr
+
+
+def test_learned_demo_moves_the_gripper_toward_the_named_cup_within_limits(tmp_path):
+    """The README's main command with the shipped model: the full launch graph (sim, policy, safety
+    filter, controller) on simulated time. The gripper must approach the named cup by a clear margin and
+    every command that reaches the sim must be inside the joint limits."""
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vla_ros.cli", "demo", "--color", "red", "--seed", "1", "--timeout", "8", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # 1: not lifted in time
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["motion"] == "learned policy" and summary["instruction"] == "pick up the red cup"
+    d = summary["gripper_cup_distance_m"]
+    assert d["min"] < 0.7 * d["start"], d
+    assert summary["chunks"] >= 40 and summary["commands"] > 300
+    assert summary["commands_within_limits"] is True and summary["commands_rejected_by_sim"] == 0
+    assert summary["latency_ms_p50"] is not None and summary["latency_ms_p50"] < 300
+    for name in ("camera.mp4", "joints.png", "latency.png"):
+        assert (out / name).stat().st_size > 1000, name
+    assert json.loads((out / "summary.json").read_text()) == summary

@@ -550,3 +550,20 @@ def test_gripper_targets_just_past_the_stroke_are_clamped_further_ones_cut(flt):
     elbow[3:, 2] = 3.5  # revolute joints are never clamped by default
     _, report = flt.filter(chunk(elbow), state(), NOW)
     assert report.reason == "position_limit" and report.first_unsafe_index == 3
+
+
+def test_tracking_offset_within_tolerance_is_not_motion(flt):
+    """A gripper closed on a cup measures its width while commanded shut, and a moving arm lags its
+    command: neither makes a chunk 'unreachable' or slows it down; a real jump still does."""
+    measured = HOME.copy()
+    measured[-1] = 0.025  # fingers stopped by the cup
+    measured[2] -= 0.04  # the elbow lags its command by 0.04 rad
+    pts = np.repeat(HOME[None, :], 8, axis=0)
+    pts[:, -1] = 0.0  # commanded shut
+    pts[:, 0] += 0.01 * np.arange(1, 9)  # a slow pan: 0.2 rad/s
+    out, report = flt.filter(chunk(pts, dt=0.05), state(measured), NOW)
+    assert report.verdict == "pass", report
+    far = measured.copy()
+    far[2] -= 0.8  # 0.8 rad from the first point, 50 ms ahead: 15 rad/s past the tolerance, beyond max_time_scale
+    _, report = flt.filter(chunk(pts, dt=0.05), state(far), NOW)
+    assert report.verdict == "rejected" and report.reason == "unreachable_first_point"

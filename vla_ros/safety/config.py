@@ -154,6 +154,10 @@ class SafetyConfig:
     Args:
         joints: joints a chunk must command (empty = every actuated, non-mimic joint of the URDF). Other
             actuated joints are held at their measured positions for the collision checks.
+        tracking_tolerance_rad / tracking_tolerance_m: offset between the measured state and the first point
+            that does not count as motion when checking velocity and acceleration (servo lag; a gripper
+            closed on an object never reaches its commanded position). Collisions are still checked from
+            the measured state.
         position_clamp_rad / position_clamp_m: a target this little past a (margin-reduced) limit is
             clamped onto it instead of ending the chunk there (a learned gripper command of "shut" lands a
             few millimetres past the stroke); further past, the point is unsafe.
@@ -187,6 +191,8 @@ class SafetyConfig:
     joints: tuple[str, ...] = ()
     position_margin_rad: float = 0.01  # keeps targets off the hard stops; small against the sim's ranges
     position_margin_m: float = 0.0
+    tracking_tolerance_rad: float = 0.05  # servo lag of a position-controlled arm at speed
+    tracking_tolerance_m: float = 0.03  # fingers closed on a 6 cm cup: measured 3 cm from commanded
     position_clamp_rad: float = 0.0  # off: a revolute target past its limit marks the point unsafe
     position_clamp_m: float = 0.01  # a "fully closed" gripper target a few mm past the stroke is clamped
     velocity_scale: float = 1.0
@@ -230,7 +236,7 @@ class SafetyConfig:
         for name in ("default_acceleration_rad_s2", "default_acceleration_m_s2", "max_chunk_age_s", "max_state_age_s",
                      "max_horizon_s", "max_joint_step_rad", "max_joint_step_m"):
             positive(name)
-        for name in ("position_clamp_rad", "position_clamp_m", "position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
+        for name in ("tracking_tolerance_rad", "tracking_tolerance_m", "position_clamp_rad", "position_clamp_m", "position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
             non_negative(name)
         if not (math.isfinite(self.max_time_scale) and self.max_time_scale >= 1.0):
             raise ConfigError(f"max_time_scale must be >= 1 (1 = never slow a chunk down), got {self.max_time_scale!r}")

@@ -138,6 +138,7 @@ class SafetyFilter:
         self.joint_names = robot.joint_names
         self.commanded_names = tuple(n for n, c in zip(robot.joint_names, self.limits.commanded) if c)
         self._act_index = {n: i for i, n in enumerate(robot.joint_names)}
+        self._track_tol = np.where(robot.prismatic, cfg.tracking_tolerance_m, cfg.tracking_tolerance_rad)
         self._clamp_tol = np.where(robot.prismatic, cfg.position_clamp_m, cfg.position_clamp_rad)
         self._mimic_names = {robot.model.names[j] for j in range(1, robot.model.njoints)} - set(robot.joint_names)
 
@@ -300,11 +301,14 @@ class SafetyFilter:
             ))
             end = k
 
-        # Velocity / acceleration: how much each prefix must be slowed down.
+        # Velocity / acceleration: how much each prefix must be slowed down. The first segment starts from
+        # the measured state moved toward the first point by the tracking tolerance: servo lag and a
+        # gripper squeezing an object keep measured != commanded, and that offset is not motion the
+        # chunk asks for (the controller blends from its own command, within its limits).
         scales = np.ones(0)
         if end > f:
             tau = tau_ns[f:end] * 1e-9
-            r_v, r_a = limit_ratios(tau, Q[f:end], q_meas, lim.velocity, lim.acceleration, None if vel is None else vel[f:end])
+            r_v, r_a = limit_ratios(tau, Q[f:end], q_meas, lim.velocity, lim.acceleration, None if vel is None else vel[f:end], self._track_tol)
             scales = prefix_scales(r_v, r_a)
             too_slow = scales > cfg.max_time_scale * (1.0 + LIMIT_RTOL)
             if too_slow.any():
@@ -396,7 +400,7 @@ class SafetyFilter:
         for _ in range(64):
             new[f:end] = np.ceil(base * s).astype(np.int64)
             r_v, r_a = limit_ratios(new[f:end] * 1e-9, Q[f:end], q_meas, lim.velocity, lim.acceleration,
-                                    None if vel is None else vel[f:end] / s)
+                                    None if vel is None else vel[f:end] / s, self._track_tol)
             need = float(prefix_scales(r_v, r_a)[-1])
             if need <= 1.0 + LIMIT_RTOL:
                 return s, new
@@ -411,7 +415,8 @@ class SafetyFilter:
         ``t_stop = max_j |v_j| / a_j`` and the distance ``v t_stop / 2``; joints stop at their URDF limits.
         """
         last = Q[end - 1]
-        prev = Q[end - 2] if end - 1 > f else q_meas
+        # From the measured state, the offset within the tracking tolerance is not motion (as in timing).
+        prev = Q[end - 2] if end - 1 > f else q_meas + np.clip(Q[f] - q_meas, -self._track_tol, self._track_tol)
         h = (tau_ns[end - 1] - (tau_ns[end - 2] if end - 1 > f else 0)) * 1e-9
         v = (last - prev) / h
         t_stop = float(np.max(np.abs(v) / self.limits.acceleration))

@@ -26,6 +26,7 @@ def limit_ratios(
     v_max: np.ndarray,
     a_max: np.ndarray,
     given_velocities: np.ndarray | None = None,
+    start_tolerance: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ratios of required to allowed velocity and acceleration at ``s = 1``.
 
@@ -33,11 +34,17 @@ def limit_ratios(
         tau_s: (K,) times of the points from now, strictly increasing and > 0.
         points: (K, n) positions; q0: (n,) measured positions at time 0.
         given_velocities: optional (K, n) velocities the chunk carries (they scale with 1/s too).
+        start_tolerance: optional (n,) offsets between q0 and the first point that are not motion (servo
+            lag, a gripper closed on an object): the first segment only counts what exceeds them, and the
+            acceleration at the first point is not checked (the arm's velocity there is unknown; the
+            controller limits its own command's acceleration every cycle).
 
     Returns:
         r_v (K,): for the segment ending at point k (k = 0 starts at q0), max_j |v_j| / v_max_j.
         r_a (K - 1,): at point k between segments k and k+1, max_j |a_j| / a_max_j.
     """
+    if start_tolerance is not None:
+        q0 = q0 + np.clip(points[0] - q0, -start_tolerance, start_tolerance)
     pos = np.vstack([q0[None, :], points])  # (K+1, n)
     times = np.concatenate([[0.0], tau_s])  # (K+1,)
     h = np.diff(times)  # (K,)
@@ -49,6 +56,8 @@ def limit_ratios(
         return r_v, np.zeros(0)
     a = 2.0 * np.diff(v, axis=0) / (h[:-1] + h[1:])[:, None]  # (K-1, n)
     r_a = np.max(np.abs(a) / a_max, axis=1)
+    if start_tolerance is not None:
+        r_a[0] = 0.0
     return r_v, r_a
 
 

@@ -153,6 +153,12 @@ def _watch(args) -> dict:
         # once camera and joints arrive here, restart the episode (same seed) and record it whole.
         while time.monotonic() < wall_end and not (rec["frames"] and rec["t_js"] and rec["status"]):
             rclpy.spin_once(node, timeout_sec=0.05)
+        if args.policy == "vla":  # loading torch, MiniLM and the model takes seconds: start once it acts
+            print("waiting for the policy's first chunk ...", flush=True)
+            while time.monotonic() < wall_end and rec["chunks"] == 0:
+                rclpy.spin_once(node, timeout_sec=0.05)
+            if rec["chunks"] == 0:
+                raise RuntimeError("the policy published no chunk (see its /diagnostics)")
         reset = node.create_client(Trigger, "/sim/reset")
         if not reset.wait_for_service(timeout_sec=30.0):
             raise RuntimeError("/sim/reset is not available")
@@ -226,6 +232,14 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         plt.close(fig)
     status = rec["status"] or {}
     dist = [d for _, d in rec["tcp_cup"]]
+    within = None
+    if rec["cmd"]:
+        from vla_ros.control.config import limits_from_urdf
+        from vla_ros.sim import default_urdf_path
+
+        lim = limits_from_urdf(default_urdf_path(), list(COMMANDED_JOINTS))
+        c = np.asarray(rec["cmd"])
+        within = bool(np.all(np.isfinite(c)) and np.all(c >= lim.lower - 1e-9) and np.all(c <= lim.upper + 1e-9))
     summary = {
         "motion": "learned policy" if args.policy == "vla" else "scripted (privileged cup positions)",
         "instruction": args.instruction if args.policy == "vla" else None,
@@ -242,6 +256,7 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         "gripper_cup_distance_m": {"start": round(dist[0], 3), "min": round(min(dist), 3)} if dist else None,
         "safety_filter": rec["safety"],
         "commands_rejected_by_sim": rec["sim_rejected"],
+        "commands_within_limits": within,
         "commands": len(rec["cmd"]),
         "out": str(out),
     }

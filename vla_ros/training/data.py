@@ -94,13 +94,32 @@ def chunk_targets(ep: EpisodeData, anchor_t_s: float, offsets_s: np.ndarray) -> 
     return out.astype(np.float32)
 
 
-def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator):
-    """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring)."""
+def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
+                  state_noise: tuple[float, float] = (0.0, 0.0)):
+    """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
+
+    ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
+    policy cannot copy the measured state forward and must look at the image (the "copycat" shortcut of
+    behaviour cloning with proprioception), and it sees states a little off the demonstrations.
+    """
+    import dataclasses as dc
+
     from vla_ros.model.sequence import ChunkSpec, build_sequence
 
     lo = np.searchsorted(ep.t_s, t_end_s - span_s - context_s, side="left")
     hi = np.searchsorted(ep.t_s, t_end_s, side="right")
     observations = ep.observations[lo:hi]
+    if state_noise[0] > 0 or state_noise[1] > 0:
+        n = len(config.joint_names)
+        noisy = []
+        for o in observations:
+            if o.kind == Kind.STATE:
+                d = o.data.copy()
+                d[:n] += rng.normal(0.0, state_noise[0], n).astype(np.float32)
+                d[n:] += rng.normal(0.0, state_noise[1], d.size - n).astype(np.float32)
+                o = dc.replace(o, data=d)
+            noisy.append(o)
+        observations = noisy
     first_anchor = np.searchsorted(ep.t_s[lo:hi], t_end_s - span_s, side="left")
     candidates = np.arange(first_anchor, len(observations))
     if len(candidates) == 0:
@@ -119,11 +138,12 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     return build_sequence(config, observations, text=ep.text, chunks=specs, validate=False)
 
 
-def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator):
+def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
+                    state_noise: tuple[float, float] = (0.0, 0.0)):
     """A random sequence: a random episode, a random end time (never before its first frame)."""
     while True:
         ep = episodes[int(rng.integers(len(episodes)))]
         t_end = float(rng.uniform(ep.t_s[0] + 0.05, ep.t_s[-1]))
-        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng)
+        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise)
         if seq is not None:
             return seq

@@ -29,9 +29,10 @@ class TrainConfig:
         lr / weight_decay / warmup_steps: AdamW with linear warm-up and cosine decay to lr/10.
         val_fraction: share of episodes held out for the validation loss.
         threads: torch CPU threads (0 = torch's default).
+        state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
     """
 
-    minutes: float = 40.0
+    minutes: float = 40.0  # plus about 2 min of replaying the bags: the 45-minute budget
     steps: int = 100_000
     span_s: float = 1.0
     context_s: float = 0.5
@@ -46,6 +47,8 @@ class TrainConfig:
     val_sequences: int = 24
     seed: int = 0
     threads: int = 0
+    state_noise_rad: float = 0.02
+    state_noise_rad_s: float = 0.1
 
     def __post_init__(self) -> None:
         if self.minutes <= 0 or self.steps <= 0:
@@ -119,7 +122,8 @@ def train(data_dir: str | Path, out: str | Path, tc: TrainConfig = TrainConfig()
     while step < tc.steps and time.time() - t_train < budget_s:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc, (time.time() - t_train) / budget_s)
-        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng) for _ in range(tc.batch_sequences)]).to(dev)
+        noise = (tc.state_noise_rad, tc.state_noise_rad_s)
+        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise) for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
