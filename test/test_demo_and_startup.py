@@ -73,3 +73,21 @@ def test_learned_demo_moves_the_gripper_toward_the_named_cup_within_limits(tmp_p
     for name in ("camera.mp4", "joints.png", "latency.png"):
         assert (out / name).stat().st_size > 1000, name
     assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_scripted_motion_reports_its_plan_on_diagnostics(tmp_path):
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from ros_helpers import LaunchedGraph, Probe
+
+    with LaunchedGraph("sim.launch.xml", "policy:=scripted", "target_color:=blue", log_path=tmp_path / "log"):
+        probe = Probe("scripted_diag_probe")
+        seen = []
+        probe.node.create_subscription(
+            DiagnosticArray, "/diagnostics",
+            lambda m: seen.extend((s.level, s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name == "scripted_motion: scripted pick"), 20)
+        ok = probe.spin_until(lambda: any(level == b"\x00" for level, _, _ in seen), 90)
+        probe.close()
+    assert ok, seen[-3:]
+    level, message, values = next(x for x in seen if x[0] == b"\x00")
+    assert "blue cup" in message and int(values["episodes_planned"]) >= 1 and values["target_color"] == "blue"

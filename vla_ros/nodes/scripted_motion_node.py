@@ -1,9 +1,10 @@
-"""scripted_motion_node: the demo's stand-in motion until a trained policy ships.
+"""scripted_motion_node: a privileged scripted pick (``sim.launch.xml policy:=scripted``).
 
 Reads the simulator's privileged episode status (true cup positions, ``/vla/episode_status``) and sends one
 JointTrajectory per episode to the joint trajectory controller: approach the named cup from above,
-close the gripper, lift. It exists so the simulation, launch files and demo can be exercised end to end
-before the learned pipeline lands; it is not a policy and never runs on a real robot.
+close the gripper, lift. It exercises the simulation and launch files without a model and is the
+reference motion of ``vla-ros demo --policy scripted``; it is not a policy and never runs on a real
+robot. It reports on ``/diagnostics`` once a second: episodes planned, the last plan, failures.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import ParamSpec, declare_parameters
-from vla_ros.ros.time import duration_msg_from_s
+from vla_ros.ros.time import duration_msg_from_s, time_msg_from_ns
 from vla_ros.sim import CUP_COLORS
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
@@ -51,6 +53,21 @@ class ScriptedMotionNode(Node):
         self._pub = self.create_publisher(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", 10)
         self.create_subscription(JointState, "/joint_states", self._on_joints, 10)
         self.create_subscription(String, "/vla/episode_status", self._on_status, latched)
+        self.diag = Diagnostics(self, hardware_id="scripted")
+        self._report = {"episodes_planned": 0, "last_plan": "", "problem": ""}
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _publish_diagnostics(self) -> None:
+        r = self._report
+        if r["problem"]:
+            level, message = ERROR, r["problem"]
+        elif r["episodes_planned"]:
+            level, message = OK, r["last_plan"]
+        else:
+            level, message = WARN, "waiting for /vla/episode_status and /joint_states"
+        values = {"episodes_planned": r["episodes_planned"], "target_color": self.get_parameter("target_color").value}
+        values.update(self.diag.rejection_values())
+        self.diag.publish(time_msg_from_ns(self.get_clock().now().nanoseconds), [("scripted pick", level, message, values)])
 
     def _on_joints(self, msg: JointState) -> None:
         self._q_now = dict(zip(msg.name, msg.position))
@@ -59,7 +76,13 @@ class ScriptedMotionNode(Node):
             self._plan(self._pending)
 
     def _on_status(self, msg: String) -> None:
-        status = json.loads(msg.data)
+        try:
+            status = json.loads(msg.data)
+            status["episode"], status["time_s"], status["cups"]
+        except (ValueError, KeyError, TypeError) as err:
+            self.diag.count_rejection("bad_status")
+            self.get_logger().warning(f"unreadable /vla/episode_status: {err}", throttle_duration_sec=5.0)
+            return
         if status["episode"] != self._planned_episode:
             self._pending = status
             self._plan(status)
@@ -74,8 +97,10 @@ class ScriptedMotionNode(Node):
             times, points = pick_plan(
                 status["cups"][color], [self._q_now[j] for j in COMMAND_JOINTS], self.get_parameter("speed_scale").value
             )
-        except UnreachableError as err:
+        except (UnreachableError, KeyError) as err:
             self.get_logger().error(f"cannot pick the {color} cup: {err}")
+            self.diag.count_rejection("unreachable" if isinstance(err, UnreachableError) else "unknown_cup")
+            self._report["problem"] = f"episode {status['episode']}: cannot pick the {color} cup: {err}"
             self._planned_episode = status["episode"]
             return
         traj = JointTrajectory(joint_names=COMMAND_JOINTS)  # stamp 0: start on arrival
@@ -83,6 +108,8 @@ class ScriptedMotionNode(Node):
             traj.points.append(JointTrajectoryPoint(positions=q.tolist(), time_from_start=duration_msg_from_s(t)))
         self._pub.publish(traj)
         self._planned_episode = status["episode"]
+        self._report.update(episodes_planned=self._report["episodes_planned"] + 1, problem="",
+                            last_plan=f"episode {status['episode']}: {color} cup, {len(times)} waypoints, {times[-1]:.1f} s")
         self.get_logger().info(f"episode {status['episode']}: scripted pick of the {color} cup ({len(times)} waypoints, {times[-1]:.1f} s)")
 
 
