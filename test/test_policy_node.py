@@ -112,4 +112,7 @@ def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph
     assert graph.spin_until(lambda: any(s[0] == b"\x00" for s in statuses(graph, "policy")), 30)
     values = [s for s in statuses(graph, "policy") if s[0] == b"\x00"][-1][2]
     assert int(values["tokens_in_cache"]) >= 20 and float(values["inference_ms.p50"]) > 0
-    assert int(values["tokens.rejected"]) == 0
+    # nothing the sim sends is malformed; on a loaded machine a frame may arrive later than the lateness
+    # bound (counted as "late"), which is the only rejection allowed here
+    content = {k: v for k, v in values.items() if k.startswith("tokens.rejected.") and k != "tokens.rejected.late"}
+    assert all(int(v) == 0 for v in content.values()), content
