@@ -8,8 +8,11 @@ are built by the same functions the sim node uses and serialized to CDR; each ge
 plus a delivery delay like the live graph's (frames 10-40 ms, joint states 1-3 ms), written in that order,
 so replay sees frames arrive after newer joint states just as the node does.
 
-Some episodes start from a perturbed arm pose and some have a push (a smooth offset added to the executed
-commands for a moment) while the label stays the expert's clean command: the policy learns to come back.
+Some episodes start from a perturbed arm pose, some have a push (a smooth offset added to the executed
+commands for a moment) and some have a freeze (the executed command held for a moment, often right at the
+start) while the label stays the expert's clean command: the policy learns to come back to the path and
+to set off from rest. Without freezes every demonstration is already moving a few tens of milliseconds in,
+and a policy that reads joint velocities learns to continue whatever motion it sees: from rest, nothing.
 Training seeds and evaluation seeds are disjoint ranges (``vla_ros.sim.tasks``).
 """
 
@@ -36,6 +39,8 @@ class CollectConfig:
         arm_noise_rad: start-pose perturbation per arm joint (uniform).
         push_probability: share of episodes with a push.
         push_rad: largest push offset per joint.
+        freeze_probability: share of episodes where the executed command is held still for a while (at the
+            start in half of them, else mid-way) while the labels keep saying where to go.
     """
 
     max_episode_s: float = 12.0
@@ -43,6 +48,7 @@ class CollectConfig:
     arm_noise_rad: float = 0.15
     push_probability: float = 0.4
     push_rad: float = 0.12
+    freeze_probability: float = 0.6
     image_width: int = 320
     image_height: int = 240
 
@@ -61,6 +67,14 @@ def _push_profile(rng: np.random.Generator, config: CollectConfig):
     return at
 
 
+def _freeze_window(rng: np.random.Generator, config: CollectConfig) -> tuple[float, float] | None:
+    """(start_s, end_s) of a freeze, or None."""
+    if rng.random() >= config.freeze_probability:
+        return None
+    start = 0.0 if rng.random() < 0.5 else rng.uniform(0.3, 2.0)
+    return start, start + rng.uniform(0.2, 0.8)
+
+
 def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templates=None) -> dict:
     """Run one expert episode on ``sim`` and write it to ``out_path``; returns its summary."""
     from rclpy.serialization import serialize_message
@@ -77,6 +91,8 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     rng = np.random.default_rng([seed, 11])
     sim.reset(seed, arm_noise_rad=config.arm_noise_rad)
     push = _push_profile(rng, config)
+    freeze = _freeze_window(rng, config)
+    held: np.ndarray | None = None
     expert = PickExpert()
     pending: list[tuple[int, int, str, str, bytes]] = []  # (log_ns, order, topic, type, cdr)
 
@@ -93,6 +109,9 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
             q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
             emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=q_cmd.tolist()))
             executed = q_cmd + (push(sim.time_s) if push else 0.0)
+            if freeze is not None and freeze[0] <= sim.time_s < freeze[1]:
+                held = np.asarray(sim.command_joint_positions(), float) if held is None else held
+                executed = held  # the arm waits; the label still says where to go
             sim.command_positions(None, np.clip(executed, sim.limits.lower, sim.limits.upper))
         if sim.is_frame_step():
             delay = rng.uniform(0.010, 0.040)
@@ -109,6 +128,7 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     summary = {
         "seed": seed, "color": color, "instruction": instruction, "success": lifted_at is not None,
         "time_to_lift_s": lifted_at, "duration_s": round(sim.time_s, 3), "pushed": push is not None,
+        "frozen": freeze is not None,
         "expert_restarts": expert.restarts, "wrong_cup": sim.lifted_cup() not in (None, color),
     }
     pending.sort()
