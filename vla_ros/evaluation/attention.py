@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import datetime
 
-    from vla_ros.nodes.policy_node import resolve_model_dir
+    from vla_ros.model.io import resolve_model_dir
 
     out = Path(args.out or f"runs/attention-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     result = run(resolve_model_dir(args.model), args.episodes, args.seed, args.frames, out)

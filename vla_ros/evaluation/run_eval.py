@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     from vla_ros.evaluation.closed_loop import EvalConfig
-    from vla_ros.nodes.policy_node import resolve_model_dir
+    from vla_ros.model.io import resolve_model_dir
 
     templates = load_templates(args.instructions)
     out = Path(args.out or f"runs/eval-{datetime.datetime.now():%Y%m%d-%H%M%S}")

@@ -198,3 +198,14 @@ def check_onnx(folder: str | Path) -> Path:
         raise ModelFileError(f"{path} was exported from other weights than {folder / WEIGHTS_FILE}; re-export it "
                              f"with: vla-ros export-onnx {folder}")
     return path
+
+
+def resolve_model_dir(model: str | Path) -> Path:
+    """A model folder path, or a name under <share>/models/ (colcon install, or the source tree in pip mode)."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.is_absolute() or path.exists() or "/" in text:
+        return path
+    from vla_ros.launch_runner.packages import find_package_share
+
+    return find_package_share("vla_ros") / "models" / text

@@ -10,7 +10,6 @@ observations: no chunk, and ``/diagnostics`` says which.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
@@ -20,6 +19,7 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.chunks import ActionChunk
+from vla_ros.model.io import resolve_model_dir
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
@@ -45,16 +45,6 @@ PARAMS = [
     ParamSpec("input_height", 0, "required camera height in pixels (0 = any)", read_only=True, min_value=0, max_value=8192),
     ParamSpec("diagnostics_period_s", 1.0, "period of the status on /diagnostics (node clock)", read_only=True, min_value=0.05, max_value=60.0),
 ]
-
-
-def resolve_model_dir(model: str) -> Path:
-    """A path, or a name under <share>/models/ (colcon install or the source tree in pip mode)."""
-    path = Path(model).expanduser()
-    if path.is_absolute() or path.exists() or "/" in model:
-        return path
-    from vla_ros.launch_runner.packages import find_package_share
-
-    return find_package_share("vla_ros") / "models" / model
 
 
 def _incompatible_qos_callbacks(node):
@@ -88,6 +78,7 @@ class PolicyNode(Node):
         self._stats = {"ticks": 0, "chunks": 0, "infer_ms": [], "age_ms": [], "skipped": {}}
         self._last_tick_generation = (-1, -1)
         self._model_error = ""
+        self._instruction_text = ""  # kept for a model loaded later
         self._load(p["model"])
 
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
@@ -133,7 +124,7 @@ class PolicyNode(Node):
             self._encoder = shared_encoder(cfg.max_text_tokens)
         # The stream keeps what the runtime may still need: the window plus the allowed lateness.
         stream = TokenStream(tokenizer, StreamConfig(window_s=cfg.window_seconds + cfg.max_lateness_s, lateness_s=cfg.max_lateness_s), self._encoder)
-        if getattr(self, "_instruction_text", ""):
+        if self._instruction_text:
             stream.set_instruction(self._instruction_text)
         self.policy, self.stream, self._model_error = policy, stream, ""
         self._model_dir = folder
@@ -181,7 +172,7 @@ class PolicyNode(Node):
         self._set_instruction(msg.data)
 
     def _set_instruction(self, text: str) -> None:
-        self._instruction_text = text  # kept for a model loaded later
+        self._instruction_text = text
         if self.stream is None:
             return
         if self.stream.set_instruction(text, self._now_ns()) is not None:

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
               "not the learned policy.")
         cmd += [f"target_color:={args.color}", "policy:=scripted"]
     else:
-        from vla_ros.nodes.policy_node import resolve_model_dir
+        from vla_ros.model.io import resolve_model_dir
 
         model = resolve_model_dir(args.model)
         if not (model / "config.json").is_file():
