@@ -17,6 +17,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import ParamSpec, declare_parameters
@@ -24,15 +25,7 @@ from vla_ros.ros.time import duration_msg_from_s, time_msg_from_ns
 from vla_ros.sim import CUP_COLORS
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
-COMMAND_JOINTS = [
-    "shoulder_pan_joint",
-    "shoulder_lift_joint",
-    "elbow_joint",
-    "forearm_roll_joint",
-    "wrist_pitch_joint",
-    "wrist_roll_joint",
-    "left_finger_joint",
-]
+COMMAND_JOINTS = list(COMMANDED_JOINTS)
 
 PARAMS = [
     ParamSpec("target_color", "red", "cup to pick", choices=tuple(CUP_COLORS)),
