@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in VERBS:
         print("usage: vla-ros <verb> [args]\n\nverbs:")
         for name, (_fn, text) in VERBS.items():
-            print(f"  {name:<8} {text}")
+            print(f"  {name:<12} {text}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     fn, _text = VERBS[argv[0]]
     return fn(argv[1:])

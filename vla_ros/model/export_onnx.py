@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="vla-ros export-onnx",
         description="Export a model folder's streaming step to model.onnx (KV cache as explicit inputs/outputs) "
                     "and check it against torch with ONNX Runtime.",
-        epilog="example: vla-ros export-onnx models/pick_cup",
+        epilog="example: vla-ros export-onnx models/vla_cups",
     )
     parser.add_argument("folder", help="model folder with config.json and model.safetensors")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max allowed |onnx - torch| (default 1e-4)")
