@@ -15,7 +15,9 @@ from vla_ros.training.train import TrainConfig, train
 
 
 def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
-    assert collect.main(["--episodes", "3", "--seed-start", "20", "--out", str(tmp_path / "demos")]) == 0
+    assert collect.main(["--episodes", "4", "--seed-start", "20", "--out", str(tmp_path / "demos")]) == 0
+    kept = len(list((tmp_path / "demos").glob("*.mcap")))  # the expert's rare failures are not kept
+    assert kept >= 3
     torch.manual_seed(0)
     config = tiny_config(chunk_length=4, chunk_rate_hz=10.0)
     tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1)
@@ -26,7 +28,7 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     history = json.loads((out / "train_report.json").read_text())["history"]
     first, last = np.mean(history["loss"][:10]), np.mean(history["loss"][-10:])
     assert last < 0.6 * first, (first, last)
-    assert report["data"]["episodes"] == 3 and report["data"]["train_episodes"] == 2 and len(report["data"]["sha256"]) == 64
+    assert report["data"]["episodes"] == kept and report["data"]["val_episodes"] >= 1 and len(report["data"]["sha256"]) == 64
     saved = json.loads((out / "config.json").read_text())
     assert saved["metadata"]["data_sha256"] == report["data"]["sha256"]
     assert len(saved["state_mean"]) == 14 and len(saved["action_std"]) == 7  # normalisation from the data

@@ -78,12 +78,14 @@ class Episode:
     stats: dict[str, int]
     metadata: dict[str, dict[str, str]]
     status: dict | None  # the last episode status (JSON) in the bag, if any
+    lifted: str | None = None  # the cup a status reported lifted at any time in the bag
 
     @property
     def success(self) -> bool | None:
+        """A cup was lifted at some point (as collect counts it); None when the bag has no status."""
         if self.status is None:
             return None
-        return bool(self.status.get("lifted"))
+        return bool(self.lifted)
 
 
 def replay(
@@ -107,6 +109,7 @@ def replay(
     windows: list[tuple[float, list[Observation]]] = []
     joint_t, joint_q, cmd_t, cmd_q = [], [], [], []
     status = None
+    lifted = None  # the first cup any status reported lifted (it may slip later in the recording)
     wanted = topics.observation_topics() + [topics.commands, topics.episode_status]
     generation = stream.generation
     for m in read_messages(path, wanted):
@@ -119,6 +122,7 @@ def replay(
         if m.topic == topics.episode_status:
             try:
                 status = json.loads(m.message.data)
+                lifted = lifted or status.get("lifted")
             except ValueError:
                 log.warning("%s: unreadable episode status", path.name)
             continue
@@ -147,6 +151,7 @@ def replay(
         stats=stream.stats.as_dict(),
         metadata=read_metadata(path),
         status=status,
+        lifted=lifted,
     )
 
 
