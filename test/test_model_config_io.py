@@ -10,15 +10,7 @@ from vla_ros.model import ModelConfig, ModelFileError, VLATransformer, load_conf
 from vla_ros.model.io import sha256_file
 from vla_ros.model.sequence import build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the CPU is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 
 def test_shipped_config_is_sized_for_cpu_training():

@@ -11,15 +11,7 @@ from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.model.timeline import (ACTION, IMAGE, STATE, TEXT, TokenTimes, rope_tables, rope_tables_np,
                                     visibility)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the CPU is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 
 MS = 1_000_000

@@ -13,15 +13,8 @@ from vla_ros.model.io import export_to_folder
 from vla_ros.model.onnx_backend import OnnxBackend
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the CPU is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9

@@ -11,15 +11,8 @@ from vla_ros.model import PolicyNotReady, StreamingPolicy, VLATransformer, tiny_
 from vla_ros.model.check import compare_with_full_pass, full_pass_outputs, record_stream
 from vla_ros.model.synthetic import random_instruction, shifted, synthetic_stream, ticks
 from vla_ros.tokens.types import Kind, Observation
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the CPU is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9

@@ -11,15 +11,7 @@ from vla_ros.bench import gpu_check, policy_bench
 from vla_ros.model import ChunkSpec, ModelConfig, VLATransformer, build_sequence, chunk_targets, collate, tiny_config
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the CPU is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 
 def test_chunk_targets_are_the_future_positions():
