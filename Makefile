@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 export MUJOCO_GL ?= egl
 
-.PHONY: setup test demo bench params clean
+.PHONY: setup test demo bench params model clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,13 @@ demo: setup
 bench: setup
 	for part in sim tokens policy safety controller; do \
 	  ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench $$part --json || exit 1; done
+
+# Reproduce the shipped policy: 360 expert episodes (two collectors, one per core), then 33 min of training.
+model: setup
+	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 0 --out runs/demos/a & pid=$$!; \
+	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 180 --out runs/demos/b && wait $$pid
+	$(VENV)/bin/vla-ros train --data runs/demos --out runs/vla_cups --minutes 33 --threads 2
+	$(VENV)/bin/vla-ros eval --model runs/vla_cups --episodes 50 --seed 0 --workers 2 --json
 
 params: setup
 	$(VENV)/bin/vla-ros params

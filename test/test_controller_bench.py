@@ -19,6 +19,7 @@ def test_bench_reports_idle_and_loaded_loop_figures_as_the_last_line(capsys):
         assert 9.0 < figures["period_ms_mean"] < 11.0 and figures["cpu_pct"] > 0.0
     assert result["commands_received"] > 100  # the node really ran its loop against the rig
     assert result["clock"] == "wall" and result["seconds"] == 1.0
+    assert result["loop_mode"] == "thread" and result["load"] == "cmd"  # auto on wall time: the loop thread
 
 
 def test_bench_help_has_a_runnable_example(capsys):
@@ -27,4 +28,4 @@ def test_bench_help_has_a_runnable_example(capsys):
     except SystemExit as done:
         assert done.code == 0
     text = capsys.readouterr().out
-    assert "example: vla-ros bench controller" in text and "--load-cmd" in text
+    assert "example: vla-ros bench controller" in text and "--load-cmd" in text and "--load {policy,torch}" in text

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -180,12 +181,81 @@ def test_a_bad_configuration_refuses_to_start_with_a_reason(tmp_path):
         (["-p", "joints:=[shoulder_pan_joint,bogus_joint]"], "'bogus_joint' is not in"),
         (["-p", "blend_mode:=average"], "blend_mode='average' is not one of"),
         (["-p", "robot_description_file:=/nonexistent.urdf"], "nonexistent.urdf"),
+        (["-p", "loop_mode:=fast"], "loop_mode='fast' is not one of"),
+        (["-p", "use_sim_time:=true", "-p", "loop_mode:=thread"], "loop_mode=thread needs wall time"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", *args],
             capture_output=True, text=True, timeout=60, cwd=REPO,
         )
         assert done.returncode == 2 and "cannot start" in done.stderr and reason in done.stderr, done.stderr[-2000:]
+
+
+def test_on_wall_time_a_loop_thread_sends_commands_at_100_hz(tmp_path):
+    """loop_mode auto on wall time runs the dedicated loop thread; private topics keep it off the sim's graph."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    log_path = tmp_path / "wall.log"
+    cmd = [
+        sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", "__node:=controller_wall",
+        "-r", "/joint_states:=/wall_test/joint_states", "-p", "position_controller:=wall_test_forward",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("controller_wall_probe", context=context)  # on wall time, unlike Probe
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+
+    def spin_until(predicate, timeout_s):
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and not predicate():
+            executor.spin_once(timeout_sec=0.02)
+        return predicate()
+
+    try:
+        cmds, loops = [], []
+
+        def on_diag(msg):
+            loops.extend({kv.key: kv.value for kv in s.values} for s in msg.status if s.name == "controller_wall: loop")
+
+        node.create_subscription(Float64MultiArray, "/wall_test_forward/commands", lambda m: cmds.append(time.monotonic()), 500)
+        node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
+        js_pub = node.create_publisher(JointState, "/wall_test/joint_states", 10)
+        node.create_timer(0.01, lambda: js_pub.publish(JointState(name=JOINTS, position=list(HOME_Q))))
+        set_params = node.create_client(SetParameters, "/controller_wall/set_parameters")
+        assert spin_until(lambda: len(cmds) > 50 or proc.poll() is not None, 60) and proc.poll() is None, log_path.read_text()[-3000:]
+        t0 = time.monotonic()
+        spin_until(lambda: False, 2.0)  # count over 2 s of wall time
+        n = sum(t0 <= t < t0 + 2.0 for t in cmds)
+        assert 170 <= n <= 230, n  # 100 Hz, with room for a busy test machine
+        assert spin_until(lambda: loops and int(loops[-1]["cycles"]) > 200, 10), loops[-1:]
+        loop = loops[-1]
+        assert loop["loop_mode"] == "thread" and loop["clock"] == "wall" and "skipped_cycles" in loop, loop
+        assert 9.0 < float(loop["period_ms_mean"]) < 11.0, loop
+
+        def set_spin(us: int):
+            value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=us)
+            request = SetParameters.Request(parameters=[ParameterMsg(name="loop_spin_us", value=value)])
+            assert set_params.wait_for_service(timeout_sec=10)
+            future = set_params.call_async(request)
+            assert spin_until(future.done, 10)
+            return future.result().results[0]
+
+        assert set_spin(0).successful  # pure sleep: changeable while running
+        assert not set_spin(5000).successful
+        n_before = len(cmds)
+        spin_until(lambda: False, 0.5)
+        assert len(cmds) - n_before > 30  # still running after the change
+    finally:
+        code = stop(proc, log_path)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    text = log_path.read_text()
+    assert code == 0 and "Exception in thread" not in text and "control cycle failed" not in text, text[-3000:]
 
 
 # ---- on the sim --------------------------------------------------------------------------------------

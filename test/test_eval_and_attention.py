@@ -47,6 +47,20 @@ def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     assert len(saved["episodes"]) == 2
 
 
+def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
+    """Episodes spread over two processes (one torch thread each) match a single process with one thread."""
+    torch.set_num_threads(1)
+    cfg = EvalConfig(max_episode_s=1.0)
+    one = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "one", progress=False, config=cfg, workers=1)
+    two = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "two", progress=False, config=cfg, workers=2)
+    assert two["workers"] == 2 and two["episodes"] == 3
+    eps = [json.loads((tmp_path / d / "results.json").read_text())["episodes"] for d in ("one", "two")]
+    assert [e["seed"] for e in eps[1]] == [1_000_005, 1_000_006, 1_000_007]  # back in seed order
+    for a, b in zip(*eps):
+        assert (a["seed"], a["chunks"], a["verdicts"]) == (b["seed"], b["chunks"], b["verdicts"])
+        assert a["min_target_distance_m"] == pytest.approx(b["min_target_distance_m"], abs=1e-6)
+
+
 def test_instruction_files_must_hold_templates(tmp_path):
     good = tmp_path / "good.txt"
     good.write_text("# held out\nfetch the {color} cup\n")

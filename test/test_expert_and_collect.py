@@ -43,6 +43,30 @@ def test_expert_lifts_the_named_cup_and_not_another(sim, seed):
     assert sim.robot_table_contacts() == 0
 
 
+def test_expert_commands_stay_inside_the_robots_velocity_and_acceleration_limits(sim):
+    """Demonstrations a policy learns from must be executable as they are: no step the filter would stretch."""
+    from vla_ros.chunks import COMMANDED_JOINTS
+    from vla_ros.control.config import bundled_urdf_path, limits_from_urdf
+
+    sim.reset(3, arm_noise_rad=0.15)
+    expert, commands = PickExpert(), []
+    while sim.time_s < 6.0 and expert.phase != "hold":
+        if sim.is_joint_state_step():
+            commands.append(expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()["red"], sim.joint_positions()))
+            sim.command_positions(None, commands[-1])
+        sim.step()
+    assert expert.phase == "hold"
+    q = np.array(commands)
+    v = np.diff(q, axis=0) / 0.01
+    a = np.diff(v, axis=0) / 0.01
+    limits = limits_from_urdf(bundled_urdf_path(), COMMANDED_JOINTS)
+    a_max = np.where(limits.prismatic, 1.0, 10.0)
+    assert np.all(np.abs(v).max(0) <= 0.8 * limits.velocity + 1e-9)
+    assert np.all(np.abs(a).max(0) <= 0.5 * a_max + 1e-6)
+    assert np.abs(v[:, -1]).max() > 0.05  # the gripper did move (shut), at a feasible speed
+    assert abs(q[0, 0] - sim.joint_positions()[0]) < 1.0  # starts from the measured joints, no jump
+
+
 def test_expert_comes_back_after_a_push(sim):
     def push(t_s):  # shove the arm sideways while it descends
         return np.array([0.25, -0.1, 0.1, 0, 0, 0, 0]) if 1.2 <= t_s <= 1.6 else np.zeros(7)
@@ -81,3 +105,32 @@ def test_collect_records_episodes_the_dataset_reader_turns_into_samples(tmp_path
 
 def test_collect_refuses_to_reach_into_the_evaluation_seeds(tmp_path):
     assert collect.main(["--episodes", "5", "--seed-start", str(EVAL_SEED_START - 2), "--out", str(tmp_path)]) == 2
+
+
+def test_policy_rollouts_with_expert_takeovers_carry_targets_only_where_the_expert_drove(tmp_path):
+    """`vla-ros collect --policy`: a (random, tiny) policy drives, the expert takes over now and then;
+    commands are recorded only in the expert's segments, and training targets come only from those."""
+    import torch
+
+    from vla_ros.model.config import tiny_config
+    from vla_ros.model.io import save_model
+    from vla_ros.model.model import VLATransformer
+    from vla_ros.training.data import EpisodeData, chunk_targets
+
+    torch.manual_seed(0)
+    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16)), tmp_path / "tiny")
+    cfg = collect.TakeoverConfig(policy_s=(0.5, 0.8), expert_s=(0.6, 0.9), max_episode_s=3.0)
+    summaries = collect.collect_rollouts(str(tmp_path / "tiny"), range(40, 42), tmp_path / "rollouts", cfg, progress=False)
+    assert [s["seed"] for s in summaries] == [40, 41] and all(s["expert_segments"] >= 1 for s in summaries)
+    ep = replay(tmp_path / "rollouts" / "rollout_0000040.mcap", make_stream(TokenizerConfig(), StreamConfig()))
+    t = ep.command_t_s
+    gaps = np.diff(t)
+    assert len(t) > 50 and gaps.max() > 0.4  # commands stop while the policy drives (at least 0.5 s)
+    assert ep.joint_t_s[-1] - ep.joint_t_s[0] > 2.5  # joint states and frames cover the whole episode
+    # a chunk anchored in the policy's stretch has no targets there; one in the expert's stretch has them
+    data = EpisodeData("r", ep.observations, np.array([o.t_s for o in ep.observations]), ep.instruction.embeddings,
+                       ep.instruction.text, ep.command_t_s, ep.command_positions)
+    offsets = np.arange(1, 9) * 0.05
+    policy_stretch = t[np.argmax(gaps)] + 0.05  # just after the expert's last command before the longest gap
+    assert np.isnan(chunk_targets(data, policy_stretch, offsets)[:4]).all()
+    assert np.isfinite(chunk_targets(data, t[5], offsets)[:2]).all()

@@ -24,7 +24,12 @@ EPOCH_NS = 1_700_000_000 * 10**9
 def folder(tmp_path_factory):
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("model")
-    save_model(VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14)), path, onnx=True)
+    model = VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14))
+    with torch.no_grad():  # zero at init: give the instruction conditioning weights so parity covers it
+        model.instruction_proj.weight.normal_(0.0, 0.05)
+        model.patch_encoder.film.weight.normal_(0.0, 0.05)
+        model.patch_encoder.mean_image.normal_(0.0, 0.1)
+    save_model(model, path, onnx=True)
     return path
 
 

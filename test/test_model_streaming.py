@@ -21,7 +21,12 @@ EPOCH_NS = 1_700_000_000 * 10**9
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return VLATransformer(tiny_config()).eval()
+    model = VLATransformer(tiny_config()).eval()
+    with torch.no_grad():  # zero at init: give the instruction conditioning weights so it is exercised
+        model.instruction_proj.weight.normal_(0.0, 0.05)
+        model.patch_encoder.film.weight.normal_(0.0, 0.05)
+        model.patch_encoder.mean_image.normal_(0.0, 0.1)
+    return model
 
 
 def _policy(model, instruction=None):
@@ -82,9 +87,9 @@ def test_outputs_depend_on_time_differences(model):
     stream = synthetic_stream(config, seconds=0.4, seed=3, start_ns=EPOCH_NS)
     stretched = [Observation(o.kind, EPOCH_NS + (o.stamp_ns - EPOCH_NS) * 3 // 4, o.t_s, o.seq, o.data, o.source)
                  for o in stream]
-    pos0, _ = _stream_chunks(model, stream, instruction)
-    pos1, _ = _stream_chunks(model, stretched, instruction)
-    assert np.abs(pos1 - pos0).max() > 1e-3  # same tokens, other spacing: time matters
+    pos0, hid0 = _stream_chunks(model, stream, instruction)
+    pos1, hid1 = _stream_chunks(model, stretched, instruction)
+    assert np.abs(pos1 - pos0).max() > 1e-4 and np.abs(hid1 - hid0).max() > 1e-3  # same tokens, other spacing: time matters
 
 
 def test_late_observations_are_inserted_exactly(model):
@@ -227,3 +232,21 @@ def test_bad_inputs_are_rejected_with_the_field(model):
         policy.set_instruction(np.zeros((config.max_text_tokens + 1, 384), np.float32))
     with pytest.raises(ValueError, match=r"\(L, 384\)"):
         policy.set_instruction(np.zeros((4, 300), np.float32))
+
+
+def test_the_instruction_conditions_every_camera_patch(model):
+    """Same frames, another instruction: the patch tokens' own outputs change (FiLM from the instruction
+    vector), not only what later tokens read from the word tokens."""
+    config = model.config
+    stream = synthetic_stream(config, seconds=0.2, seed=9, start_ns=EPOCH_NS)
+    outs = []
+    for seed in (1, 2):
+        policy = _policy(model, random_instruction(config, 6, seed=seed))
+        hidden = {}
+        for obs in stream:
+            report = policy.observe(obs, return_hidden=True)
+            for h, key, patch in zip(report.hidden, report.token_keys, report.token_patch):
+                hidden[(key, int(patch))] = h
+        outs.append(hidden)
+    first_patch = min(k for k in outs[0] if k[0][1] == Kind.IMAGE)
+    assert np.abs(outs[0][first_patch] - outs[1][first_patch]).max() > 1e-3

@@ -2,7 +2,8 @@
 
 Checks what the node promises, not what a random model does: chunks at the configured rate of simulated
 time, stamped with the newest observation, with the model's joint names and point times; no chunk and a
-reason on /diagnostics without an instruction or without a loadable model.
+reason on /diagnostics without an instruction or without a loadable model; with debug_attention, the
+attention overlay on the model's crop of the camera frame, while chunks keep coming.
 """
 
 import os
@@ -14,18 +15,24 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from ros_helpers import REPO, LaunchedGraph, Probe
 from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.evaluation.attention import word_heat
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg
 
 RATE_HZ = 10.0
+CROP = (0.25, 0.0, 0.125, 0.125)  # (top, bottom, left, right): the overlay is this crop, not the whole frame
 
 
 def start_node(name: str, *params: str, log=None) -> subprocess.Popen:
@@ -50,13 +57,15 @@ def stop(proc: subprocess.Popen) -> int:
 def graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("policy")
     torch.manual_seed(0)
-    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0)
+    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0, crop=CROP)
     save_model(VLATransformer(config), tmp / "tiny")
     log = open(tmp / "nodes.log", "w")
     with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=1", log_path=tmp / "sim.log"):
         probe = Probe("policy_probe")
-        rec = {"chunks": [], "diag": []}
+        rec = {"chunks": [], "diag": [], "overlays": []}
         n = probe.node
+        n.create_subscription(Image, "/policy/attention_overlay", lambda m: rec["overlays"].append(m), 10)
+        probe.set_params = n.create_client(SetParameters, "/policy/set_parameters")
         n.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: rec["chunks"].append((probe.now_s(), m)), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 100)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
@@ -116,3 +125,70 @@ def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph
     # bound (counted as "late"), which is the only rejection allowed here
     content = {k: v for k, v in values.items() if k.startswith("tokens.rejected.") and k != "tokens.rejected.late"}
     assert all(int(v) == 0 for v in content.values()), content
+
+
+def set_debug_attention(probe, on: bool) -> None:
+    value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
+    result = probe.call(probe.set_params, SetParameters.Request(parameters=[ParameterMsg(name="debug_attention", value=value)])).results[0]
+    assert result.successful, result.reason
+
+
+def test_debug_attention_publishes_the_overlay_on_the_models_crop_and_chunks_keep_coming(graph):
+    frames = {}  # stamp -> camera frame, the newest few: the overlay must be drawn on one of them
+
+    def keep(m):
+        frames[ns_from_time_msg(m.header.stamp)] = m
+        if len(frames) > 90:
+            del frames[min(frames)]
+
+    graph.node.create_subscription(Image, "/camera/image_raw", keep, 10)
+    graph.pub_instruction.publish(String(data="pick up the red cup"))
+    assert graph.spin_until(lambda: len(graph.rec["chunks"]) >= 3, 90), statuses(graph, "policy")[-3:]
+    assert graph.rec["overlays"] == []  # debug_attention defaults to false: chunks, no overlay
+
+    set_debug_attention(graph, True)
+    assert graph.spin_until(lambda: len(graph.rec["overlays"]) >= 3, 90), statuses(graph, "policy")[-3:]
+    graph.rec["chunks"].clear()
+    t0 = graph.now_s()
+    graph.spin_for_sim(2.0, wall_timeout_s=90)
+    chunks = [m for t, m in graph.rec["chunks"] if t >= t0]
+    assert abs(len(chunks) - 2.0 * RATE_HZ) <= 3, len(chunks)  # the overlay (2 Hz) does not cost ticks
+
+    cfg = graph.config
+    msg = next(m for m in reversed(graph.rec["overlays"]) if ns_from_time_msg(m.header.stamp) in frames)
+    frame = frames[ns_from_time_msg(msg.header.stamp)]  # stamped with the frame it shows
+    assert msg.header.frame_id == frame.header.frame_id and msg.encoding == "rgb8"
+    h, w = frame.height, frame.width
+    top, bottom, left, right = CROP
+    y0, y1, x0, x1 = round(top * h), h - round(bottom * h), round(left * w), w - round(right * w)
+    assert (msg.height, msg.width, msg.step) == (y1 - y0, x1 - x0, 3 * (x1 - x0))
+    assert cfg.crop == CROP
+    cropped = np.frombuffer(frame.data, np.uint8).reshape(h, w, 3)[y0:y1, x0:x1].astype(float)
+    shown = np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.width, 3).astype(float)
+    assert np.abs(shown - cropped).mean() > 10  # not the plain crop
+    # Back out the colour map from the 0.55/0.45 blend: one colour per patch, from the jet map's coldest
+    # (patch with the least attention) to its hottest: the frame is under it and the heat has a range.
+    heat = (shown - 0.55 * cropped) / 0.45
+    rows, cols = cfg.patch_grid
+    cells = np.array([heat[int((r + 0.5) * msg.height / rows), int((c + 0.5) * msg.width / cols)] for r in range(rows) for c in range(cols)])
+    assert np.all((heat > -3) & (heat < 258))
+    assert np.any(np.all(np.abs(cells - [0, 0, 128]) < 3, axis=1)), cells.round()
+    assert np.any(np.all(np.abs(cells - [128, 0, 0]) < 3, axis=1)), cells.round()
+
+    assert graph.spin_until(lambda: any(int(s[2].get("debug_attention.published", 0)) > 0 and "debug_attention.ms.p50" in s[2] for s in statuses(graph, "policy")), 30)
+    values = [s[2] for s in statuses(graph, "policy") if "debug_attention.ms.p50" in s[2]][-1]
+    assert int(values["debug_attention.errors"]) == 0
+    print(f"attention overlay: {values['debug_attention.ms.p50']} ms p50, {values['debug_attention.ms.max']} ms max")
+
+    set_debug_attention(graph, False)  # changeable at runtime: off again, no more overlays
+    n = len(graph.rec["overlays"])
+    graph.spin_for_sim(1.5, wall_timeout_s=60)
+    assert len(graph.rec["overlays"]) <= n + 1  # one may have been on its way
+
+
+def test_overlay_heat_is_the_colour_words_attention_else_every_words():
+    att = np.random.default_rng(0).random((2, 3, 5, 6))  # (layers, heads, L, P)
+    tokens = ("[CLS]", "red", "cup", "red", "[SEP]")
+    np.testing.assert_allclose(word_heat(att, tokens, "red"), att[:, :, [1, 3]].mean(axis=(0, 1, 2)))
+    np.testing.assert_allclose(word_heat(att, tokens, None), att.mean(axis=(0, 1, 2)))
+    np.testing.assert_allclose(word_heat(att, tokens, "blue"), att.mean(axis=(0, 1, 2)))  # not among the tokens

@@ -567,3 +567,23 @@ def test_tracking_offset_within_tolerance_is_not_motion(flt):
     far[2] -= 0.8  # 0.8 rad from the first point, 50 ms ahead: 15 rad/s past the tolerance, beyond max_time_scale
     _, report = flt.filter(chunk(pts, dt=0.05), state(far), NOW)
     assert report.verdict == "rejected" and report.reason == "unreachable_first_point"
+
+
+def test_polynomial_smoothing_keeps_the_motion_and_removes_noise_the_filter_would_stretch(flt):
+    """A chunk like the policy's: a smooth move well within the limits plus 5 mrad of noise per point."""
+    from vla_ros.chunks import smooth_positions
+
+    t = np.arange(1, 17) * 0.05  # 16 points at 20 Hz
+    s = (t / t[-1]) ** 2 * (3 - 2 * t / t[-1])  # smoothstep: peak acceleration 6 * 0.15 / 0.8^2 = 1.4 rad/s^2
+    motion = HOME + 0.15 * s[:, None] * np.array([1, -1, 1, 0, 1, 0, 0])
+    motion[:, -1] = HOME[-1]
+    noisy = motion + np.random.default_rng(0).normal(0.0, 0.005, motion.shape) * np.array([1, 1, 1, 1, 1, 1, 0])
+    smoothed = smooth_positions(t, noisy, 3)
+    rms = lambda x: float(np.sqrt(np.mean(np.square(x))))  # noqa: E731
+    assert rms(smoothed - motion) < 0.6 * rms(noisy - motion) and np.abs(smoothed - motion).max() < 0.01  # the motion survives ...
+    assert np.abs(smooth_positions(t, motion, 3) - motion).max() < 0.003  # ... and a smooth one barely changes
+    assert np.array_equal(smooth_positions(t, noisy, 0), noisy)  # 0 = off
+    raw_out, raw_report = flt.filter(chunk(noisy, times=t), state(), NOW)
+    out, report = flt.filter(chunk(smoothed, times=t), state(), NOW)
+    assert raw_report.verdict == "modified"  # the noise reads as acceleration past the limits: stretched
+    assert report.verdict == "pass", report

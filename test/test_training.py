@@ -4,13 +4,15 @@ both backends, and the loss falls."""
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from vla_ros.model.config import tiny_config
 from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.tokens import TokenizerConfig
 from vla_ros.tools import collect
-from vla_ros.training.data import load_episodes, make_sequence
+from vla_ros.sim.tasks import episode_task
+from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, load_episodes, make_sequence, named_color
 from vla_ros.training.train import TrainConfig, train
 
 
@@ -19,7 +21,7 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     kept = len(list((tmp_path / "demos").glob("*.mcap")))  # the expert's rare failures are not kept
     assert kept >= 3
     torch.manual_seed(0)
-    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0)
+    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM)
     tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1)
     report = train(tmp_path / "demos", tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
@@ -42,4 +44,33 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
         policy.observe(seq_obs)
         chunks.append(policy.predict_action_chunk().positions)
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
-    assert make_sequence(config, episodes[0], episodes[0].t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0)) is not None
+    assert saved["aux_dim"] == AUX_DIM
+    aux = np.array(history["aux_loss"])
+    assert len(aux) == len(history["loss"]) and np.isfinite(aux).all()  # trained at every step
+    # the auxiliary target is the named cup's position, read from the bag's episode statuses
+    ep = episodes[0]
+    seed = int(ep.name.split("_")[1].split(".")[0])
+    assert named_color(ep.instruction) == episode_task(seed)[0]
+    seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
+    rows = seq.aux[np.isfinite(seq.aux).all(axis=1)]
+    assert len(rows) == 6 * config.chunk_length
+    cup_m = rows * AUX_SCALE_M + AUX_CENTER_M
+    assert np.abs(cup_m - ep.cup_m[-1]).max() < 0.05  # at the end of the episode: the lifted cup (others are >= 11 cm away)
+    assert cup_m[:, 2].min() > 0.045 + 0.03  # ... lifted
+
+
+def test_loss_weights_do_not_blow_up_joints_that_barely_move():
+    """A joint's std is its loss scale: a roll joint that only settles from a perturbed start must not weigh
+    a hundred times more than the shoulder; a small-range gripper keeps its own scale."""
+    from vla_ros.training.data import floored_std
+
+    rng = np.random.default_rng(0)
+    shoulder = rng.normal(0.0, 0.3, 1000)
+    roll = np.r_[np.linspace(0.3, 0.0, 20), np.zeros(980)] + rng.normal(0.0, 0.001, 1000)
+    gripper = np.r_[np.full(600, 0.04), np.zeros(400)]
+    still = np.zeros(1000)
+    std = floored_std(np.stack([shoulder, roll, gripper, still], axis=1))
+    assert std[0] == pytest.approx(shoulder.std())
+    assert std[1] == pytest.approx(0.3 / 4, rel=0.05) and std[1] > 2 * roll.std()
+    assert std[2] == pytest.approx(gripper.std())  # about 0.02, above its range / 4 = 0.01
+    assert std[3] == 0.01

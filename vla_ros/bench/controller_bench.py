@@ -1,19 +1,22 @@
 """``vla-ros bench controller``: the controller node's 100 Hz loop on wall time, idle and under load.
 
-What is measured is the real node: ``controller_node`` runs as its own process (on wall time, with its
-usual executor and timer) and reports its loop statistics on ``/diagnostics``; the bench sets the
-statistics window to exactly the measured cycles and reads the report that covers them. The bench
-process plays the rest of the system on private topics: a perfect robot (joint states at 100 Hz echoing
-the last command) and a policy behind a safety filter (a 1 s chunk of 50 points every 0.2 s, stamped
-30 ms in the past), so the controller samples, blends and publishes as it would in use.
+What is measured is the real node: ``controller_node`` runs as its own process (on wall time, so with
+``loop_mode`` auto its dedicated loop thread) and reports its loop statistics on ``/diagnostics``; the
+bench sets the statistics window to exactly the measured cycles and reads the report that covers them.
+The bench process plays the rest of the system on private topics: a perfect robot (joint states at
+100 Hz echoing the last command) and a policy behind a safety filter (a 1 s chunk of 50 points every
+0.2 s, stamped 30 ms in the past), so the controller samples, blends and publishes as it would in use.
 
-Two phases of ``--seconds`` each, after a warm-up: ``idle`` (nothing else running) and ``loaded``
-(``--load-cmd`` running beside it; by default one Python process doing float32 matrix products with
-torch on one thread, in a loop, about as heavy as a policy node; point it at the policy node once it
-exists). Reported per phase: period error |period - 10 ms| p50/p99/max in ms, overruns (cycles more
-than 1.5 periods after the previous one), mean period, compute time p99, and the controller process's
-CPU use (% of one core). Goal: p99 period error under 1 ms idle and under 2 ms loaded. The JSON object
-is the last line of output.
+Two phases of ``--seconds`` each, after a warm-up: ``idle`` (nothing else running) and ``loaded``, with
+a load beside it. ``--load policy`` (the default) is the real ``policy_node`` with the shipped model at
+10 Hz on one thread, fed the rig's joint states and a synthetic 320x240 rgb8 camera at 30 Hz on private
+topics, so it runs inference every tick (its chunks go to a private topic the bench counts, not to the
+controller); ``--load torch`` is one Python process doing float32 matrix products with torch on one
+thread; ``--load-cmd`` runs any command. Reported per phase: period error |period - 10 ms| p50/p99/max
+in ms, overruns (cycles more than 1.5 periods after the previous one), mean period, compute time p99,
+and the controller process's CPU use (% of one core); for the loaded phase also the load's CPU use and,
+with the policy, its chunks per second over the measured window. Goal: p99 period error under 1 ms idle
+and under 2 ms loaded. The JSON object is the last line of output.
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ import numpy as np
 
 GOAL_P99_MS = {"idle": 1.0, "loaded": 2.0}
 NODE_NAME = "bench_controller"
+POLICY_NODE_NAME = "bench_policy"
 PREFIX = "/bench_controller"
 HOME = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
+LOADS = ("policy", "torch")
+LOOP_MODES = ("auto", "thread", "timer")
+POLICY_MODEL = "vla_cups"  # the shipped model (models/vla_cups)
+POLICY_INSTRUCTION = "pick up the red cup"
+CAMERA_SIZE = (320, 240)  # width, height of the synthetic rgb8 frames
+CAMERA_RATE_HZ = 30.0
 
 DEFAULT_LOAD = (
     "import torch\n"
@@ -47,6 +57,22 @@ DEFAULT_LOAD = (
 )
 
 
+def _policy_cmd() -> list[str]:
+    """policy_node on the rig's private topics; its chunks go to a topic only the bench listens to."""
+    return [
+        sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args",
+        "-r", f"__node:={POLICY_NODE_NAME}",
+        "-r", f"/joint_states:={PREFIX}/joint_states",
+        "-r", f"/vla/action_chunk:={PREFIX}/action_chunk",
+        "-r", f"/vla/instruction:={PREFIX}/instruction",
+        "-p", f"model:={POLICY_MODEL}",
+        "-p", "rate_hz:=10.0",
+        "-p", "threads:=1",
+        "-p", f"instruction:={POLICY_INSTRUCTION}",
+        "-p", f"image_topic:={PREFIX}/camera/image_raw",
+    ]  # fmt: skip
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (Linux /proc), seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -57,12 +83,12 @@ def _cpu_seconds(pid: int) -> float:
 class _Rig:
     """The bench's side of the graph: robot, chunk source and diagnostics reader, spun in a thread."""
 
-    def __init__(self, chunk_period_s: float = 0.2) -> None:
+    def __init__(self, chunk_period_s: float = 0.2, camera: bool = False) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
-        from sensor_msgs.msg import JointState
+        from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float64MultiArray
         from trajectory_msgs.msg import JointTrajectory
 
@@ -75,8 +101,11 @@ class _Rig:
         self.node = Node("bench_controller_rig", context=self._context)
         self._joints = list(COMMANDED_JOINTS)
         self._q = np.array(HOME)
+        self._v = np.zeros(len(HOME))
         self.commands = 0
+        self.policy_chunks = 0
         self.loop: dict[str, str] = {}
+        self.policy: dict[str, str] = {}
         self.loop_reports = 0
         self._lock = threading.Lock()
         self._js_pub = self.node.create_publisher(JointState, f"{PREFIX}/joint_states", 10)
@@ -85,6 +114,14 @@ class _Rig:
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.node.create_timer(0.01, self._publish_joint_state)
         self.node.create_timer(chunk_period_s, self._publish_chunk)
+        if camera:  # for a policy node beside the controller: frames, and a count of its chunks
+            rng = np.random.default_rng(0)
+            width, height = CAMERA_SIZE
+            self._image = Image(width=width, height=height, encoding="rgb8", step=3 * width)
+            self._image.data = rng.integers(0, 256, (height, width, 3), dtype=np.uint8).tobytes()  # a fixed random picture
+            self._image_pub = self.node.create_publisher(Image, f"{PREFIX}/camera/image_raw", 10)
+            self.node.create_timer(1.0 / CAMERA_RATE_HZ, self._publish_image)
+            self.node.create_subscription(JointTrajectory, f"{PREFIX}/action_chunk", self._on_policy_chunk, 10)
         self._ActionChunk, self._msg_from_chunk, self._JointState = ActionChunk, msg_from_chunk, JointState
         self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self.node)
@@ -98,8 +135,13 @@ class _Rig:
             pass
 
     def _on_command(self, msg) -> None:
-        self._q = np.array(msg.data)  # a perfect robot: it is where it was told to be
+        q = np.array(msg.data)  # a perfect robot: it is where it was told to be, moving as commanded
+        self._v = (q - self._q) / 0.01
+        self._q = q
         self.commands += 1
+
+    def _on_policy_chunk(self, msg) -> None:
+        self.policy_chunks += 1
 
     def _on_diag(self, msg) -> None:
         for status in msg.status:
@@ -107,11 +149,18 @@ class _Rig:
                 with self._lock:
                     self.loop = {kv.key: kv.value for kv in status.values}
                     self.loop_reports += 1
+            elif status.name == f"{POLICY_NODE_NAME}: policy":
+                with self._lock:
+                    self.policy = {kv.key: kv.value for kv in status.values} | {"_message": status.message}
 
     def _publish_joint_state(self) -> None:
-        js = self._JointState(name=self._joints, position=self._q.tolist())
+        js = self._JointState(name=self._joints, position=self._q.tolist(), velocity=self._v.tolist())
         js.header.stamp = self.node.get_clock().now().to_msg()
         self._js_pub.publish(js)
+
+    def _publish_image(self) -> None:
+        self._image.header.stamp = self.node.get_clock().now().to_msg()
+        self._image_pub.publish(self._image)
 
     def _publish_chunk(self) -> None:
         now_ns = self.node.get_clock().now().nanoseconds
@@ -125,6 +174,10 @@ class _Rig:
     def report(self) -> tuple[int, dict[str, str]]:
         with self._lock:
             return self.loop_reports, dict(self.loop)
+
+    def policy_report(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.policy)
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=2.0)
@@ -175,15 +228,25 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
+def _log_tail(log_file, n: int = 2000) -> str:
+    log_file.seek(0)
+    return log_file.read().decode(errors="replace")[-n:]
+
+
 def run(
     seconds: float = 20.0,
     warmup_s: float = 3.0,
+    load: str = "policy",
     load_cmd: str | None = None,
     rate_hz: float = 100.0,
     realtime_priority: int = 0,
+    loop_mode: str = "auto",
     blend: bool = True,
     log=print,
 ) -> dict:
+    """``load``: policy or torch; a ``load_cmd`` replaces it with any command."""
+    if load not in LOADS or loop_mode not in LOOP_MODES:
+        raise ValueError(f"load must be one of {LOADS} and loop_mode one of {LOOP_MODES}, got {load!r} and {loop_mode!r}")
     # DDS stays on this machine unless the caller decided otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
@@ -198,33 +261,53 @@ def run(
         "-p", f"loop_stats_window:={cycles}",
         "-p", "diagnostics_rate_hz:=2.0",
         "-p", f"realtime_priority:={realtime_priority}",
+        "-p", f"loop_mode:={loop_mode}",
     ]  # fmt: skip
-    load_argv = shlex.split(load_cmd) if load_cmd else [sys.executable, "-c", DEFAULT_LOAD]
-    controller = load = rig = None
+    use_policy = load_cmd is None and load == "policy"
+    if load_cmd:
+        load_argv = shlex.split(load_cmd)
+    elif use_policy:
+        load_argv = _policy_cmd()
+    else:
+        load_argv = [sys.executable, "-c", DEFAULT_LOAD]
+    controller = load_proc = rig = None
     result: dict = {}
     try:
         node_log = tempfile.TemporaryFile()  # a file, not a pipe: nobody reads it while the node runs
         controller = subprocess.Popen(node_cmd, stdout=node_log, stderr=subprocess.STDOUT, start_new_session=True)
-        rig = _Rig()
+        rig = _Rig(camera=use_policy)
         _wait(lambda: rig.commands > 50 or controller.poll() is not None, 60, "the controller's first commands")
         if controller.poll() is not None:
-            node_log.seek(0)
-            raise RuntimeError(f"controller_node exited: {node_log.read().decode()[-2000:]}")
+            raise RuntimeError(f"controller_node exited: {_log_tail(node_log)}")
         log(f"controller running (pid {controller.pid}); warm-up {warmup_s:g} s")
         time.sleep(warmup_s)
         log(f"idle: measuring {cycles} cycles")
         result["idle"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
-        load = subprocess.Popen(load_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        load_t0 = time.monotonic()
+        result["loop_mode"] = rig.report()[1].get("loop_mode", "unknown")  # the node's resolved mode
+        load_log = tempfile.TemporaryFile()
+        load_proc = subprocess.Popen(load_argv, stdout=load_log, stderr=subprocess.STDOUT, start_new_session=True)
+        if use_policy:  # loading torch and the model takes a while; measure only once chunks flow
+            log("loaded: waiting for the policy node's first chunks")
+            _wait(lambda: rig.policy_chunks > 5 or load_proc.poll() is not None, 180, "the policy node's first chunks")
         time.sleep(max(2.0, warmup_s))
-        if load.poll() is not None:
-            raise RuntimeError(f"the load command exited with status {load.returncode}: {load_argv}")
+        if load_proc.poll() is not None:
+            raise RuntimeError(f"the load exited with status {load_proc.returncode}: {load_argv}\n{_log_tail(load_log)}")
         log(f"loaded: measuring {cycles} cycles beside {' '.join(load_argv)[:80]!r}")
+        chunks0, load_cpu0, t0 = rig.policy_chunks, _cpu_seconds(load_proc.pid), time.monotonic()
         result["loaded"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
-        result["load_cpu_pct"] = round(100.0 * _cpu_seconds(load.pid) / (time.monotonic() - load_t0), 1)
+        chunks1, load_cpu1, t1 = rig.policy_chunks, _cpu_seconds(load_proc.pid), time.monotonic()
+        result["load_cpu_pct"] = round(100.0 * (load_cpu1 - load_cpu0) / (t1 - t0), 1)  # over the measured window
+        if use_policy:
+            result["policy_chunks_per_s"] = round((chunks1 - chunks0) / (t1 - t0), 2)
+            policy = rig.policy_report()
+            result["policy_ticks"] = int(policy.get("ticks", 0))
+            result["policy_inference_ms_p50"] = float(policy.get("inference_ms.p50", "nan"))
+            result["policy_status"] = policy.get("_message", "no report")
+            if chunks1 == chunks0:  # the loaded figures would be beside an idle policy
+                raise RuntimeError(f"the policy node published no chunk while measured ({result['policy_status']}): {_log_tail(load_log)}")
         result["commands_received"] = rig.commands
     finally:
-        _stop(load)
+        _stop(load_proc)
         _stop(controller)
         if rig is not None:
             rig.close()
@@ -232,7 +315,16 @@ def run(
     result["realtime_priority"] = realtime_priority
     result["seconds"] = seconds
     result["clock"] = "wall"
-    result["load_cmd"] = load_cmd or "default: python, torch float32 384x384 matmul + tanh loop, 1 thread"
+    result["load"] = "cmd" if load_cmd else load
+    if load_cmd:
+        result["load_cmd"] = load_cmd
+    elif use_policy:
+        result["load_cmd"] = (
+            f"policy_node, model {POLICY_MODEL}, 10 Hz, 1 thread, {CAMERA_SIZE[0]}x{CAMERA_SIZE[1]} rgb8 camera at "
+            f"{CAMERA_RATE_HZ:g} Hz and joint states at 100 Hz"
+        )
+    else:
+        result["load_cmd"] = "python, torch float32 384x384 matmul + tanh loop, 1 thread"
     result["cpu_count"] = os.cpu_count()
     result["goal_p99_ms"] = GOAL_P99_MS
     result["meets_goal"] = all(result[k]["period_err_ms_p99"] < GOAL_P99_MS[k] for k in GOAL_P99_MS)
@@ -248,15 +340,22 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench controller",
-        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a CPU load; the last line of output is a JSON object.",
+        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line of output is a JSON object.",
         epilog="example: vla-ros bench controller --seconds 20 --json\n"
-        "         vla-ros bench controller --load-cmd 'ros2 run vla_ros policy_node' --json",
+        "         vla-ros bench controller --load torch --json\n"
+        "         vla-ros bench controller --load-cmd 'stress-ng --cpu 1' --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured wall seconds per phase (default 20)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each measurement (default 3)")
-    parser.add_argument("--load-cmd", default=None, help="command run beside the controller in the loaded phase (default: a 1-thread torch matmul loop)")
+    parser.add_argument(
+        "--load", choices=LOADS, default="policy",
+        help="what runs beside the controller in the loaded phase: policy (policy_node with the shipped model, fed a "
+        "synthetic camera; the default) or torch (a 1-thread torch matmul loop)",
+    )  # fmt: skip
+    parser.add_argument("--load-cmd", default=None, help="run this command as the load instead of --load")
+    parser.add_argument("--loop-mode", choices=LOOP_MODES, default="auto", help="the node's loop_mode parameter (auto = its loop thread on wall time)")
     parser.add_argument("--realtime-priority", type=int, default=0, help="the node's realtime_priority parameter (0 = normal scheduling, the default)")
     parser.add_argument("--no-blend", action="store_true", help="skip the blend-mode comparison (crossfade vs freeze)")
     args = parser.parse_args(argv)
@@ -264,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seconds must be > 0 and --warmup >= 0, got {args.seconds} and {args.warmup}")
     log = (lambda *_: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     result = run(
-        seconds=args.seconds, warmup_s=args.warmup, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority, blend=not args.no_blend, log=log
+        seconds=args.seconds, warmup_s=args.warmup, load=args.load, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority,
+        loop_mode=args.loop_mode, blend=not args.no_blend, log=log,
     )
     if not args.json:
         for phase in ("idle", "loaded"):

@@ -79,6 +79,7 @@ class Episode:
     metadata: dict[str, dict[str, str]]
     status: dict | None  # the last episode status (JSON) in the bag, if any
     lifted: str | None = None  # the cup a status reported lifted at any time in the bag
+    statuses: list = dataclasses.field(default_factory=list)  # (t_s, status dict), after the first observation
 
     @property
     def success(self) -> bool | None:
@@ -110,6 +111,7 @@ def replay(
     joint_t, joint_q, cmd_t, cmd_q = [], [], [], []
     status = None
     lifted = None  # the first cup any status reported lifted (it may slip later in the recording)
+    statuses: list[tuple[float, dict]] = []
     wanted = topics.observation_topics() + [topics.commands, topics.episode_status]
     generation = stream.generation
     for m in read_messages(path, wanted):
@@ -123,6 +125,8 @@ def replay(
             try:
                 status = json.loads(m.message.data)
                 lifted = lifted or status.get("lifted")
+                if stream.epoch_ns is not None:
+                    statuses.append((stream.t_s(m.log_time_ns), status))
             except ValueError:
                 log.warning("%s: unreadable episode status", path.name)
             continue
@@ -130,7 +134,7 @@ def replay(
         if stream.generation != generation:  # a clock jump inside the bag: earlier windows are another timeline
             log.warning("%s: clock jumped back; keeping only what follows", path.name)
             generation = stream.generation
-            windows, joint_t, joint_q, cmd_t, cmd_q = [], [], [], [], []
+            windows, joint_t, joint_q, cmd_t, cmd_q, statuses = [], [], [], [], [], []
         if isinstance(result, Observation):
             if result.kind == Kind.IMAGE and keep_windows:
                 windows.append((result.t_s, stream.window()))
@@ -152,6 +156,7 @@ def replay(
         metadata=read_metadata(path),
         status=status,
         lifted=lifted,
+        statuses=statuses,
     )
 
 

@@ -50,7 +50,7 @@ def frame_attention(model, config, window, instruction) -> np.ndarray:
     from vla_ros.tokens import Kind
 
     seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
-    batch = collate([seq])
+    batch = collate([seq]).to(next(model.parameters()).device)  # the node's model may live on a GPU
     with torch.no_grad():
         out = model.full_pass(batch, need_weights=True)
     frame_rows = [i for i, o in enumerate(window) if o.kind == Kind.IMAGE]
@@ -59,9 +59,38 @@ def frame_attention(model, config, window, instruction) -> np.ndarray:
     L = instruction.embeddings.shape[0]
     maps = []
     for w in out.weights:  # (1, H, T, T) per layer
-        a = w[0].numpy()  # (H, T, T)
+        a = w[0].float().cpu().numpy()  # (H, T, T)
         maps.append(a[:, rows][:, :, :L].transpose(0, 2, 1))  # (H, L, P)
     return np.stack(maps)  # (layers, H, L, P)
+
+
+def word_rows(tokens, color: str | None) -> list[int]:
+    """Rows of the instruction tokens that are the colour word ([] when there is none or it is absent)."""
+    return [] if color is None else [i for i, t in enumerate(tokens) if t == color]
+
+
+def word_heat(att: np.ndarray, tokens, color: str | None) -> np.ndarray:
+    """(P,): attention of the newest frame's patches to the colour word's token(s), mean over layers and
+    heads; without a colour word, the mean over all instruction tokens. att: (layers, H, L, P)."""
+    rows = word_rows(tokens, color) or list(range(att.shape[2]))
+    return att[:, :, rows, :].mean(axis=(0, 1, 2))
+
+
+def live_overlay(model, config, window, instruction, rgb: np.ndarray) -> np.ndarray:
+    """The heat map of the colour word the instruction names (``named_color``) over the crop of ``rgb``,
+    the newest camera frame of ``window``, as the model sees it: what the policy node publishes."""
+    from vla_ros.training.data import named_color
+
+    att = frame_attention(model, config, window, instruction)  # (layers, H, L, P)
+    heat = word_heat(att, instruction.tokens, named_color(instruction.text))
+    return overlay(crop_image(rgb, config.crop), heat, config.patch_grid)
+
+
+def crop_image(rgb: np.ndarray, crop) -> np.ndarray:
+    """The part of the camera image the model sees (the tokenizer's crop), so patches line up with it."""
+    top, bottom, left, right = crop
+    h, w = rgb.shape[:2]
+    return rgb[round(top * h):h - round(bottom * h), round(left * w):w - round(right * w)]
 
 
 def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
@@ -101,7 +130,8 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
         stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
         instruction = stream.set_instruction(instruction_text, 0)
         words = list(instruction.tokens)
-        color_idx = words.index(color) if color in words else None
+        rows = word_rows(words, color)
+        color_idx = rows[0] if rows else None
         expert = PickExpert()
         sample_at = set(np.linspace(0.4, 2.0, frames_per_episode).round(2))
         while sim.time_s < 2.05:
@@ -134,7 +164,7 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
     if out is not None and panels:
         out.mkdir(parents=True, exist_ok=True)
         for i, (rgb, att, words, color, text) in enumerate(panels):
-            draw_panels(rgb, att, words, config.patch_grid, f"{text!r} (target: {color})", out / f"attention_{i}.png")
+            draw_panels(crop_image(rgb, config.crop), att, words, config.patch_grid, f"{text!r} (target: {color})", out / f"attention_{i}.png")
         (out / "attention.json").write_text(json.dumps(result, indent=1))
     return result
 

@@ -36,6 +36,7 @@ class EvalConfig:
         inference_latency_s: modelled time from a tick to its chunk reaching the filter.
         frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
         hold_after_success_s: keep running after success (for videos).
+        chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
     """
 
     max_episode_s: float = 15.0
@@ -43,6 +44,7 @@ class EvalConfig:
     inference_latency_s: float = 0.03
     frame_delay_s: float = 0.02
     hold_after_success_s: float = 0.0
+    chunk_smoothing_degree: int | None = None
     image_width: int = 320
     image_height: int = 240
 
@@ -84,7 +86,7 @@ class ClosedLoop:
         from vla_ros.control import ChunkExecutor
         from vla_ros.launch_runner.packages import find_package_share
         from vla_ros.model.runtime import StreamingPolicy
-        from vla_ros.nodes import controller_node, safety_filter_node
+        from vla_ros.nodes import controller_node, policy_node, safety_filter_node
         from vla_ros.safety import SafetyFilter, load_robot
         from vla_ros.sim import ArmSim, SimConfig
         from vla_ros.tokens import StreamConfig, TokenizerConfig
@@ -101,6 +103,9 @@ class ClosedLoop:
         safety_p = node_params(safety_filter_node, share / "config" / "safety_filter.yaml", "safety_filter")
         self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter_node.config_from_params(safety_p))
         control_p = node_params(controller_node, share / "config" / "controller.yaml", "controller")
+        policy_p = node_params(policy_node, share / "config" / "policy.yaml", "policy")
+        degree = self.config.chunk_smoothing_degree
+        self.smoothing_degree = int(policy_p["chunk_smoothing_degree"] if degree is None else degree)
         self.controller_config = controller_node.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
@@ -109,8 +114,13 @@ class ClosedLoop:
     def close(self) -> None:
         self.sim.close()
 
-    def run_episode(self, seed: int, instruction: str, color: str, record: bool = False) -> EpisodeResult:
-        from vla_ros.chunks import ActionChunk
+    def run_episode(self, seed: int, instruction: str, color: str, record: bool = False, hook=None) -> EpisodeResult:
+        """One closed-loop episode. ``hook`` (optional) sees what the robot graph carries and may take the arm
+        over: ``start(sim, instruction, color)``, ``joint_state(stamp)``, ``frame(rgb, stamp)``, ``status()``,
+        and ``execute(q_policy) -> (q, takeover_ended)`` every control period, where ``q_policy`` is the
+        controller's command (or None) and ``q`` what the arm gets; when a takeover ends, the controller
+        restarts from the measured joints (``vla-ros collect --policy`` records expert-labelled rollouts)."""
+        from vla_ros.chunks import ActionChunk, smooth_positions
         from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
         from vla_ros.ros.time import time_msg_from_ns
         from vla_ros.safety import JointStateSample
@@ -118,6 +128,8 @@ class ClosedLoop:
 
         cfg, sim, policy = self.config, self.sim, self.policy
         sim.reset(seed)
+        if hook is not None:
+            hook.start(sim, instruction, color)
         stream = TokenStream(self.tokenizer, self.stream_config, self.encoder)
         stream.set_instruction(instruction, 0)
         policy.set_instruction(stream.instruction)
@@ -149,8 +161,12 @@ class ClosedLoop:
                 q_all = np.asarray(js.position)
                 controller.set_measured(q_all[ctrl_from_sim], now, now)
                 last_state = JointStateSample(tuple(js.name), q_all, now)
+                if hook is not None:
+                    hook.joint_state(stamp)
             if sim.is_frame_step():
                 rgb = sim.render()
+                if hook is not None:
+                    hook.frame(rgb, stamp)
                 pending_frames.append((now + frame_delay_ns, image_msg(rgb, stamp, "camera_optical_frame")))
                 if record:
                     frames.append(rgb)
@@ -163,7 +179,8 @@ class ClosedLoop:
                     policy.observe(new)
                 if policy.ready:
                     out = policy.predict_action_chunk()
-                    pending_chunks.append((now + latency_ns, ActionChunk(tuple(out.joint_names), out.stamp_ns, out.time_from_start_s, out.positions)))
+                    positions = smooth_positions(out.time_from_start_s, out.positions, self.smoothing_degree)
+                    pending_chunks.append((now + latency_ns, ActionChunk(tuple(out.joint_names), out.stamp_ns, out.time_from_start_s, positions)))
             while pending_chunks and pending_chunks[0][0] <= now:
                 _, chunk = pending_chunks.pop(0)
                 safe, report = self.safety.filter(chunk, last_state, now)
@@ -173,11 +190,19 @@ class ClosedLoop:
                     controller.submit_chunk(safe)
             if sim.is_joint_state_step():
                 q_cmd = controller.update(now, period_s)
+                q_cmd = None if q_cmd is None else np.asarray(q_cmd)[self._to_sim]
+                if hook is not None:
+                    q_cmd, handback = hook.execute(q_cmd)
+                    if handback:  # the controller's own plan is stale: start over from the measured joints
+                        controller = self._executor_cls(self.controller_config)
+                        controller.set_measured(q_all[ctrl_from_sim], now, now)
                 if q_cmd is not None:
-                    sim.command_positions(None, np.asarray(q_cmd)[self._to_sim])
+                    sim.command_positions(None, q_cmd)
                     if record:
-                        commanded.append((sim.time_s, np.asarray(q_cmd)[self._to_sim].copy()))
+                        commanded.append((sim.time_s, np.asarray(q_cmd).copy()))
                         measured.append((sim.time_s, sim.command_joint_positions().copy()))
+            if hook is not None and sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
+                hook.status()
             sim.step()
             if sim.step_count % 60 == 0:
                 min_d = min(min_d, float(np.linalg.norm(sim.tcp_position() - sim.cup_positions()[color])))

@@ -31,27 +31,66 @@ def load_templates(path: str | None) -> tuple[str, ...]:
     return tuple(lines)
 
 
+_LOOP = None  # one ClosedLoop per worker process (built once, reused for every episode it runs)
+
+
+def _init_worker(model, backend, device, config, share_dir, threads) -> None:
+    global _LOOP
+    from vla_ros.evaluation.closed_loop import ClosedLoop
+
+    _LOOP = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir, threads=threads)
+
+
+def _run_one(job):
+    """One episode in this process's ClosedLoop; the video is written here, frames never cross processes."""
+    ep_seed, instruction, color, record, out = job
+    r = _LOOP.run_episode(ep_seed, instruction, color, record=record)
+    if r.frames and out is not None:
+        write_video(r.frames, out / f"episode_{ep_seed}_{color}.mp4")
+    r.frames = r.commanded = r.measured = None
+    return r
+
+
 def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", device="cpu", videos: int = 0,
-             out: Path | None = None, progress: bool = True, config=None, share_dir=None) -> dict:
+             out: Path | None = None, progress: bool = True, config=None, share_dir=None, workers: int = 1) -> dict:
+    """Run the episodes; with ``workers`` > 1 they are spread over processes (one torch thread each).
+
+    Every episode starts from its own seed with a reset sim and policy, so the results do not depend on
+    which worker runs it or in what order.
+    """
+    import multiprocessing as mp
+
     from tqdm import tqdm
 
-    from vla_ros.evaluation.closed_loop import ClosedLoop
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
 
-    loop = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir)
-    results = []
-    t0 = time.time()
-    bar = tqdm(range(episodes), desc="evaluating", unit="ep", disable=not progress)
-    for i in bar:
+    jobs = []
+    for i in range(episodes):
         ep_seed = EVAL_SEED_START + seed + i
         color, instruction = episode_task(ep_seed, templates)
-        r = loop.run_episode(ep_seed, instruction, color, record=i < videos)
-        if r.frames and out is not None:
-            write_video(r.frames, out / f"episode_{ep_seed}_{color}.mp4")
-        r.frames = r.commanded = r.measured = None
+        jobs.append((ep_seed, instruction, color, i < videos, out))
+    results = []
+    t0 = time.time()
+    bar = tqdm(total=episodes, desc="evaluating", unit="ep", disable=not progress)
+
+    def done(r) -> None:
         results.append(r)
+        bar.update(1)
         bar.set_postfix(success=f"{np.mean([x.success for x in results]):.0%}")
-    loop.close()
+
+    init = (model, backend, device, config, share_dir)
+    if workers <= 1:
+        _init_worker(*init, None)
+        for job in jobs:
+            done(_run_one(job))
+        _LOOP.close()
+    else:
+        # spawn, not fork: each worker gets its own MuJoCo/EGL context and torch thread pool
+        with mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(*init, 1)) as pool:
+            for r in pool.imap_unordered(_run_one, jobs):
+                done(r)
+    bar.close()
+    results.sort(key=lambda r: r.seed)
     by_color = {}
     for c in ("red", "green", "blue"):
         rs = [r for r in results if r.color == c]
@@ -68,7 +107,7 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", d
         "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
         "episodes": len(results),
         "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
-        "model": str(model), "backend": backend, "wall_s": round(time.time() - t0, 1),
+        "model": str(model), "backend": backend, "workers": max(1, workers), "wall_s": round(time.time() - t0, 1),
     }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
     parser.add_argument("--out", default="", help="output folder (default runs/eval-<date>)")
     parser.add_argument("--max-episode-s", type=float, default=15.0)
+    parser.add_argument("--smoothing-degree", type=int, default=None, help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)")
+    parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     from vla_ros.evaluation.closed_loop import EvalConfig
@@ -106,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     templates = load_templates(args.instructions)
     out = Path(args.out or f"runs/eval-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
-                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s))
+                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree),
+                       workers=args.workers)
     if not args.json:
         for k, v in summary.items():
             print(f"{k:>24}: {v}")

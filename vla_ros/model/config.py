@@ -65,6 +65,10 @@ class ModelConfig:
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.
         state_mean / state_std: normalisation of state tokens (len state_dim); None = identity.
         action_mean / action_std: normalisation of action targets (len action_dim); None = identity.
+        aux_dim: width of the auxiliary head trained beside the actions (0 = none). Training uses it to
+            predict where the named cup is from every action token, which teaches the policy to ground the
+            colour word in the image long before the action loss alone would; it is not used online.
+        aux_loss_weight: weight of the auxiliary loss next to the action loss.
     """
 
     hidden_size: int = 128
@@ -98,6 +102,8 @@ class ModelConfig:
     state_std: tuple[float, ...] | None = None
     action_mean: tuple[float, ...] | None = None
     action_std: tuple[float, ...] | None = None
+    aux_dim: int = 0
+    aux_loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names"):
@@ -126,6 +132,8 @@ class ModelConfig:
                              f"rope_max_period_s={self.rope_max_period_s}")
         if self.rope_min_period_s < 1e-6:
             raise ValueError(f"rope_min_period_s={self.rope_min_period_s} is below 1 us: time is integer ns")
+        if self.aux_dim < 0 or self.aux_loss_weight < 0:
+            raise ValueError(f"aux_dim={self.aux_dim} and aux_loss_weight={self.aux_loss_weight} must be >= 0")
         if self.window_seconds <= 0:
             raise ValueError(f"window_seconds={self.window_seconds} must be > 0")
         if self.max_lateness_s < 0:

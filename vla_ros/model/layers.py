@@ -178,14 +178,35 @@ class PatchEncoder(nn.Module):
         self.conv2 = nn.Conv2d(c1, c2, kernel_size=3, stride=1, padding=1)
         self.patch = nn.Conv2d(c2, config.hidden_size, kernel_size=(kh, kw), stride=(kh, kw))
         self.position = nn.Parameter(torch.zeros(self.num_patches, config.hidden_size))
+        # FiLM of the stem's features by the instruction (scale and shift per channel), then a spatial
+        # softmax: each channel's activation becomes a probability map and its expected (x, y) a keypoint
+        # (Levine et al. 2016, "End-to-end training of deep visuomotor policies"). A channel the instruction
+        # turns into "the named colour" yields that cup's image position directly; the keypoints are added
+        # to every patch token of the frame. Patches alone leave the cup's position inside a 16x18-pixel
+        # patch to the attention to find, which small data does not teach.
+        self.film = nn.Linear(config.text_embedding_dim, 2 * c2)
+        self.keypoint_temperature = nn.Parameter(torch.full((1,), 0.05))  # sharp maps from the start: keypoints that move with the image
+        self.keypoints = nn.Linear(2 * c2, config.hidden_size)
+        # The training frames' mean image (set by training, saved with the weights): subtracting it leaves
+        # what changes from scene to scene, the cups and the arm, instead of a table that dwarfs them.
+        self.register_buffer("mean_image", torch.zeros(3, config.image_height, config.image_width))
+        h, w = config.image_height // 2, config.image_width // 2
+        ys, xs = torch.meshgrid(torch.linspace(-1.0, 1.0, h), torch.linspace(-1.0, 1.0, w), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1), persistent=False)  # (HW, 2)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = F.gelu(self.conv1(images))  # (F, c1, H/2, W/2)
-        x = F.gelu(self.conv2(x))  # (F, c2, H/2, W/2)
-        x = self.patch(x)  # (F, D, rows, cols)
-        n = x.shape[0]  # explicit sizes, no -1: F may be 0 in a streaming tick
-        x = x.reshape(n, self.hidden_size, self.num_patches).transpose(1, 2)  # (F, P, D)
-        return x + self.position
+    def forward(self, images: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
+        """images (F, 3, H, W), instruction (F, 384) (normalised, one per frame) -> (F, P, D)."""
+        x = F.gelu(self.conv1(images - self.mean_image))  # (F, c1, H/2, W/2)
+        x = self.conv2(x)  # (F, c2, H/2, W/2)
+        n, c = x.shape[0], x.shape[1]  # explicit sizes, no -1: F may be 0 in a streaming tick
+        film = self.film(instruction)  # (F, 2 c2)
+        x = F.gelu(x * (1.0 + film[:, :c, None, None]) + film[:, c:, None, None])
+        prob = torch.softmax(x.reshape(n, c, self.grid.shape[0]) / self.keypoint_temperature, dim=-1)  # (F, c2, HW)
+        keypoints = (prob @ self.grid).reshape(n, 2 * c)  # (F, 2 c2) expected (x, y) per channel
+        p = self.patch(x)  # (F, D, rows, cols)
+        p = p.reshape(n, self.hidden_size, self.num_patches).transpose(1, 2)  # (F, P, D)
+        p = p - p.mean(dim=1, keepdim=True)  # what sets a patch apart from the frame, not the table all share
+        return p + self.position + self.keypoints(keypoints)[:, None, :]
 
 
 class StateEncoder(nn.Module):

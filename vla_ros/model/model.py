@@ -44,16 +44,26 @@ class VLATransformer(nn.Module):
         self.patch_encoder = PatchEncoder(config)
         self.state_encoder = StateEncoder(config)
         self.text_projection = TextProjection(config)
+        # The instruction as one vector conditions camera patches (FiLM: scale and shift, as in RT-1's
+        # FiLM-EfficientNet) and action queries (added). Attention alone starts out spreading an action
+        # query's weight over hundreds of patches and a handful of word tokens, so the colour word barely
+        # reaches the patches that matter; with this the "which cup" signal is there from the first layer.
+        # Zero-initialised: training starts from the unconditioned model.
+        self.instruction_norm = RMSNorm(config.text_embedding_dim, config.rms_norm_eps)
+        self.instruction_proj = nn.Linear(config.text_embedding_dim, 3 * D)
         self.modality = nn.Embedding(4, D)  # indexed by Kind: TEXT, IMAGE, STATE, ACTION
         self.action_queries = nn.Parameter(torch.zeros(config.chunk_length, D))  # one per chunk point
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(D, config.rms_norm_eps)
         self.action_head = nn.Linear(D, J)
+        self.aux_head = nn.Linear(D, config.aux_dim) if config.aux_dim else None
         mean = config.action_mean or (0.0,) * J
         std = config.action_std or (1.0,) * J
         self.register_buffer("action_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
         self.register_buffer("action_std", torch.tensor(std, dtype=torch.float32), persistent=False)
         self.apply(self._init_weights)
+        nn.init.zeros_(self.instruction_proj.weight)
+        nn.init.zeros_(self.patch_encoder.film.weight)
         nn.init.normal_(self.action_queries, std=config.initializer_range)
         nn.init.normal_(self.patch_encoder.position, std=config.initializer_range)
 
@@ -71,22 +81,31 @@ class VLATransformer(nn.Module):
 
     # ----- pieces -----
     def embed(self, images: torch.Tensor, states: torch.Tensor, text: torch.Tensor, action_index: torch.Tensor,
-              gather: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              gather: torch.Tensor, instruction: torch.Tensor, frame_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode every input once, then gather rows into token order (see ``sequence``).
 
-        images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (..., T) ->
-        x (..., T, D), is_text (..., T) float 0/1.
+        images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (B, T), instruction
+        (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0)
+        -> x (B, T, D), is_text (B, T) float 0/1.
         """
         D, P = self.config.hidden_size, self.config.num_visual_tokens
         n_frames = images.shape[0]
-        patches = self.patch_encoder(images).reshape(n_frames * P, D) + self.modality.weight[IMAGE]  # (F*P, D)
+        instruction = self.instruction_norm(instruction)  # (B, 384)
+        frame_instruction = instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
+        patches = self.patch_encoder(images, frame_instruction).reshape(n_frames * P, D) + self.modality.weight[IMAGE]  # (F*P, D)
         state_tok = self.state_encoder(states) + self.modality.weight[STATE]  # (N, D)
         text_tok = self.text_projection(text) + self.modality.weight[TEXT]  # (L, D)
         action_tok = self.action_queries.index_select(0, action_index) + self.modality.weight[ACTION]  # (A, D)
         pool = torch.cat([patches.new_zeros(1, D), patches, state_tok, text_tok, action_tok], dim=0)
-        x = pool[gather]  # (..., T, D)
+        x = pool[gather]  # (B, T, D)
         text_start = 1 + n_frames * P + states.shape[0]
-        is_text = ((gather >= text_start) & (gather < text_start + text.shape[0])).to(x.dtype)
+        action_start = text_start + text.shape[0]
+        is_text = ((gather >= text_start) & (gather < action_start)).to(x.dtype)
+        is_image = ((gather >= 1) & (gather < 1 + n_frames * P)).to(x.dtype)[..., None]
+        is_action = (gather >= action_start).to(x.dtype)[..., None]
+        cond = self.instruction_proj(instruction)[:, None, :]  # (B, 1, 3D)
+        query, scale, shift = cond[..., :D], cond[..., D:2 * D], cond[..., 2 * D:]
+        x = x * (1.0 + is_image * scale) + is_image * shift + is_action * query
         return x, is_text
 
     def backbone(self, x, cos, sin, is_text, mask, past_k, past_v, need_weights: bool = False):
@@ -116,10 +135,11 @@ class VLATransformer(nn.Module):
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     # ----- the shared step -----
-    def step(self, images, states, text, action_index, gather, cos, sin, mask, past_k, past_v,
-             need_weights: bool = False) -> StepOutput:
-        """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4)."""
-        x, is_text = self.embed(images, states, text, action_index, gather)
+    def step(self, images, states, text, action_index, gather, cos, sin, mask, past_k, past_v, instruction,
+             need_weights: bool = False, frame_batch: torch.Tensor | None = None) -> StepOutput:
+        """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4),
+        instruction (B, 384) (``sequence.instruction_vector``)."""
+        x, is_text = self.embed(images, states, text, action_index, gather, instruction, frame_batch)
         hidden, new_k, new_v, weights = self.backbone(x, cos, sin, is_text, mask, past_k, past_v, need_weights)
         actions = self.denormalize_actions(self.head(hidden))
         return StepOutput(hidden, actions, new_k, new_v, weights)
@@ -140,8 +160,11 @@ class VLATransformer(nn.Module):
         mask = additive_mask(allowed)[:, None]  # (B, 1, T, T)
         cos, sin = rope_tables(batch.rope_ns, batch.kind, self.config.rope_periods_ns)
         past_k, past_v = self.empty_past(batch.gather.shape[0], device=batch.gather.device)
+        instruction = batch.instruction
+        if instruction is None:
+            instruction = torch.zeros(batch.gather.shape[0], self.config.text_embedding_dim, device=batch.gather.device)
         return self.step(batch.images, batch.states, batch.text, batch.action_index, batch.gather,
-                         cos, sin, mask, past_k, past_v, need_weights)
+                         cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch)
 
     def forward(self, batch: TokenBatch) -> tuple[torch.Tensor, dict]:
         """Training loss on the action tokens only: MSE in normalised units over valid targets.
@@ -161,27 +184,34 @@ class VLATransformer(nn.Module):
         loss = err.pow(2).mean()
         with torch.no_grad():
             mae = (out.actions[sel] - batch.targets[sel]).abs().mean()
-        return loss, {"loss": float(loss.detach()), "num_targets": n, "mae": float(mae)}
+        info = {"loss": float(loss.detach()), "num_targets": n, "mae": float(mae)}
+        if self.aux_head is not None and batch.aux is not None and bool(batch.aux_valid.any()):
+            aux_err = self.aux_head(out.hidden[batch.aux_valid]) - batch.aux[batch.aux_valid]
+            aux_loss = aux_err.pow(2).mean()
+            info["aux_loss"] = float(aux_loss.detach())
+            loss = loss + self.config.aux_loss_weight * aux_loss
+        return loss, info
 
 
 class StepGraph(nn.Module):
     """One streaming step with the KV cache as explicit inputs and outputs (batch of one, squeezed).
 
     Inputs: images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,) int64, gather (T,) int64,
-    cos/sin (T, d/4), mask (T, C+T) additive float, past_key / past_value (layers, G, C, d).
+    cos/sin (T, d/4), mask (T, C+T) additive float, past_key / past_value (layers, G, C, d), instruction
+    (384,) (``sequence.instruction_vector`` of the pinned instruction, every step).
     Outputs: actions (T, J) absolute, hidden (T, D), new_key / new_value (layers, G, T, d).
     The torch runtime calls this module and the ONNX file is exported from it: one code path.
     """
 
     input_names = ("images", "states", "text", "action_index", "gather", "cos", "sin", "mask",
-                   "past_key", "past_value")
+                   "past_key", "past_value", "instruction")
     output_names = ("actions", "hidden", "new_key", "new_value")
 
     def __init__(self, model: VLATransformer) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value):
+    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value, instruction):
         out = self.model.step(images, states, text, action_index, gather[None], cos[None], sin[None],
-                              mask[None, None], past_key[:, None], past_value[:, None])
+                              mask[None, None], past_key[:, None], past_value[:, None], instruction[None])
         return out.actions[0], out.hidden[0], out.new_k[:, 0], out.new_v[:, 0]

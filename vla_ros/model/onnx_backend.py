@@ -63,6 +63,7 @@ def example_inputs(config: ModelConfig, frames: int = 2, states: int = 3, text: 
         "mask": np.zeros((T, past + T), np.float32),
         "past_key": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "past_value": rng.standard_normal((layers, G, past, d)).astype(np.float32),
+        "instruction": rng.standard_normal(config.text_embedding_dim).astype(np.float32),
     }
 
 
@@ -154,6 +155,7 @@ class OnnxBackend:
         feed = {name: np.ascontiguousarray(inputs[name]) for name in StepGraph.input_names[:8]}
         feed["past_key"] = np.ascontiguousarray(self.cache_k[:, :, :past_len])
         feed["past_value"] = np.ascontiguousarray(self.cache_v[:, :, :past_len])
+        feed["instruction"] = np.ascontiguousarray(inputs["instruction"])
         actions, hidden, new_k, new_v = self.session.run(None, feed)
         if keep:
             self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]

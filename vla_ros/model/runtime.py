@@ -46,7 +46,7 @@ import torch
 
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.model import StepGraph, VLATransformer
-from vla_ros.model.sequence import SRC_PATCH, ChunkSpec, build_sequence, validate_observation, validate_text
+from vla_ros.model.sequence import SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, validate_observation, validate_text
 from vla_ros.model.timeline import TokenTimes, additive_mask_np, rope_tables_np, visibility
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
@@ -138,7 +138,8 @@ class TorchBackend:
                 for name in StepGraph.input_names[:8]]
         past_k = self.cache_k[:, :, :past_len]
         past_v = self.cache_v[:, :, :past_len]
-        actions, hidden, new_k, new_v = self.graph(*args, past_k, past_v)
+        instruction = torch.from_numpy(np.ascontiguousarray(inputs["instruction"])).to(dev, non_blocking=True)
+        actions, hidden, new_k, new_v = self.graph(*args, past_k, past_v, instruction)
         if keep:
             self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]
             self.cache_v[:, :, past_len:past_len + keep] = new_v[:, :, :keep]
@@ -179,6 +180,7 @@ class StreamingPolicy:
         self._order = np.zeros(self.capacity, np.int64)
         self._valid = np.zeros(self.capacity, bool)
         self._text: np.ndarray | None = None
+        self._instruction_vec = instruction_vector(None, config.text_embedding_dim)
         self.instruction: Instruction | None = None
         # The retained raw window, sorted by key, with the order each was run under (None: not run yet).
         self._raw: list[Observation] = []
@@ -267,6 +269,7 @@ class StreamingPolicy:
             self._text, self.instruction = validate_text(instruction.embeddings, self.config), instruction
         else:
             self._text, self.instruction = validate_text(instruction, self.config), None
+        self._instruction_vec = instruction_vector(self._text, self.config.text_embedding_dim)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -447,7 +450,7 @@ class StreamingPolicy:
         mask = additive_mask_np(visibility(q, k, cfg.window_ns))  # (T, end + T)
         cos, sin = rope_tables_np(seq.rope_ns, seq.kind, cfg.rope_periods_ns)
         inputs = dict(images=seq.images, states=seq.states, text=seq.text, action_index=seq.action_index,
-                      gather=seq.gather(), cos=cos, sin=sin, mask=mask)
+                      gather=seq.gather(), cos=cos, sin=sin, mask=mask, instruction=self._instruction_vec)
         keep = T - (self.config.chunk_length if chunk else 0)
         actions, hidden = self.backend.run(inputs, end, keep)
         if keep:

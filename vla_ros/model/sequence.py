@@ -46,6 +46,7 @@ class ChunkSpec:
 
     anchor: tuple
     targets: np.ndarray | None = None
+    aux: np.ndarray | None = None  # (K,) auxiliary target shared by the chunk's tokens (training only)
 
 
 @dataclasses.dataclass
@@ -66,6 +67,7 @@ class TokenSequence:
     targets: np.ndarray  # (T, J) float32 (NaN where none)
     token_obs: np.ndarray  # (T,) index of the source observation in the caller's list, -1 otherwise
     num_patches: int = 0  # P, patch tokens per frame
+    aux: np.ndarray | None = None  # (T, K) float32 auxiliary targets (NaN where none), or None
 
     @property
     def num_tokens(self) -> int:
@@ -85,6 +87,17 @@ def _gather(src, src_index, n_frames, n_states, n_text, num_patches, offsets=(0,
     starts = np.array([0, img0 + offsets[0], st0 + offsets[1], tx0 + offsets[2], ac0 + offsets[3]], dtype=np.int64)
     out = starts[src] + src_index
     return np.where(src == SRC_PAD, 0, out).astype(np.int64)
+
+
+def instruction_vector(text: np.ndarray | None, dim: int) -> np.ndarray:
+    """(dim,) the instruction as one vector: the mean of its token embeddings (zeros without one).
+
+    The model conditions every camera patch and every action query on it (``VLATransformer.embed``), on
+    top of attending to the instruction's tokens; training and the streaming runtime both build it here.
+    """
+    if text is None or len(text) == 0:
+        return np.zeros(dim, np.float32)
+    return np.asarray(text, np.float32).mean(axis=0)
 
 
 def validate_observation(obs: Observation, config: ModelConfig) -> None:
@@ -158,6 +171,10 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
     action_index = []
     targets = np.full((n_obs_tokens + H * len(chunks), J), np.nan, np.float32)
     offsets = config.chunk_offsets_ns
+    aux_dims = {np.asarray(spec.aux).shape[0] for spec in chunks if spec.aux is not None}
+    if len(aux_dims) > 1:
+        raise ValueError(f"chunks carry auxiliary targets of different sizes {sorted(aux_dims)}")
+    aux = np.full((n_obs_tokens + H * len(chunks), aux_dims.pop()), np.nan, np.float32) if aux_dims else None
     for c, spec in enumerate(chunks):
         if spec.anchor not in known:
             raise ValueError(f"chunk {c}: anchor {spec.anchor} is not one of the sequence's observations")
@@ -167,6 +184,8 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
             if t.shape != (H, J):
                 raise ValueError(f"chunk {c}: targets shape {t.shape} != ({H}, {J})")
             targets[len(src):len(src) + H] = t
+        if spec.aux is not None:
+            aux[len(src):len(src) + H] = np.asarray(spec.aux, np.float32)
         for k in range(H):
             add(SRC_ACTION, len(action_index), ACTION, anchor_ns, anchor_order, c, anchor_ns + offsets[k], -1)
             action_index.append(k)
@@ -177,7 +196,7 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         text=text_arr,
         action_index=i64(action_index),
         src=i64(src), src_index=i64(src_index), kind=i64(kind), stamp_ns=i64(stamp), order=i64(order_),
-        chunk=i64(chunk), rope_ns=i64(rope), targets=targets, token_obs=i64(token_obs), num_patches=P,
+        chunk=i64(chunk), rope_ns=i64(rope), targets=targets, token_obs=i64(token_obs), num_patches=P, aux=aux,
     )
 
 
@@ -202,9 +221,14 @@ class TokenBatch:
     valid: torch.Tensor  # (B, T) bool
     targets: torch.Tensor  # (B, T, J)
     target_valid: torch.Tensor  # (B, T) bool
+    instruction: torch.Tensor | None = None  # (B, 384) instruction_vector of each sequence
+    frame_batch: torch.Tensor | None = None  # (F,) the sequence each pooled frame belongs to
+    aux: torch.Tensor | None = None  # (B, T, K) auxiliary targets (0 where none), training only
+    aux_valid: torch.Tensor | None = None  # (B, T) bool
 
     def to(self, device: torch.device | str) -> "TokenBatch":
-        return TokenBatch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+        return TokenBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                             for f in dataclasses.fields(self)})
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -226,6 +250,8 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
     fields["chunk"] = np.full((B, T), -1, np.int64)
     valid = np.zeros((B, T), bool)
     targets = np.full((B, T, J), np.nan, np.float32)
+    K = next((s.aux.shape[1] for s in sequences if s.aux is not None), 0)
+    aux = np.full((B, T, K), np.nan, np.float32) if K else None
     offs = [0, 0, 0, 0]
     for b, s in enumerate(sequences):
         n = s.num_tokens
@@ -234,15 +260,23 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
             fields[name][b, :n] = getattr(s, name)
         valid[b, :n] = True
         targets[b, :n] = s.targets
+        if aux is not None and s.aux is not None:
+            aux[b, :n] = s.aux
         offs = [offs[0] + s.images.shape[0] * P, offs[1] + s.states.shape[0], offs[2] + s.text.shape[0],
                 offs[3] + s.action_index.shape[0]]
     target_valid = valid & (fields["kind"] == ACTION) & np.all(np.isfinite(targets), axis=-1)
     cat = lambda name: torch.from_numpy(np.concatenate([getattr(s, name) for s in sequences]))  # noqa: E731
+    aux_fields = {}
+    if aux is not None:
+        aux_valid = valid & (fields["kind"] == ACTION) & np.all(np.isfinite(aux), axis=-1)
+        aux_fields = {"aux": torch.from_numpy(np.nan_to_num(aux, nan=0.0)), "aux_valid": torch.from_numpy(aux_valid)}
     return TokenBatch(
         images=cat("images"), states=cat("states"), text=cat("text"), action_index=cat("action_index"),
         gather=torch.from_numpy(gather), valid=torch.from_numpy(valid),
         targets=torch.from_numpy(np.nan_to_num(targets, nan=0.0)), target_valid=torch.from_numpy(target_valid),
-        **{name: torch.from_numpy(v) for name, v in fields.items()},
+        instruction=torch.from_numpy(np.stack([instruction_vector(s.text, s.text.shape[1]) for s in sequences])),
+        frame_batch=torch.from_numpy(np.concatenate([np.full(s.images.shape[0], b, np.int64) for b, s in enumerate(sequences)])),
+        **{name: torch.from_numpy(v) for name, v in fields.items()}, **aux_fields,
     )
 
 

@@ -10,6 +10,12 @@ chunk execution, blending, watchdog, limits) and sends the command to one output
   (ros2_control joint trajectory controller; a short look-ahead of the plan, stamped now);
 - ``isaac``: sensor_msgs/JointState on ``/joint_command`` (Isaac Sim's ROS 2 bridge).
 
+Loop (``loop_mode``): on wall time a dedicated thread runs the cycles against absolute deadlines on the
+monotonic clock (sleep, then a short busy-wait), the way ros2_control's control node does, so executor
+callbacks do not delay it; on simulated time an rclpy timer runs them, so the sim's ``/clock`` drives the
+loop. Either way the chunk is sampled at the node's ROS time, and one lock keeps the executor's callbacks
+(inputs, services, parameters, diagnostics) from interleaving with a cycle.
+
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
 (std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
 reports the loop timing (period mean, p50/p99 error, overruns), the mode, the watchdog, the active chunk's
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
+import threading
 import time
 
 import numpy as np
@@ -39,6 +47,9 @@ from vla_ros.ros.params import ParamSpec, declare_parameters
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
+LOOP_MODES = ("auto", "thread", "timer")
+# Thread mode: a waking loop thread gets the GIL within this, not the default 5 ms.
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def _check_joints(names) -> str | None:
@@ -92,8 +103,19 @@ PARAMS = [
     ParamSpec("diagnostics_rate_hz", 1.0, "/diagnostics rate", read_only=True, min_value=0.1, max_value=10.0),
     ParamSpec("loop_stats_window", 1000, "control cycles the loop timing percentiles cover", read_only=True, min_value=10, max_value=1000000),
     ParamSpec(
+        "loop_mode", "auto",
+        "auto: thread on wall time, timer on simulated time; thread: own loop thread with absolute deadlines on the monotonic "
+        "clock (wall time only); timer: an rclpy timer on the executor, driven by the node's clock",
+        read_only=True, choices=LOOP_MODES,
+    ),
+    ParamSpec(
+        "loop_spin_us", 300, "thread mode: busy-wait this long before each deadline instead of sleeping (0 = sleep only)",
+        min_value=0, max_value=2000,
+    ),
+    ParamSpec(
         "realtime_priority", 0,
-        "SCHED_FIFO priority of the thread running the loop (0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
+        "SCHED_FIFO priority of the thread running the loop (the loop thread, or the executor's in timer mode; 0 = normal "
+        "scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
         read_only=True, min_value=0, max_value=99,
     ),
 ]  # fmt: skip
@@ -103,6 +125,16 @@ _CONFIG_FIELDS = (
     "rate_hz", "blend_mode", "blend_horizon_s", "freeze_periods", "chunk_timeout_s", "max_chunk_future_s",
     "joint_state_timeout_s", "use_chunk_velocities", "max_chunk_points",
 )
+
+
+def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
+    """``thread`` or ``timer`` for a ``loop_mode`` value. Raises ValueError for a thread on simulated time."""
+    if loop_mode == "auto":
+        return "timer" if use_sim_time else "thread"
+    if loop_mode == "thread" and use_sim_time:
+        # The thread paces itself on the monotonic clock and would not follow /clock (pauses, real-time factor).
+        raise ValueError("loop_mode=thread needs wall time (use_sim_time is true): use loop_mode auto or timer")
+    return loop_mode
 
 
 def config_from_params(p: dict) -> ControllerConfig:
@@ -120,6 +152,9 @@ def config_from_params(p: dict) -> ControllerConfig:
 
 class ControllerNode(Node):
     def __init__(self, **kwargs) -> None:
+        # Before anything can fail: rclpy destroys a half-built node at shutdown, and destroy_node stops the loop.
+        self._stop_loop = threading.Event()
+        self._loop_thread: threading.Thread | None = None
         super().__init__("controller", **kwargs)
         p = declare_parameters(self, PARAMS, on_change=self._on_param_change)
         self._params = dict(p)
@@ -133,6 +168,11 @@ class ControllerNode(Node):
         self._last_tick_ns: int | None = None
         self._published = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        self._loop_mode = resolve_loop_mode(p["loop_mode"], self._use_sim_time)  # ValueError -> exit 2
+        # Guards self.core and self.stats: the loop thread runs cycles while the executor runs callbacks.
+        self._lock = threading.Lock()
+        self._spin_ns = p["loop_spin_us"] * 1000
+        self._skipped_cycles = 0
 
         self._interface = p["output_interface"]
         if self._interface == "forward_position":
@@ -155,20 +195,27 @@ class ControllerNode(Node):
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/resume", self._on_resume)
         self.create_service(SetBool, "~/enable", self._on_enable)
-        if p["realtime_priority"] > 0:
-            self._set_realtime_priority(p["realtime_priority"])
         if not p["start_enabled"]:
             self.core.set_enabled(False)
-        self._timer = self.create_timer(cfg.period_s, self._tick)
+        if self._loop_mode == "timer":
+            if p["realtime_priority"] > 0:
+                self._set_realtime_priority(p["realtime_priority"])  # this thread spins the executor, hence the timer
+            self._timer = self.create_timer(cfg.period_s, self._tick)
+        else:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
-            f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time; "
+            f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time "
+            f"({'loop thread' if self._loop_mode == 'thread' else 'executor timer'}); "
             f"output {self._interface} on {self._topic}; blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
         )
+        if self._loop_mode == "thread":  # last, so a failing constructor never leaves a loop running
+            self._loop_thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
+            self._loop_thread.start()
 
     def _set_realtime_priority(self, priority: int) -> None:
-        """Run this thread (the one that spins the executor, hence the loop) under SCHED_FIFO."""
+        """Run the calling thread under SCHED_FIFO (on Linux, pid 0 means this thread, not the process)."""
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
             self.get_logger().info(f"control loop thread runs SCHED_FIFO priority {priority}")
@@ -180,8 +227,13 @@ class ControllerNode(Node):
         """Accepted runtime changes take effect between two cycles (one consistent snapshot per cycle)."""
         previous = self._params[name]
         self._params[name] = value
+        if name == "loop_spin_us":
+            self._spin_ns = value * 1000  # read by the loop thread at its next deadline
+            return
         try:
-            self.core.set_config(config_from_params(self._params))
+            config = config_from_params(self._params)  # parses the URDF: outside the lock
+            with self._lock:
+                self.core.set_config(config)
         except ValueError as err:  # the ranges in PARAMS keep this from happening; never let it pass silently
             self._params[name] = previous
             self.get_logger().error(f"parameter {name}={value!r} not applied: {err}")
@@ -197,7 +249,8 @@ class ControllerNode(Node):
         except ChunkError as err:
             self._reject("chunk", err.code, str(err))
             return
-        code = self.core.submit_chunk(chunk)  # the executor counts its own rejections
+        with self._lock:
+            code = self.core.submit_chunk(chunk)  # the executor counts its own rejections
         if code is not None:
             self.get_logger().warning(f"rejected chunk: {code}", throttle_duration_sec=2.0)
 
@@ -220,55 +273,109 @@ class ControllerNode(Node):
             return
         now_ns = self.get_clock().now().nanoseconds
         stamp_ns = ns_from_time_msg(msg.header.stamp) or now_ns  # some drivers leave the stamp at zero
-        code = self.core.set_measured(np.asarray(msg.position, dtype=np.float64)[idx], stamp_ns, now_ns)
+        q = np.asarray(msg.position, dtype=np.float64)[idx]
+        with self._lock:
+            code = self.core.set_measured(q, stamp_ns, now_ns)
         if code is not None:
             self.get_logger().warning(f"rejected joint state: {code}", throttle_duration_sec=2.0)
 
     # ---- services --------------------------------------------------------------------------------
     def _on_estop(self, request, response):
-        response.message = self.core.request_estop()
+        with self._lock:
+            response.message = self.core.request_estop()
         response.success = True
         self.get_logger().warning(f"e-stop: {response.message}")
         return response
 
     def _on_resume(self, request, response):
-        response.success, response.message = self.core.resume()
+        with self._lock:
+            response.success, response.message = self.core.resume()
         self.get_logger().info(f"resume: {response.message}")
         return response
 
     def _on_enable(self, request, response):
-        response.message = self.core.set_enabled(bool(request.data))
+        with self._lock:
+            response.message = self.core.set_enabled(bool(request.data))
         response.success = True
         self.get_logger().info(f"enable={bool(request.data)}: {response.message}")
         return response
 
     # ---- the control loop ------------------------------------------------------------------------
     def _tick(self) -> None:
+        """Timer mode: one cycle per timer callback, the period measured on the node's clock."""
         t0 = time.perf_counter()
         now_ns = self.get_clock().now().nanoseconds
         last = self._last_tick_ns
         period_s = (now_ns - last) * 1e-9 if last is not None else self._period_s
-        try:
-            q = self.core.update(now_ns, period_s)  # never raises by design; publishing can
-            if q is not None:
-                self._publish(q, now_ns)
-        except Exception as err:  # the loop must keep running; a failing publish is reported, not fatal
-            if not self.context.ok():
-                return  # shutting down (SIGTERM/Ctrl-C): the publisher's context is already gone
-            self.core.counters["tick_errors"] += 1
-            self.get_logger().error(f"control cycle failed: {err!r}", throttle_duration_sec=1.0)
+        if not self._cycle(now_ns, period_s):
+            return
         self._last_tick_ns = now_ns
         if last is not None and now_ns > last:  # a backwards jump is counted by the executor, not timed
-            self.stats.record(period_s, time.perf_counter() - t0)
+            with self._lock:
+                self.stats.record(period_s, time.perf_counter() - t0)
 
-    def _publish(self, q: np.ndarray, now_ns: int) -> None:
+    def _run_loop(self) -> None:
+        """Thread mode: cycles at absolute deadlines on the monotonic clock (next += period), so a late
+        wake-up does not shift the cycles after it. The period given to the core and to the statistics is
+        the time between cycle starts on the same clock; the chunk is still sampled at ROS time."""
+        if self._params["realtime_priority"] > 0:
+            self._set_realtime_priority(self._params["realtime_priority"])  # applies to this thread only
+        period_ns = round(self._period_s * 1e9)
+        deadline = time.monotonic_ns() + period_ns
+        last_start: int | None = None
+        while not self._stop_loop.is_set():
+            spin_ns = self._spin_ns
+            remaining = deadline - time.monotonic_ns()
+            if remaining > spin_ns:
+                time.sleep((remaining - spin_ns) * 1e-9)
+            # The last stretch busy-waits: sleep wake-ups are late by up to the kernel's timer slack.
+            while time.monotonic_ns() < deadline:
+                pass
+            start = time.monotonic_ns()
+            t0 = time.perf_counter()
+            if self._stop_loop.is_set() or not self.context.ok():
+                break
+            period_s = (start - last_start) * 1e-9 if last_start is not None else self._period_s
+            if not self._cycle(self.get_clock().now().nanoseconds, period_s):
+                break
+            deadline += period_ns
+            behind = time.monotonic_ns() - deadline
+            skipped = behind // period_ns if behind > period_ns else 0
+            if skipped:
+                deadline = time.monotonic_ns()  # re-anchor: run now instead of a burst of catch-up cycles
+            with self._lock:
+                if last_start is not None:
+                    self.stats.record(period_s, time.perf_counter() - t0)
+                self._skipped_cycles += skipped
+            last_start = start
+
+    def _cycle(self, now_ns: int, period_s: float) -> bool:
+        """The cycle body of both loop modes: update the core, publish. False when shutting down."""
+        try:
+            with self._lock:
+                q = self.core.update(now_ns, period_s)  # never raises by design; publishing can
+                if q is None:
+                    return True
+                q = q.tolist()  # the core's buffer changes with the next call; the message gets a copy
+                k = self._params["trajectory_points"]
+                if self._interface == "joint_trajectory":
+                    self.core.preview(self._period_s, self._look_q[:k], self._look_v[:k])
+            self._publish(q, now_ns, k)
+        except Exception as err:  # the loop must keep running; a failing publish is reported, not fatal
+            if not self.context.ok():
+                return False  # shutting down (SIGTERM/Ctrl-C): the publisher's context is already gone
+            with self._lock:
+                self.core.counters["tick_errors"] += 1
+            self.get_logger().error(f"control cycle failed: {err!r}", throttle_duration_sec=1.0)
+        return True
+
+    def _publish(self, q: list[float], now_ns: int, k: int) -> None:
+        """Only the loop runs this (the message and the look-ahead buffers are its own); ``k`` look-ahead points."""
         msg = self._msg
         if self._interface == "forward_position":
-            msg.data = q.tolist()
+            msg.data = q
         elif self._interface == "joint_trajectory":
-            k = self._params["trajectory_points"]
             look_q, look_v = self._look_q[:k], self._look_v[:k]
-            self.core.preview(self._period_s, look_q, look_v)
             msg.header.stamp = time_msg_from_ns(now_ns)
             msg.points = [
                 JointTrajectoryPoint(
@@ -278,9 +385,20 @@ class ControllerNode(Node):
             ]
         else:
             msg.header.stamp = time_msg_from_ns(now_ns)
-            msg.position = q.tolist()
+            msg.position = q
         self._pub.publish(msg)
         self._published += 1
+
+    def close(self) -> None:
+        """Stop the loop thread (run_node calls this before destroy_node); safe to call twice."""
+        self._stop_loop.set()
+        thread = self._loop_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def destroy_node(self) -> None:
+        self.close()  # never destroy the publisher under a running cycle
+        super().destroy_node()
 
     # ---- diagnostics -----------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
@@ -290,23 +408,33 @@ class ControllerNode(Node):
     def _diagnostics(self) -> None:
         ex = self.core
         now_ns = self.get_clock().now().nanoseconds
-        loop = self.stats.summary()
+        with self._lock:  # one consistent snapshot of the core and the statistics; formatting comes after
+            loop = self.stats.summary()
+            skipped = self._skipped_cycles
+            rate_hz = ex.config.rate_hz
+            err, err_joint = ex.tracking_error()
+            age = ex.chunk_age_s()
+            mode, watchdog, estopped, enabled, motion = ex.mode, ex.watchdog, ex.estopped, ex.enabled, ex.motion
+            counters = ex.counters.copy()  # a Counter: missing keys read 0
+            rejected = self.diag.rejected + ex.rejected
+
         loop_values = {k.replace("period_err_ms_", "period_err_ms.").replace("compute_ms_", "compute_ms."): v for k, v in loop.items()}
-        loop_values["rate_hz"] = ex.config.rate_hz
+        loop_values["rate_hz"] = rate_hz
         loop_values["clock"] = "sim" if self._use_sim_time else "wall"
+        loop_values["loop_mode"] = self._loop_mode
+        if self._loop_mode == "thread":
+            loop_values["skipped_cycles"] = skipped  # deadlines dropped when the loop fell a whole period behind
         loop_level, loop_msg = OK, "on time"
         if loop.get("cycles", 0) == 0:
             loop_level, loop_msg = WARN, "no control cycle yet (waiting for the clock)"
         elif loop["overruns_window"] > 0 or loop["period_err_ms_p99"] > 0.5e3 * self._period_s:
             loop_level, loop_msg = WARN, f"late cycles: p99 period error {loop['period_err_ms_p99']:.2f} ms, {loop['overruns_window']} overruns"
 
-        err, err_joint = ex.tracking_error()
-        age = ex.chunk_age_s()
         state = {
-            "mode": ex.mode,
-            "watchdog": ex.watchdog or "ok",
-            "estop": ex.estopped,
-            "enabled": ex.enabled,
+            "mode": mode,
+            "watchdog": watchdog or "ok",
+            "estop": estopped,
+            "enabled": enabled,
             "chunk_age_s": age if age is not None else "none",
             "tracking_error.max": err,
             "tracking_error.joint": err_joint,
@@ -315,19 +443,18 @@ class ControllerNode(Node):
             "commands.published": self._published,
         }
         for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts", "tick_errors"):
-            state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = ex.counters[key]
-        state.update({k: v for k, v in sorted(ex.counters.items()) if k.startswith("stops.")})
-        rejected = self.diag.rejected + ex.rejected
+            state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = counters[key]
+        state.update({k: v for k, v in sorted(counters.items()) if k.startswith("stops.")})
         state.update({f"rejected.{k}": v for k, v in sorted(rejected.items())})
         state["rejected.total"] = sum(rejected.values())
-        if ex.estopped:
+        if estopped:
             level, message = ERROR, "e-stop latched (call ~/resume)"
-        elif ex.motion is Motion.WAITING:
-            level, message = WARN, "waiting for joint states" if ex.enabled else "disabled"
-        elif ex.watchdog in ("chunk_stale", "joint_states_stale"):
-            level, message = WARN, f"{ex.mode}: watchdog {ex.watchdog}"
+        elif motion is Motion.WAITING:
+            level, message = WARN, "waiting for joint states" if enabled else "disabled"
+        elif watchdog in ("chunk_stale", "joint_states_stale"):
+            level, message = WARN, f"{mode}: watchdog {watchdog}"
         else:
-            level, message = OK, ex.mode + (f" ({ex.watchdog})" if ex.watchdog else "")
+            level, message = OK, mode + (f" ({watchdog})" if watchdog else "")
         self.diag.publish(time_msg_from_ns(now_ns), [("loop", loop_level, loop_msg, loop_values), ("state", level, message, state)])
 
 

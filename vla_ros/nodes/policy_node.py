@@ -4,7 +4,9 @@ Subscriptions only convert and admit messages (``TokenStream.add_message``, the 
 reader shares); a timer (``rate_hz``) and/or each new frame (``tick_on_frame``) runs a tick: new
 observations go through the rolling KV cache, a chunk is decoded after the newest observation and
 published as a JointTrajectory stamped with that observation's time. No model, no instruction or stale
-observations: no chunk, and ``/diagnostics`` says which.
+observations: no chunk, and ``/diagnostics`` says which. With ``debug_attention``, right after a chunk
+(at most ``debug_attention_rate_hz``) the newest frame is published on ``~/attention_overlay`` with the heat
+map of its patches' attention to the instruction's colour word, as ``vla-ros attention`` draws it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-from vla_ros.chunks import ActionChunk
+from vla_ros.chunks import ActionChunk, smooth_positions
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
@@ -37,6 +39,7 @@ PARAMS = [
     ParamSpec("tick_on_frame", False, "also tick whenever a camera frame is accepted"),
     ParamSpec("instruction", "", "task in words; also settable on /vla/instruction (the newest wins)"),
     ParamSpec("publish_horizon", 0, "chunk points to publish (0 = the model's whole chunk)", min_value=0, max_value=1000),
+    ParamSpec("chunk_smoothing_degree", 3, "fit each joint's chunk with a polynomial in time of this degree before publishing (0 = off): removes point-to-point noise the safety filter would read as acceleration", min_value=0, max_value=8),
     ParamSpec("max_observation_age_s", 0.5, "newest observation older than this on the node's clock: no chunk", min_value=0.01, max_value=60.0),
     ParamSpec("image_transport", "raw", "camera input: raw (sensor_msgs/Image) or compressed (CompressedImage on <topic>/compressed)", read_only=True, choices=("raw", "compressed")),
     ParamSpec("image_topic", "/camera/image_raw", "camera topic (remapping works too)", read_only=True),
@@ -44,6 +47,8 @@ PARAMS = [
     ParamSpec("input_width", 0, "required camera width in pixels (0 = any; frames of another size are rejected)", read_only=True, min_value=0, max_value=8192),
     ParamSpec("input_height", 0, "required camera height in pixels (0 = any)", read_only=True, min_value=0, max_value=8192),
     ParamSpec("diagnostics_period_s", 1.0, "period of the status on /diagnostics (node clock)", read_only=True, min_value=0.05, max_value=60.0),
+    ParamSpec("debug_attention", False, "publish ~/attention_overlay (rgb8): the newest frame as the model crops it, with the heat map of its patches' attention to the instruction's colour word (all words when it names none); one full pass with attention weights after a chunk (backend onnx: the folder's torch weights are loaded for it)"),
+    ParamSpec("debug_attention_rate_hz", 2.0, "at most this many attention overlays per second (node clock)", min_value=0.1, max_value=30.0),
 ]
 
 
@@ -75,13 +80,18 @@ class PolicyNode(Node):
         self.stream = None
         self._encoder = None
         self._status = "starting"
-        self._stats = {"ticks": 0, "chunks": 0, "infer_ms": [], "age_ms": [], "skipped": {}}
+        self._stats = {"ticks": 0, "chunks": 0, "infer_ms": [], "age_ms": [], "skipped": {},
+                       "attention_published": 0, "attention_errors": 0, "attention_ms": []}
         self._last_tick_generation = (-1, -1)
         self._model_error = ""
         self._instruction_text = ""  # kept for a model loaded later
+        self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
+        self._attention_model = None  # backend onnx: the torch model the overlay needs, loaded on first use
+        self._attention_last_ns = None
         self._load(p["model"])
 
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
+        self.pub_attention = self.create_publisher(Image, "~/attention_overlay", 1)
         reliability = ReliabilityPolicy.RELIABLE if p["sensor_qos"] == "reliable" else ReliabilityPolicy.BEST_EFFORT
         events = _incompatible_qos_callbacks(self)
         if p["image_transport"] == "compressed":
@@ -128,6 +138,7 @@ class PolicyNode(Node):
             stream.set_instruction(self._instruction_text)
         self.policy, self.stream, self._model_error = policy, stream, ""
         self._model_dir = folder
+        self._attention_model = None
         self._last_tick_generation = (-1, -1)
         self.get_logger().info(
             f"model {folder.name}: {cfg.num_hidden_layers} layers, window {cfg.window_seconds} s, chunk "
@@ -142,6 +153,8 @@ class PolicyNode(Node):
         elif name == "model":  # a model that fails to load leaves the node without one, saying why
             if not self._load(value):
                 self.policy = self.stream = None
+        elif name == "debug_attention" and not value:
+            self._frame = None
 
     # ---- inputs ------------------------------------------------------------------------------------
     def _now_ns(self) -> int:
@@ -158,11 +171,18 @@ class PolicyNode(Node):
         return result
 
     def _on_image(self, msg: Image) -> None:
-        if self._admit("sensor_msgs/msg/Image", msg, self._p["image_topic"]) is not None and self._p["tick_on_frame"]:
-            self._tick()
+        self._on_frame("sensor_msgs/msg/Image", msg, self._p["image_topic"])
 
     def _on_compressed(self, msg: CompressedImage) -> None:
-        if self._admit("sensor_msgs/msg/CompressedImage", msg, self._p["image_topic"] + "/compressed") is not None and self._p["tick_on_frame"]:
+        self._on_frame("sensor_msgs/msg/CompressedImage", msg, self._p["image_topic"] + "/compressed")
+
+    def _on_frame(self, type_name: str, msg, source: str) -> None:
+        obs = self._admit(type_name, msg, source)
+        if obs is None:
+            return
+        if self._p["debug_attention"]:
+            self._frame = (obs.stamp_ns, type_name, msg)  # a reference: decoded again only for an overlay
+        if self._p["tick_on_frame"]:
             self._tick()
 
     def _on_joints(self, msg: JointState) -> None:
@@ -212,9 +232,10 @@ class PolicyNode(Node):
             return self._count_skip("model_input_error")
         infer_ms = (time.perf_counter() - t0) * 1e3
         horizon = self._p["publish_horizon"] or len(chunk.time_from_start_s)
+        positions = smooth_positions(chunk.time_from_start_s, chunk.positions, self._p["chunk_smoothing_degree"])
         out = ActionChunk(
             joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
-            time_from_start_s=chunk.time_from_start_s[:horizon], positions=chunk.positions[:horizon],
+            time_from_start_s=chunk.time_from_start_s[:horizon], positions=positions[:horizon],
         )
         if not np.all(np.isfinite(out.positions)):
             return self._count_skip("non_finite_output")
@@ -223,16 +244,62 @@ class PolicyNode(Node):
         self._stats["infer_ms"].append(infer_ms)
         self._stats["age_ms"].append((self._now_ns() - chunk.stamp_ns) * 1e-6)
         self._status = "publishing"
+        if self._p["debug_attention"]:
+            self._publish_attention()
+
+    # ---- debug: attention overlay ------------------------------------------------------------------
+    def _publish_attention(self) -> None:
+        """The newest frame with its patches' attention to the colour word, after the chunk is out (its
+        latency is untouched; the next tick waits). Failures are counted and logged, never raised."""
+        from vla_ros.evaluation.attention import live_overlay
+        from vla_ros.ros.sim_msgs import image_msg
+        from vla_ros.tokens import Kind
+        from vla_ros.tokens.convert import rgb_from_compressed_msg, rgb_from_image_msg
+
+        now, last = self._now_ns(), self._attention_last_ns
+        if last is not None and last <= now < last + 1e9 / self._p["debug_attention_rate_hz"]:
+            return  # (a clock that jumped back starts over)
+        window = self.stream.window()
+        frames = [o for o in window if o.kind == Kind.IMAGE]
+        if not frames or self._frame is None or self._frame[0] != frames[-1].stamp_ns:
+            return  # the kept frame is not the window's newest (none yet, or one arrived out of order)
+        self._attention_last_ns = now  # set before trying: a failing overlay is retried at the same rate
+        t0 = time.perf_counter()
+        try:
+            _, type_name, msg = self._frame
+            rgb = rgb_from_compressed_msg(msg) if type_name.endswith("CompressedImage") else rgb_from_image_msg(msg)
+            image = live_overlay(self._attention_torch_model(), self.policy.config, window, self.stream.instruction, rgb)
+            out = image_msg(np.ascontiguousarray(image), msg.header.stamp, msg.header.frame_id)
+        except Exception as err:  # noqa: BLE001 - a debug view must never stop the chunks
+            self._stats["attention_errors"] += 1
+            self.get_logger().error(f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0)
+            return
+        self.pub_attention.publish(out)
+        self._stats["attention_published"] += 1
+        self._stats["attention_ms"].append((time.perf_counter() - t0) * 1e3)
+
+    def _attention_torch_model(self):
+        """The torch backend's own model; for onnx, the same folder's torch weights, loaded once."""
+        model = getattr(self.policy.backend, "model", None)
+        if model is None:
+            if self._attention_model is None:
+                from vla_ros.model.io import load_model
+
+                self._attention_model = load_model(self._model_dir).eval()
+            model = self._attention_model
+        return model
 
     # ---- diagnostics -------------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
         s = self._stats
         values = {"ticks": s["ticks"], "chunks": s["chunks"], "model": str(getattr(self, "_model_dir", ""))}
-        for name, series in (("inference_ms", s["infer_ms"]), ("observation_age_ms", s["age_ms"])):
+        for name, series in (("inference_ms", s["infer_ms"]), ("observation_age_ms", s["age_ms"]), ("debug_attention.ms", s["attention_ms"])):
             if series:
                 values[f"{name}.p50"] = float(np.percentile(series, 50))
                 values[f"{name}.max"] = float(np.max(series))
         values.update({f"skipped.{k}": v for k, v in sorted(s["skipped"].items())})
+        values["debug_attention.published"] = s["attention_published"]
+        values["debug_attention.errors"] = s["attention_errors"]
         if self.policy is not None:
             values["tokens_in_cache"] = self.policy.cached_tokens
             values["cache_mb"] = round(self.policy.cache_mb, 3)
@@ -246,7 +313,7 @@ class PolicyNode(Node):
         else:
             level, message = WARN, {"no_instruction": "no instruction: no chunk", "stale_observations": "observations are stale: no chunk",
                                     "no_observations": "no observations yet: no chunk"}.get(self._status, self._status)
-        s["infer_ms"], s["age_ms"] = [], []
+        s["infer_ms"], s["age_ms"], s["attention_ms"] = [], [], []
         self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values)])
 
 

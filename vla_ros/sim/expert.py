@@ -9,6 +9,11 @@ the policy also sees how to come back to the path: the DART idea). Phases:
 A moving target point ("carrot") is advanced toward the phase's goal at a bounded Cartesian speed from
 the measured tool position, and the arm follows it through the closed-form top-down IK. If the cup is
 not rising with the gripper during the lift, it opens and starts over.
+
+Its commands are feasible for the robot: a joint-space limiter keeps every command's velocity and
+acceleration well inside the URDF and safety-filter limits. Demonstrations that jump (a gripper shut in
+one step, a carrot starting at full speed) teach a policy chunks that the safety filter must stretch in
+time or truncate; the robot then never moves the way the policy learned it would.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.sim.scripted import (
     APPROACH_TCP_Z_M,
     GRASP_TCP_Z_M,
@@ -36,14 +42,19 @@ class ExpertConfig:
         lead_m: how far ahead of the measured tool the carrot may run (bounds the commanded jump).
         close_s: time to keep still while the fingers close.
         xy_tolerance_m / z_tolerance_m: when a phase's goal counts as reached.
+        velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
+            limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
+            for a learned policy's small errors before the filter has to intervene.
     """
 
     speed_m_s: float = 0.30
     descend_speed_m_s: float = 0.15
     lead_m: float = 0.05
-    close_s: float = 0.5
+    close_s: float = 0.9  # the limited gripper needs about 0.65 s to shut
     xy_tolerance_m: float = 0.012
     z_tolerance_m: float = 0.012
+    velocity_fraction: float = 0.8
+    acceleration_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -51,18 +62,76 @@ class ExpertConfig:
                 raise ValueError(f"{f.name} must be > 0, got {getattr(self, f.name)}")
 
 
+class MotionLimiter:
+    """Joint-space second-order limiter: the output follows a target with |v| <= v_max and |a| <= a_max.
+
+    Each step it aims at the speed from which it can still brake to the target in whole steps, never
+    more than reaches it within the step, and changes its velocity by at most a_max dt toward that speed.
+    """
+
+    def __init__(self, v_max: np.ndarray, a_max: np.ndarray, lower: np.ndarray | None = None, upper: np.ndarray | None = None) -> None:
+        self.v_max, self.a_max = np.asarray(v_max, float), np.asarray(a_max, float)
+        # discrete braking can overshoot a target on a limit by a fraction of a step: clip to the range
+        self.lower = np.full_like(self.v_max, -np.inf) if lower is None else np.asarray(lower, float)
+        self.upper = np.full_like(self.v_max, np.inf) if upper is None else np.asarray(upper, float)
+        self.q: np.ndarray | None = None
+        self.v = np.zeros_like(self.v_max)
+
+    def reset(self, q: np.ndarray | None = None) -> None:
+        self.q = None if q is None else np.asarray(q, float).copy()
+        self.v = np.zeros_like(self.v_max)
+
+    def __call__(self, target: np.ndarray, dt_s: float) -> np.ndarray:
+        if self.q is None:
+            self.q = np.asarray(target, float).copy()
+            return self.q.copy()
+        e = np.asarray(target, float) - self.q
+        ad = self.a_max * dt_s  # braking in whole steps from speed v covers v^2 / 2a + v dt / 2
+        brake = ad * (np.sqrt(0.25 + 2.0 * np.abs(e) / (ad * dt_s)) - 0.5)
+        speed = np.minimum.reduce([self.v_max, brake, np.abs(e) / dt_s])
+        dv = np.clip(np.sign(e) * speed - self.v, -self.a_max * dt_s, self.a_max * dt_s)
+        self.v = self.v + dv
+        self.q = np.clip(self.q + self.v * dt_s, self.lower, self.upper)
+        return self.q.copy()
+
+
+def default_limiter(config: "ExpertConfig") -> MotionLimiter:
+    """Limits of the commanded joints from the bundled URDF (velocities) and the filter's acceleration defaults."""
+    from vla_ros.control.config import bundled_urdf_path, limits_from_urdf
+
+    limits = limits_from_urdf(bundled_urdf_path(), COMMANDED_JOINTS)
+    accel = np.where(limits.prismatic, 1.0, 10.0)
+    return MotionLimiter(limits.velocity * config.velocity_fraction, accel * config.acceleration_fraction, limits.lower, limits.upper)
+
+
 class PickExpert:
     """``command(t_s, tcp_m, cup_m, q_meas) -> (7,) joint targets`` for the 6 arm joints and the gripper."""
 
     def __init__(self, config: ExpertConfig | None = None) -> None:
         self.config = config or ExpertConfig()
+        self.limiter = default_limiter(self.config)
         self.reset()
 
     def reset(self) -> None:
+        self.limiter.reset()  # starts from the measured joints at the next command
         self.phase = "approach"
         self._carrot: np.ndarray | None = None
         self._close_started_s: float | None = None
         self.restarts = 0
+
+    def take_over(self, tcp_m, cup_m, q_meas, q_cmd, v_cmd) -> None:
+        """Continue from where someone else left the arm: commanded ``q_cmd`` moving at ``v_cmd``.
+
+        The commands go on smoothly from the last one given; the phase is read from the scene: a cup held
+        between closed fingers is lifted on, anything else starts over from above the cup.
+        """
+        tcp_m, cup_m, q_meas = np.asarray(tcp_m, float), np.asarray(cup_m, float), np.asarray(q_meas, float)
+        self.reset()
+        self.limiter.reset(q_cmd)
+        self.limiter.v = np.asarray(v_cmd, float).copy()
+        holding = np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
+        if holding and q_cmd[-1] < 0.02:
+            self.phase = "lift"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
         z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "close": GRASP_TCP_Z_M}.get(self.phase, LIFT_TCP_Z_M)
@@ -118,5 +187,7 @@ class PickExpert:
             arm = top_down_ik(target)
         except UnreachableError:
             arm = np.asarray(q_meas, float)[:6]  # hold the arm where it is
-        # Keep the wrist roll continuous with the measured one (the cup is round, any roll grasps it).
-        return np.append(arm, gripper)
+        if self.limiter.q is None:
+            q = np.asarray(q_meas, float)
+            self.limiter.reset(q if q.size == 7 else np.append(q[:6], GRIPPER_OPEN_M))
+        return self.limiter(np.append(arm, gripper), dt_s)

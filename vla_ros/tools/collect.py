@@ -75,14 +75,64 @@ def _freeze_window(rng: np.random.Generator, config: CollectConfig) -> tuple[flo
     return start, start + rng.uniform(0.2, 0.8)
 
 
+class EpisodeRecorder:
+    """The messages of one episode as the robot graph carries them, written to MCAP at the end.
+
+    Messages are built by the sim node's own functions and serialized to CDR; each gets a log time of the
+    sim time plus a delivery delay, and the file is written in log-time order (replay sees frames arrive
+    after newer joint states, as the node does). Shared by expert demonstrations and policy rollouts.
+    """
+
+    def __init__(self, sim, rng: np.random.Generator) -> None:
+        self.sim, self.rng = sim, rng
+        self.pending: list[tuple[int, int, str, str, bytes]] = []  # (log_ns, order, topic, type, cdr)
+
+    def _emit(self, delay_s: float, topic: str, type_name: str, msg) -> None:
+        from rclpy.serialization import serialize_message
+
+        self.pending.append((self.sim.time_ns + int(delay_s * 1e9), len(self.pending), topic, type_name, serialize_message(msg)))
+
+    def instruction(self, text: str) -> None:
+        from std_msgs.msg import String
+
+        self._emit(0.001, "/vla/instruction", "std_msgs/msg/String", String(data=text))
+
+    def joint_state(self, stamp) -> None:
+        from vla_ros.ros.sim_msgs import joint_state_msg
+
+        self._emit(self.rng.uniform(0.001, 0.003), "/joint_states", "sensor_msgs/msg/JointState", joint_state_msg(self.sim, stamp))
+
+    def command(self, q: np.ndarray) -> None:
+        """The training target: what the expert commands now."""
+        from std_msgs.msg import Float64MultiArray
+
+        self._emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=np.asarray(q, float).tolist()))
+
+    def frame(self, rgb: np.ndarray, stamp) -> None:
+        from vla_ros.ros.sim_msgs import camera_info_msg, image_msg
+
+        delay = self.rng.uniform(0.010, 0.040)
+        self._emit(delay, "/camera/image_raw", "sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera_optical_frame"))
+        self._emit(delay, "/camera/camera_info", "sensor_msgs/msg/CameraInfo", camera_info_msg(self.sim.camera_intrinsics(), stamp, "camera_optical_frame"))
+
+    def status(self) -> None:
+        from std_msgs.msg import String
+
+        self._emit(0.0005, "/vla/episode_status", "std_msgs/msg/String", String(data=json.dumps(self.sim.status())))
+
+    def write(self, out_path: Path, summary: dict, recorder: str = "collect") -> None:
+        from vla_ros import __version__
+        from vla_ros.data.mcap_io import McapEpisodeWriter
+
+        self.pending.sort()
+        metadata = {"recorder": f"vla_ros {__version__} {recorder}", **{k: str(v) for k, v in summary.items()}}
+        with McapEpisodeWriter(out_path, metadata=metadata) as writer:
+            for log_ns, _order, topic, type_name, cdr in self.pending:
+                writer.write(topic, type_name, cdr, log_ns)
+
+
 def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templates=None) -> dict:
     """Run one expert episode on ``sim`` and write it to ``out_path``; returns its summary."""
-    from rclpy.serialization import serialize_message
-    from std_msgs.msg import Float64MultiArray, String
-
-    from vla_ros import __version__
-    from vla_ros.data.mcap_io import McapEpisodeWriter
-    from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
     from vla_ros.ros.time import time_msg_from_ns
     from vla_ros.sim.expert import PickExpert
     from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
@@ -94,48 +144,135 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     freeze = _freeze_window(rng, config)
     held: np.ndarray | None = None
     expert = PickExpert()
-    pending: list[tuple[int, int, str, str, bytes]] = []  # (log_ns, order, topic, type, cdr)
-
-    def emit(delay_s: float, topic: str, type_name: str, msg) -> None:
-        pending.append((sim.time_ns + int(delay_s * 1e9), len(pending), topic, type_name, serialize_message(msg)))
-
-    emit(0.001, "/vla/instruction", "std_msgs/msg/String", String(data=instruction))
+    rec = EpisodeRecorder(sim, rng)
+    rec.instruction(instruction)
     lifted_at = None
-    q_cmd = np.asarray(sim.command_joint_positions(), float)
     while sim.time_s < config.max_episode_s:
         stamp = time_msg_from_ns(sim.time_ns)
         if sim.is_joint_state_step():
-            emit(rng.uniform(0.001, 0.003), "/joint_states", "sensor_msgs/msg/JointState", joint_state_msg(sim, stamp))
+            rec.joint_state(stamp)
             q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
-            emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=q_cmd.tolist()))
+            rec.command(q_cmd)
             executed = q_cmd + (push(sim.time_s) if push else 0.0)
             if freeze is not None and freeze[0] <= sim.time_s < freeze[1]:
                 held = np.asarray(sim.command_joint_positions(), float) if held is None else held
                 executed = held  # the arm waits; the label still says where to go
             sim.command_positions(None, np.clip(executed, sim.limits.lower, sim.limits.upper))
         if sim.is_frame_step():
-            delay = rng.uniform(0.010, 0.040)
-            emit(delay, "/camera/image_raw", "sensor_msgs/msg/Image", image_msg(sim.render(), stamp, "camera_optical_frame"))
-            emit(delay, "/camera/camera_info", "sensor_msgs/msg/CameraInfo", camera_info_msg(sim.camera_intrinsics(), stamp, "camera_optical_frame"))
+            rec.frame(sim.render(), stamp)
         if sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
-            emit(0.0005, "/vla/episode_status", "std_msgs/msg/String", String(data=json.dumps(sim.status())))
+            rec.status()
         sim.step()
         if lifted_at is None and sim.lifted_cup() == color:
             lifted_at = sim.time_s
         if lifted_at is not None and sim.time_s >= lifted_at + config.hold_after_lift_s:
             break
-    emit(0.0005, "/vla/episode_status", "std_msgs/msg/String", String(data=json.dumps(sim.status())))
+    rec.status()
     summary = {
         "seed": seed, "color": color, "instruction": instruction, "success": lifted_at is not None,
         "time_to_lift_s": lifted_at, "duration_s": round(sim.time_s, 3), "pushed": push is not None,
         "frozen": freeze is not None,
         "expert_restarts": expert.restarts, "wrong_cup": sim.lifted_cup() not in (None, color),
     }
-    pending.sort()
-    with McapEpisodeWriter(out_path, metadata={"recorder": f"vla_ros {__version__} collect", **{k: str(v) for k, v in summary.items()}}) as writer:
-        for log_ns, _order, topic, type_name, cdr in pending:
-            writer.write(topic, type_name, cdr, log_ns)
+    rec.write(out_path, summary)
     return summary
+
+
+@dataclasses.dataclass(frozen=True)
+class TakeoverConfig:
+    """Policy rollouts with expert takeovers (``vla-ros collect --policy``).
+
+    Args:
+        policy_s / expert_s: (min, max) length of the alternating segments, drawn per segment; the policy
+            drives first.
+        max_episode_s / hold_after_lift_s: as in CollectConfig.
+    """
+
+    policy_s: tuple[float, float] = (0.6, 2.0)
+    expert_s: tuple[float, float] = (1.0, 2.0)
+    max_episode_s: float = 12.0
+    hold_after_lift_s: float = 1.0
+
+
+class ExpertTakeover:
+    """A ClosedLoop hook: the policy drives, the expert takes over now and then, everything is recorded.
+
+    This is the intervention flavour of DAgger: the learner visits the states its own mistakes lead to,
+    and the expert shows the way back from there. Only the expert's segments carry training targets (its
+    commands are published only while it drives, and the dataset leaves points without a command out of
+    the loss): what the policy did is context, never a label.
+    """
+
+    def __init__(self, seed: int, config: TakeoverConfig = TakeoverConfig()) -> None:
+        self.config = config
+        self.rng = np.random.default_rng([seed, 13])
+        self.expert_segments = 0
+
+    def start(self, sim, instruction: str, color: str) -> None:
+        from vla_ros.sim.expert import PickExpert
+
+        self.sim, self.color = sim, color
+        self.expert = PickExpert()
+        self.rec = EpisodeRecorder(sim, self.rng)
+        self.rec.instruction(instruction)
+        self.expert_driving = False
+        self.switch_at_s = float(self.rng.uniform(*self.config.policy_s))
+        self.last = self.prev = np.asarray(sim.command_joint_positions(), float)
+
+    def joint_state(self, stamp) -> None:
+        self.rec.joint_state(stamp)
+
+    def frame(self, rgb, stamp) -> None:
+        self.rec.frame(rgb, stamp)
+
+    def status(self) -> None:
+        self.rec.status()
+
+    def execute(self, q_policy):
+        sim, handback = self.sim, False
+        dt = 1.0 / sim.config.joint_state_rate_hz
+        if sim.time_s >= self.switch_at_s:
+            self.expert_driving = not self.expert_driving
+            handback = not self.expert_driving
+            self.switch_at_s = sim.time_s + float(self.rng.uniform(*(self.config.expert_s if self.expert_driving else self.config.policy_s)))
+            if self.expert_driving:
+                self.expert_segments += 1
+                self.expert.take_over(sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions(),
+                                      self.last, (self.last - self.prev) / dt)
+        if self.expert_driving:
+            q = self.expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
+            self.rec.command(q)
+        else:
+            q = q_policy
+        if q is not None:
+            self.prev, self.last = self.last, np.asarray(q, float)
+        else:
+            self.prev = self.last  # the arm holds its last command
+        return q, handback
+
+
+def collect_rollouts(model: str, seeds: range, out: Path, config: TakeoverConfig = TakeoverConfig(), progress: bool = True) -> list[dict]:
+    """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover)."""
+    from tqdm import tqdm
+
+    from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
+    from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
+
+    loop = ClosedLoop(model, config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s))
+    summaries = []
+    bar = tqdm(seeds, desc="rollouts", unit="ep", disable=not progress)
+    for seed in bar:
+        color, instruction = episode_task(seed, TRAIN_TEMPLATES)
+        hook = ExpertTakeover(seed, config)
+        r = loop.run_episode(seed, instruction, color, hook=hook)
+        summary = {"seed": seed, "color": color, "instruction": instruction, "success": r.success,
+                   "time_to_lift_s": r.time_to_success_s, "expert_segments": hook.expert_segments,
+                   "wrong_cup": r.lifted not in (None, color), "policy": str(model)}
+        hook.rec.write(out / f"rollout_{seed:07d}.mcap", summary, recorder="collect --policy")
+        summaries.append(summary)
+        bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
+    loop.close()
+    return summaries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="output folder (default runs/demos-<date>)")
     parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
     parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
+    parser.add_argument("--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
@@ -154,12 +292,20 @@ def main(argv: list[str] | None = None) -> int:
     if seed_start < EVAL_SEED_START <= seed_start + args.episodes - 1:
         print(f"seeds {seed_start}..{seed_start + args.episodes - 1} reach the evaluation range (>= {EVAL_SEED_START})", file=sys.stderr)
         return 2
-    config = CollectConfig()
     out = Path(args.out or f"runs/demos-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    if args.policy:
+        from vla_ros.model.io import resolve_model_dir
+
+        summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out)
+        for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
+            if not s["success"] and not args.keep_failures:
+                (out / f"rollout_{s['seed']:07d}.mcap").unlink()
+        return _finish(out, summaries, seed_start, args.episodes, t0)
+    config = CollectConfig()
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
-    t0 = time.time()
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
     for seed in bar:
         path = out / f"episode_{seed:07d}.mcap"
@@ -169,9 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(s)
         bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
     sim.close()
+    return _finish(out, summaries, seed_start, args.episodes, t0)
+
+
+def _finish(out: Path, summaries: list[dict], seed_start: int, episodes: int, t0: float) -> int:
     result = {
         "episodes": len(summaries), "successes": int(sum(s["success"] for s in summaries)),
-        "kept": len(list(out.glob("*.mcap"))), "seeds": [seed_start, seed_start + args.episodes - 1],
+        "kept": len(list(out.glob("*.mcap"))), "seeds": [seed_start, seed_start + episodes - 1],
         "wall_s": round(time.time() - t0, 1), "out": str(out),
         "megabytes": round(sum(p.stat().st_size for p in out.glob("*.mcap")) / 1e6, 1),
     }

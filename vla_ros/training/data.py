@@ -33,13 +33,41 @@ class EpisodeData:
     instruction: str
     command_t_s: np.ndarray
     command_positions: np.ndarray
+    cup_t_s: np.ndarray | None = None  # (M,) times of the named cup's position (from /vla/episode_status)
+    cup_m: np.ndarray | None = None  # (M, 3)
 
 
-def load_episodes(data_dir: str | Path, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True) -> tuple[list[EpisodeData], dict]:
+# Auxiliary target: the named cup's position, scaled to about unit range over the sim's cup region.
+AUX_CENTER_M = np.array([0.425, 0.0, 0.045])
+AUX_SCALE_M = np.array([0.125, 0.22, 0.05])
+AUX_DIM = 3
+MAX_COMMAND_GAP_S = 0.03  # commands come at 100 Hz; farther than this from one, a point has no target
+
+
+def named_color(instruction: str) -> str | None:
+    """The one cup colour an instruction names, or None (none or several)."""
+    from vla_ros.sim.tasks import COLORS
+
+    words = set(instruction.lower().replace(",", " ").split())
+    named = [c for c in COLORS if c in words]
+    return named[0] if len(named) == 1 else None
+
+
+def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """Times and positions of the cup the instruction names, from the bag's episode statuses."""
+    color = named_color(ep.instruction.text) if ep.instruction is not None else None
+    rows = [(t, st["cups"][color]) for t, st in ep.statuses if color and color in st.get("cups", {})]
+    if len(rows) < 2:
+        return None, None
+    return np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
+
+
+def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True) -> tuple[list[EpisodeData], dict]:
     """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes."""
     from tqdm import tqdm
 
-    paths = episode_paths(data_dir)
+    dirs = [data_dir] if isinstance(data_dir, (str, Path)) else list(data_dir)
+    paths = [p for d in dirs for p in episode_paths(d)]
     episodes, skipped = [], {}
     digest = hashlib.sha256()
     for path in tqdm(paths, desc="replaying episodes", unit="ep", disable=not progress):
@@ -59,10 +87,11 @@ def load_episodes(data_dir: str | Path, tokenizer: TokenizerConfig, max_lateness
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
+        cup_t, cup_m = cup_track(ep)
         episodes.append(EpisodeData(
             name=path.name, observations=ep.observations, t_s=np.array([o.t_s for o in ep.observations]),
             text=ep.instruction.embeddings, instruction=ep.instruction.text,
-            command_t_s=ep.command_t_s, command_positions=ep.command_positions,
+            command_t_s=ep.command_t_s, command_positions=ep.command_positions, cup_t_s=cup_t, cup_m=cup_m,
         ))
     if not episodes:
         raise ValueError(f"no usable episodes under {data_dir} (skipped: {skipped})")
@@ -71,19 +100,42 @@ def load_episodes(data_dir: str | Path, tokenizer: TokenizerConfig, max_lateness
         "observations": int(sum(len(e.observations) for e in episodes)),
         "seconds": round(float(sum(e.t_s[-1] - e.t_s[0] for e in episodes)), 1),
         "instructions": sorted({e.instruction for e in episodes}),
+        "episodes_with_cup_track": int(sum(e.cup_t_s is not None for e in episodes)),
     }
     return episodes, summary
 
 
+def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np.ndarray:
+    """Per-column std, floored at min(cap, range / 4) (and at ``floor``).
+
+    The std is the loss weight of a joint (errors are measured in stds): a joint that barely moves in the
+    data (a wrist roll settling from a perturbed start) would otherwise weigh a hundred times more than
+    the shoulder that carries the task. A joint whose whole range is small (a 4 cm gripper) keeps its own
+    scale.
+    """
+    span = values.max(0) - values.min(0)
+    return np.maximum(values.std(0), np.maximum(np.minimum(cap, span / 4.0), floor))
+
+
 def normalisation_stats(episodes: list[EpisodeData]) -> dict[str, list[float]]:
-    """Per-dimension mean/std of states and commanded positions (std floored so constant joints stay finite)."""
+    """Per-dimension mean/std of states and commanded positions (see ``floored_std``)."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
     actions = np.concatenate([e.command_positions for e in episodes])
-    floor = 1e-2
     return {
-        "state_mean": states.mean(0).astype(float).tolist(), "state_std": np.maximum(states.std(0), floor).astype(float).tolist(),
-        "action_mean": actions.mean(0).astype(float).tolist(), "action_std": np.maximum(actions.std(0), floor).astype(float).tolist(),
+        "state_mean": states.mean(0).astype(float).tolist(), "state_std": floored_std(states).astype(float).tolist(),
+        "action_mean": actions.mean(0).astype(float).tolist(), "action_std": floored_std(actions).astype(float).tolist(),
     }
+
+
+def mean_image(episodes: list[EpisodeData]) -> np.ndarray:
+    """(3, H, W) mean of the training frames as the tokenizer made them (see PatchEncoder.mean_image)."""
+    total, count = None, 0
+    for e in episodes:
+        for o in e.observations:
+            if o.kind == Kind.IMAGE:
+                total = o.data.astype(np.float64) if total is None else total + o.data
+                count += 1
+    return (total / max(count, 1)).astype(np.float32)
 
 
 def chunk_targets(ep: EpisodeData, anchor_t_s: float, offsets_s: np.ndarray) -> np.ndarray:
@@ -91,16 +143,33 @@ def chunk_targets(ep: EpisodeData, anchor_t_s: float, offsets_s: np.ndarray) -> 
     t = anchor_t_s + offsets_s
     out = np.stack([np.interp(t, ep.command_t_s, ep.command_positions[:, j]) for j in range(ep.command_positions.shape[1])], axis=1)
     out[(t > ep.command_t_s[-1]) | (t < ep.command_t_s[0])] = np.nan
+    # No command near a point (a policy-driven stretch of a rollout, see ``collect --policy``): no target,
+    # rather than a line drawn across the gap.
+    i = np.clip(np.searchsorted(ep.command_t_s, t), 1, len(ep.command_t_s) - 1)
+    gap = np.minimum(np.abs(t - ep.command_t_s[i - 1]), np.abs(ep.command_t_s[i] - t))
+    out[gap > MAX_COMMAND_GAP_S] = np.nan
     return out.astype(np.float32)
 
 
+def aux_target(ep: EpisodeData, t_s: float) -> np.ndarray | None:
+    """(3,) scaled position of the named cup at ``t_s``, or None without a track."""
+    if ep.cup_t_s is None:
+        return None
+    xyz = np.array([np.interp(t_s, ep.cup_t_s, ep.cup_m[:, k]) for k in range(3)])
+    return ((xyz - AUX_CENTER_M) / AUX_SCALE_M).astype(np.float32)
+
+
 def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                  state_noise: tuple[float, float] = (0.0, 0.0)):
+                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
 
     ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
     policy cannot copy the measured state forward and must look at the image (the "copycat" shortcut of
     behaviour cloning with proprioception), and it sees states a little off the demonstrations.
+    ``drop_states``: leave the joint states out altogether (proprioception dropout). Half a second of
+    joint states tells where the arm is heading, hence where the cup is, everywhere but at the start; a
+    policy trained only with them learns to read the target off its own motion and, at rest, goes to the
+    average cup. Without them the camera is the only way to the cup and to the arm.
     """
     import dataclasses as dc
 
@@ -109,6 +178,8 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     lo = np.searchsorted(ep.t_s, t_end_s - span_s - context_s, side="left")
     hi = np.searchsorted(ep.t_s, t_end_s, side="right")
     observations = ep.observations[lo:hi]
+    if drop_states:
+        observations = [o for o in observations if o.kind != Kind.STATE]
     if state_noise[0] > 0 or state_noise[1] > 0:
         n = len(config.joint_names)
         noisy = []
@@ -120,7 +191,8 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
                 o = dc.replace(o, data=d)
             noisy.append(o)
         observations = noisy
-    first_anchor = np.searchsorted(ep.t_s[lo:hi], t_end_s - span_s, side="left")
+    times = np.array([o.t_s for o in observations])
+    first_anchor = np.searchsorted(times, t_end_s - span_s, side="left")
     candidates = np.arange(first_anchor, len(observations))
     if len(candidates) == 0:
         return None
@@ -130,20 +202,23 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     for i in picks:
         anchor = observations[i]
         targets = chunk_targets(ep, anchor.t_s, offsets_s)
-        if np.isnan(targets).all():
+        if np.isnan(targets[0]).any():  # the chunk must start where someone is commanding (the expert)
             continue
-        specs.append(ChunkSpec(anchor=anchor.key, targets=targets))
+        aux = aux_target(ep, anchor.t_s) if config.aux_dim else None
+        specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=aux))
     if not specs:
         return None
     return build_sequence(config, observations, text=ep.text, chunks=specs, validate=False)
 
 
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                    state_noise: tuple[float, float] = (0.0, 0.0)):
-    """A random sequence: a random episode, a random end time (never before its first frame)."""
+                    state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0):
+    """A random sequence: a random episode, a random end time (never before its first frame); its joint
+    states are dropped with probability ``drop_states_p`` (see make_sequence)."""
     while True:
         ep = episodes[int(rng.integers(len(episodes)))]
         t_end = float(rng.uniform(ep.t_s[0] + 0.05, ep.t_s[-1]))
-        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise)
+        drop = bool(rng.random() < drop_states_p)
+        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop)
         if seq is not None:
             return seq
