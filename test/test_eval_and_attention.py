@@ -90,3 +90,17 @@ def test_attention_reports_a_grounding_ratio_and_draws_panels(tiny_model, tmp_pa
     assert result["frames"] == 2 and result["grounding_ratio"] > 0
     assert len(result["grounding_ratio_by_layer"]) == 2
     assert (tmp_path / "attention_0.png").stat().st_size > 10_000
+
+
+def test_attention_reports_where_the_aux_head_puts_the_named_cup_at_rest(tmp_path):
+    """With an auxiliary head the tool measures the at-rest localisation error against the sim's truth."""
+    torch.manual_seed(0)
+    folder = tmp_path / "aux"
+    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3)), folder)
+    result = attention_run(folder, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)
+    rest = result["named_cup_error_at_rest_m"]
+    assert rest["layouts"] == 2 and 0.0 < rest["mean"] <= rest["max"] < 1.5 and rest["prediction_spread"] >= 0.0
+
+
+def test_no_auxiliary_head_no_rest_figure(tiny_model):
+    assert attention_run(tiny_model, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)["named_cup_error_at_rest_m"] is None

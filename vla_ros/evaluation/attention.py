@@ -104,7 +104,53 @@ def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
     return (0.55 * rgb + 0.45 * color).astype(np.uint8)
 
 
-def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6, out: Path | None = None, templates=None) -> dict:
+def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, rest_s: float = 0.6) -> dict:
+    """Where the model's auxiliary head puts the named cup while the arm has not moved yet.
+
+    At rest only the camera says where the cup is (half a second of joint states says it everywhere
+    else), so this separates a policy that looks from one that reads the target off its own motion: the
+    latter predicts the same point, the average cup, for every layout. Returns the mean and spread of the
+    xy error (m) and the spread of the predictions across layouts (m; near 0 = not looking).
+    """
+    import torch
+
+    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
+    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
+    from vla_ros.ros.time import time_msg_from_ns
+    from vla_ros.sim.tasks import episode_task
+    from vla_ros.tokens import StreamConfig, TokenStream
+    from vla_ros.training.data import AUX_CENTER_M, AUX_SCALE_M
+
+    config = model.config
+    errors, predictions = [], []
+    for ep_seed in seeds:
+        color, text = episode_task(ep_seed, templates)
+        sim.reset(ep_seed)
+        stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
+        instruction = stream.set_instruction(text, 0)
+        while sim.time_s < rest_s:  # no command: the arm holds its start pose
+            stamp = time_msg_from_ns(sim.time_ns)
+            if sim.is_joint_state_step():
+                stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
+            if sim.is_frame_step():
+                stream.add_message("sensor_msgs/msg/Image", image_msg(sim.render(), stamp, "camera"), sim.time_ns, "/camera/image_raw")
+            sim.step()
+        window = stream.window()
+        seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
+        with torch.no_grad():
+            out = model.full_pass(collate([seq]))
+            rows = np.flatnonzero(seq.kind == 3)  # ACTION
+            aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
+        xy = (aux * AUX_SCALE_M + AUX_CENTER_M)[:2]
+        predictions.append(xy)
+        errors.append(float(np.linalg.norm(xy - sim.cup_positions()[color][:2])))
+    spread = float(np.linalg.norm(np.std(predictions, axis=0)))
+    return {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
+            "prediction_spread": round(spread, 4), "layouts": len(seeds)}
+
+
+def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6, out: Path | None = None, templates=None,
+        rest_layouts: int = 12) -> dict:
     import torch
 
     from vla_ros.model.io import load_model
@@ -155,10 +201,15 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
                     if len(panels) < 2 and e < 2:
                         panels.append((rgb, att.mean(axis=(0, 1)), words, color, instruction_text))
             sim.step()
+    rest_error = None
+    if model.aux_head is not None:
+        seeds = [EVAL_SEED_START + seed + e for e in range(rest_layouts)]
+        rest_error = named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates or HELDOUT_TEMPLATES)
     sim.close()
     result = {
         "grounding_ratio": round(float(np.mean(ratios)), 3) if ratios else None,
         "grounding_ratio_by_layer": [round(float(v), 3) for v in np.mean(per_layer, axis=0)] if per_layer else None,
+        "named_cup_error_at_rest_m": rest_error,
         "frames": len(ratios), "episodes": episodes, "model": str(model_dir),
     }
     if out is not None and panels:
