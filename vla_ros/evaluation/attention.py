@@ -104,6 +104,29 @@ def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
     return (0.55 * rgb + 0.45 * color).astype(np.uint8)
 
 
+def _episode_stream(tokenizer, encoder, config, text: str):
+    """A token stream as the policy node keeps it (window W + lateness), with ``text`` pinned at time 0."""
+    from vla_ros.tokens import StreamConfig, TokenStream
+
+    stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
+    return stream, stream.set_instruction(text, 0)
+
+
+def _feed_sensors(sim, stream) -> np.ndarray | None:
+    """The joint state and camera frame the sim publishes at this step, into ``stream``; the frame's RGB or None."""
+    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
+    from vla_ros.ros.time import time_msg_from_ns
+
+    stamp = time_msg_from_ns(sim.time_ns)
+    if sim.is_joint_state_step():
+        stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
+    if not sim.is_frame_step():
+        return None
+    rgb = sim.render()
+    stream.add_message("sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera"), sim.time_ns, "/camera/image_raw")
+    return rgb
+
+
 def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, rest_s: float = 0.6) -> dict:
     """Where the model's auxiliary head puts the named cup while the arm has not moved yet.
 
@@ -115,10 +138,8 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     import torch
 
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
-    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
-    from vla_ros.ros.time import time_msg_from_ns
+    from vla_ros.model.timeline import ACTION
     from vla_ros.sim.tasks import episode_task
-    from vla_ros.tokens import StreamConfig, TokenStream
     from vla_ros.training.data import AUX_CENTER_M, AUX_SCALE_M
 
     config = model.config
@@ -126,20 +147,15 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     for ep_seed in seeds:
         color, text = episode_task(ep_seed, templates)
         sim.reset(ep_seed)
-        stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
-        instruction = stream.set_instruction(text, 0)
+        stream, instruction = _episode_stream(tokenizer, encoder, config, text)
         while sim.time_s < rest_s:  # no command: the arm holds its start pose
-            stamp = time_msg_from_ns(sim.time_ns)
-            if sim.is_joint_state_step():
-                stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
-            if sim.is_frame_step():
-                stream.add_message("sensor_msgs/msg/Image", image_msg(sim.render(), stamp, "camera"), sim.time_ns, "/camera/image_raw")
+            _feed_sensors(sim, stream)
             sim.step()
         window = stream.window()
         seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
         with torch.no_grad():
             out = model.full_pass(collate([seq]))
-            rows = np.flatnonzero(seq.kind == 3)  # ACTION
+            rows = np.flatnonzero(seq.kind == ACTION)
             aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
         xy = (aux * AUX_SCALE_M + AUX_CENTER_M)[:2]
         predictions.append(xy)
@@ -157,9 +173,7 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
     from vla_ros.sim import ArmSim
     from vla_ros.sim.expert import PickExpert
     from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
-    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
-    from vla_ros.ros.time import time_msg_from_ns
-    from vla_ros.tokens import StreamConfig, TokenizerConfig, TokenStream
+    from vla_ros.tokens import TokenizerConfig
     from vla_ros.tokens.text import shared_encoder
 
     torch.manual_seed(0)
@@ -173,21 +187,17 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
         ep_seed = EVAL_SEED_START + seed + e
         color, instruction_text = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
         sim.reset(ep_seed)
-        stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
-        instruction = stream.set_instruction(instruction_text, 0)
+        stream, instruction = _episode_stream(tokenizer, encoder, config, instruction_text)
         words = list(instruction.tokens)
         rows = word_rows(words, color)
         color_idx = rows[0] if rows else None
         expert = PickExpert()
         sample_at = set(np.linspace(0.4, 2.0, frames_per_episode).round(2))
         while sim.time_s < 2.05:
-            stamp = time_msg_from_ns(sim.time_ns)
+            rgb = _feed_sensors(sim, stream)
             if sim.is_joint_state_step():
-                stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
                 sim.command_positions(None, expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()))
-            if sim.is_frame_step():
-                rgb = sim.render()
-                stream.add_message("sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera"), sim.time_ns, "/camera/image_raw")
+            if rgb is not None:
                 if round(sim.time_s, 2) in sample_at or any(abs(sim.time_s - t) < 0.017 for t in sample_at):
                     sample_at = {t for t in sample_at if abs(sim.time_s - t) >= 0.017}
                     att = frame_attention(model, config, stream.window(), instruction)  # (layers, H, L, P)
