@@ -9,10 +9,10 @@ import torch
 
 from vla_ros.model.config import tiny_config
 from vla_ros.model.runtime import StreamingPolicy
-from vla_ros.tokens import TokenizerConfig
+from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
-from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, load_episodes, make_sequence, named_color
+from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color
 from vla_ros.training.train import TrainConfig, train
 
 
@@ -21,8 +21,9 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     kept = len(list((tmp_path / "demos").glob("*.mcap")))  # the expert's rare failures are not kept
     assert kept >= 3
     torch.manual_seed(0)
-    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM)
-    tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1)
+    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM, frame_aux_loss_weight=1.0)
+    tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1,
+                     views=48, view_batch=8, vision_warmup_minutes=0.05)
     report = train(tmp_path / "demos", tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     for name in ("config.json", "model.safetensors", "model.onnx", "loss.png", "train_report.json"):
@@ -57,6 +58,17 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     cup_m = rows * AUX_SCALE_M + AUX_CENTER_M
     assert np.abs(cup_m - ep.cup_m[-1]).max() < 0.05  # at the end of the episode: the lifted cup (others are >= 11 cm away)
     assert cup_m[:, 2].min() > 0.045 + 0.03  # ... lifted
+    # ... and every camera frame of the window carries the named cup's position at its own time
+    frames = [o for o in sorted((o for o in ep.observations if ep.t_s[-1] - 0.8 <= o.t_s <= ep.t_s[-1]), key=lambda o: o.key)
+              if o.kind == Kind.IMAGE]
+    assert seq.frame_aux.shape == (len(frames), AUX_DIM) == (seq.images.shape[0], AUX_DIM)
+    np.testing.assert_allclose(seq.frame_aux, np.stack([aux_target(ep, o.t_s) for o in frames]), atol=1e-6)
+    frame_aux = np.array(history["frame_aux_loss"])
+    assert np.isfinite(frame_aux).all() and np.mean(frame_aux[-10:]) < np.mean(frame_aux[:10])
+    # the rendered views trained the frame head too: alone first (warm-up), then beside every step
+    assert report["vision_warmup_steps"] > 5 and len(history["view_loss"]) == len(history["loss"])
+    warm = np.array(history["warmup_view_loss"])
+    assert np.mean(warm[-5:]) < np.mean(warm[:5])
 
 
 def test_loss_weights_do_not_blow_up_joints_that_barely_move():
@@ -74,3 +86,37 @@ def test_loss_weights_do_not_blow_up_joints_that_barely_move():
     assert std[1] == pytest.approx(0.3 / 4, rel=0.05) and std[1] > 2 * roll.std()
     assert std[2] == pytest.approx(gripper.std())  # about 0.02, above its range / 4 = 0.01
     assert std[3] == 0.01
+
+
+def test_rendered_views_label_the_cup_that_is_in_the_picture():
+    """Each still view's labels are the cups its frame shows: at the pixel where a cup's centre projects
+    (through the crop and resize of the tokenizer), the frame has that cup's colour."""
+    from vla_ros.model.config import ModelConfig
+    from vla_ros.sim import HOME_Q
+    from vla_ros.sim.arm_sim import ArmSim, SimConfig
+    from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
+    from vla_ros.training.train import SIM_CAMERA_CROP
+    from vla_ros.training.views import VIEW_SEED_OFFSET, render_views
+
+    tok = TokenizerConfig.from_model_config(ModelConfig(crop=SIM_CAMERA_CROP).to_dict())
+    views = render_views(6, tok, np.array([HOME_Q]), progress=False)
+    assert views.frames.shape == (6, 3, tok.image_height, tok.image_width)
+    assert views.instructions.shape == (len(COLORS), len(TRAIN_TEMPLATES), 384)
+    sim = ArmSim(SimConfig())
+    top, bottom, left, right = tok.crop
+    w, h = sim.config.image_width, sim.config.image_height
+    sx, sy = tok.image_width / (w - round(left * w) - round(right * w)), tok.image_height / (h - round(top * h) - round(bottom * h))
+    rgb = views.frames * np.asarray(tok.image_std)[:, None, None] + np.asarray(tok.image_mean)[:, None, None]
+    for k in range(6):
+        sim.reset(VIEW_SEED_OFFSET + k)
+        cups = sim.cup_positions()
+        for c, color in enumerate(COLORS):
+            np.testing.assert_allclose(views.cups_m[k, c], cups[color])
+            u, v = sim.project(cups[color])[0]
+            col, row = int((u - round(left * w)) * sx), int((v - round(top * h)) * sy)
+            pixel = rgb[k, :, row, col]
+            assert int(np.argmax(pixel)) == c, (k, color, pixel)  # red, green, blue are channels 0, 1, 2
+    sim.close()
+    # the phrasings name their colour: the vectors of two colours differ, those of one colour stay close
+    red, blue = views.instructions[0], views.instructions[2]
+    assert np.linalg.norm(red.mean(0) - blue.mean(0)) > 0.1

@@ -133,7 +133,9 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     At rest only the camera says where the cup is (half a second of joint states says it everywhere
     else), so this separates a policy that looks from one that reads the target off its own motion: the
     latter predicts the same point, the average cup, for every layout. Returns the mean and spread of the
-    xy error (m) and the spread of the predictions across layouts (m; near 0 = not looking).
+    xy error (m) and the spread of the predictions across layouts (m; near 0 = not looking); with a frame
+    head (``ModelConfig.frame_aux_loss_weight``) also its error on the newest frame alone ("frame_head_mean"):
+    what the vision stem knows, before the Transformer uses it.
     """
     import torch
 
@@ -143,7 +145,7 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     from vla_ros.training.data import AUX_CENTER_M, AUX_SCALE_M
 
     config = model.config
-    errors, predictions = [], []
+    errors, predictions, frame_errors = [], [], []
     for ep_seed in seeds:
         color, text = episode_task(ep_seed, templates)
         sim.reset(ep_seed)
@@ -157,12 +159,19 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
             out = model.full_pass(collate([seq]))
             rows = np.flatnonzero(seq.kind == ACTION)
             aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
+            frame_aux = model.frame_aux_head(out.keypoints[-1:])[0].numpy() if model.frame_aux_head is not None else None
+        cup_xy = sim.cup_positions()[color][:2]
         xy = (aux * AUX_SCALE_M + AUX_CENTER_M)[:2]
         predictions.append(xy)
-        errors.append(float(np.linalg.norm(xy - sim.cup_positions()[color][:2])))
+        errors.append(float(np.linalg.norm(xy - cup_xy)))
+        if frame_aux is not None:
+            frame_errors.append(float(np.linalg.norm((frame_aux * AUX_SCALE_M + AUX_CENTER_M)[:2] - cup_xy)))
     spread = float(np.linalg.norm(np.std(predictions, axis=0)))
-    return {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
-            "prediction_spread": round(spread, 4), "layouts": len(seeds)}
+    result = {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
+              "prediction_spread": round(spread, 4), "layouts": len(seeds)}
+    if frame_errors:
+        result["frame_head_mean"] = round(float(np.mean(frame_errors)), 4)
+    return result
 
 
 def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6, out: Path | None = None, templates=None,

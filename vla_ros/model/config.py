@@ -69,6 +69,10 @@ class ModelConfig:
             predict where the named cup is from every action token, which teaches the policy to ground the
             colour word in the image long before the action loss alone would; it is not used online.
         aux_loss_weight: weight of the auxiliary loss next to the action loss.
+        frame_aux_loss_weight: weight of a second auxiliary loss, per camera frame: a small head on the
+            frame's instruction-conditioned keypoints (``PatchEncoder``) predicts the same aux target (0 =
+            no such head). The gradient reaches the vision stem in two layers instead of through the
+            whole Transformer, so the stem learns to find the named cup; not used online either.
     """
 
     hidden_size: int = 128
@@ -104,6 +108,7 @@ class ModelConfig:
     action_std: tuple[float, ...] | None = None
     aux_dim: int = 0
     aux_loss_weight: float = 1.0
+    frame_aux_loss_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names"):
@@ -132,8 +137,11 @@ class ModelConfig:
                              f"rope_max_period_s={self.rope_max_period_s}")
         if self.rope_min_period_s < 1e-6:
             raise ValueError(f"rope_min_period_s={self.rope_min_period_s} is below 1 us: time is integer ns")
-        if self.aux_dim < 0 or self.aux_loss_weight < 0:
-            raise ValueError(f"aux_dim={self.aux_dim} and aux_loss_weight={self.aux_loss_weight} must be >= 0")
+        if self.aux_dim < 0 or self.aux_loss_weight < 0 or self.frame_aux_loss_weight < 0:
+            raise ValueError(f"aux_dim={self.aux_dim}, aux_loss_weight={self.aux_loss_weight} and "
+                             f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0")
+        if self.frame_aux_loss_weight > 0 and self.aux_dim == 0:
+            raise ValueError(f"frame_aux_loss_weight={self.frame_aux_loss_weight} needs aux_dim > 0 (the target)")
         if self.window_seconds <= 0:
             raise ValueError(f"window_seconds={self.window_seconds} must be > 0")
         if self.max_lateness_s < 0:

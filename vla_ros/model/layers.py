@@ -196,6 +196,10 @@ class PatchEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
         """images (F, 3, H, W), instruction (F, 384) (normalised, one per frame) -> (F, P, D)."""
+        return self.encode(images, instruction)[0]
+
+    def encode(self, images: torch.Tensor, instruction: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As ``forward``, plus the frame's keypoints (F, 2 c2) in [-1, 1] image coordinates."""
         x = F.gelu(self.conv1(images - self.mean_image))  # (F, c1, H/2, W/2)
         x = self.conv2(x)  # (F, c2, H/2, W/2)
         n, c = x.shape[0], x.shape[1]  # explicit sizes, no -1: F may be 0 in a streaming tick
@@ -206,7 +210,7 @@ class PatchEncoder(nn.Module):
         p = self.patch(x)  # (F, D, rows, cols)
         p = p.reshape(n, self.hidden_size, self.num_patches).transpose(1, 2)  # (F, P, D)
         p = p - p.mean(dim=1, keepdim=True)  # what sets a patch apart from the frame, not the table all share
-        return p + self.position + self.keypoints(keypoints)[:, None, :]
+        return p + self.position + self.keypoints(keypoints)[:, None, :], keypoints
 
 
 class StateEncoder(nn.Module):

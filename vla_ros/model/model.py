@@ -32,6 +32,7 @@ class StepOutput:
     new_k: torch.Tensor  # (layers, B, G, T, d) keys of the new tokens, rotated/stored form (see layers)
     new_v: torch.Tensor  # (layers, B, G, T, d)
     weights: list[torch.Tensor] | None = None  # per layer (B, H, T, C+T) when asked for
+    keypoints: torch.Tensor | None = None  # (F, 2 c2) each frame's instruction-conditioned keypoints
 
 
 class VLATransformer(nn.Module):
@@ -57,6 +58,10 @@ class VLATransformer(nn.Module):
         self.norm = RMSNorm(D, config.rms_norm_eps)
         self.action_head = nn.Linear(D, J)
         self.aux_head = nn.Linear(D, config.aux_dim) if config.aux_dim else None
+        self.frame_aux_head = None
+        if config.aux_dim and config.frame_aux_loss_weight > 0:  # keypoints -> named cup (training only)
+            c2 = config.stem_channels[1]
+            self.frame_aux_head = nn.Sequential(nn.Linear(2 * c2, D), nn.GELU(), nn.Linear(D, config.aux_dim))
         mean = config.action_mean or (0.0,) * J
         std = config.action_std or (1.0,) * J
         self.register_buffer("action_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
@@ -86,13 +91,14 @@ class VLATransformer(nn.Module):
 
         images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (B, T), instruction
         (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0)
-        -> x (B, T, D), is_text (B, T) float 0/1.
+        -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2 c2).
         """
         D, P = self.config.hidden_size, self.config.num_visual_tokens
         n_frames = images.shape[0]
         instruction = self.instruction_norm(instruction)  # (B, 384)
         frame_instruction = instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
-        patches = self.patch_encoder(images, frame_instruction).reshape(n_frames * P, D) + self.modality.weight[IMAGE]  # (F*P, D)
+        patches, keypoints = self.patch_encoder.encode(images, frame_instruction)
+        patches = patches.reshape(n_frames * P, D) + self.modality.weight[IMAGE]  # (F*P, D)
         state_tok = self.state_encoder(states) + self.modality.weight[STATE]  # (N, D)
         text_tok = self.text_projection(text) + self.modality.weight[TEXT]  # (L, D)
         action_tok = self.action_queries.index_select(0, action_index) + self.modality.weight[ACTION]  # (A, D)
@@ -106,7 +112,7 @@ class VLATransformer(nn.Module):
         cond = self.instruction_proj(instruction)[:, None, :]  # (B, 1, 3D)
         query, scale, shift = cond[..., :D], cond[..., D:2 * D], cond[..., 2 * D:]
         x = x * (1.0 + is_image * scale) + is_image * shift + is_action * query
-        return x, is_text
+        return x, is_text, keypoints
 
     def backbone(self, x, cos, sin, is_text, mask, past_k, past_v, need_weights: bool = False):
         """x (B, T, D) through all blocks; past_k, past_v (layers, B, G, C, d)."""
@@ -139,10 +145,10 @@ class VLATransformer(nn.Module):
              need_weights: bool = False, frame_batch: torch.Tensor | None = None) -> StepOutput:
         """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4),
         instruction (B, 384) (``sequence.instruction_vector``)."""
-        x, is_text = self.embed(images, states, text, action_index, gather, instruction, frame_batch)
+        x, is_text, keypoints = self.embed(images, states, text, action_index, gather, instruction, frame_batch)
         hidden, new_k, new_v, weights = self.backbone(x, cos, sin, is_text, mask, past_k, past_v, need_weights)
         actions = self.denormalize_actions(self.head(hidden))
-        return StepOutput(hidden, actions, new_k, new_v, weights)
+        return StepOutput(hidden, actions, new_k, new_v, weights, keypoints)
 
     # ----- training / full pass -----
     def batch_mask(self, batch: TokenBatch) -> torch.Tensor:
@@ -190,7 +196,20 @@ class VLATransformer(nn.Module):
             aux_loss = aux_err.pow(2).mean()
             info["aux_loss"] = float(aux_loss.detach())
             loss = loss + self.config.aux_loss_weight * aux_loss
+        if self.frame_aux_head is not None and batch.frame_aux is not None and bool(batch.frame_aux_valid.any()):
+            sel = batch.frame_aux_valid
+            frame_loss = (self.frame_aux_head(out.keypoints[sel]) - batch.frame_aux[sel]).pow(2).mean()
+            info["frame_aux_loss"] = float(frame_loss.detach())
+            loss = loss + self.config.frame_aux_loss_weight * frame_loss
         return loss, info
+
+    def view_loss(self, images: torch.Tensor, instruction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The frame head's loss on still views (``training.views``): images (F, 3, H, W), instruction
+        (F, 384) vectors, target (F, aux_dim) scaled named-cup positions; weighted like the frame loss."""
+        if self.frame_aux_head is None:
+            raise ValueError("view_loss needs a frame head: ModelConfig(aux_dim > 0, frame_aux_loss_weight > 0)")
+        _, keypoints = self.patch_encoder.encode(images, self.instruction_norm(instruction))
+        return self.config.frame_aux_loss_weight * (self.frame_aux_head(keypoints) - target).pow(2).mean()
 
 
 class StepGraph(nn.Module):

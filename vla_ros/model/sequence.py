@@ -68,6 +68,7 @@ class TokenSequence:
     token_obs: np.ndarray  # (T,) index of the source observation in the caller's list, -1 otherwise
     num_patches: int = 0  # P, patch tokens per frame
     aux: np.ndarray | None = None  # (T, K) float32 auxiliary targets (NaN where none), or None
+    frame_aux: np.ndarray | None = None  # (F, K) float32 auxiliary target per frame (NaN where none), or None
 
     @property
     def num_tokens(self) -> int:
@@ -131,8 +132,12 @@ def validate_text(embeddings: np.ndarray, config: ModelConfig) -> np.ndarray:
 def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] = (),
                    text: np.ndarray | None = None, chunks: SequenceABC[ChunkSpec] = (),
                    validate: bool = True, order_start: int = 0,
-                   anchors: dict[tuple, tuple[int, int]] | None = None) -> TokenSequence:
+                   anchors: dict[tuple, tuple[int, int]] | None = None,
+                   frame_aux: SequenceABC[np.ndarray | None] | None = None) -> TokenSequence:
     """Lay out text, observations (sorted by key) and chunk tokens; see the module docstring.
+
+    ``frame_aux``: optional per-observation auxiliary targets (aligned with ``observations``; used for
+    frames, None where there is none), kept in frame order as ``TokenSequence.frame_aux``.
 
     Observations get orders order_start, order_start + 1, ... in key order (the streaming runtime passes
     its running counter). A chunk's anchor is looked up among the observations, else in ``anchors``
@@ -145,7 +150,7 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
                 else (validate_text(text, config) if validate else np.asarray(text, np.float32)))
     P, J, H = config.num_visual_tokens, config.action_dim, config.chunk_length
     order = sorted(range(len(observations)), key=lambda i: observations[i].key)
-    images, states = [], []
+    images, states, frame_targets = [], [], []
     src, src_index, kind, stamp, order_, chunk, rope, token_obs = [], [], [], [], [], [], [], []
     known = dict(anchors or {})
 
@@ -162,6 +167,8 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         if obs.kind == Kind.IMAGE:
             f = len(images)
             images.append(np.asarray(obs.data, np.float32))
+            if frame_aux is not None:
+                frame_targets.append(frame_aux[i])
             for p in range(P):
                 add(SRC_PATCH, f * P + p, IMAGE, obs.stamp_ns, od, -1, obs.stamp_ns, i)
         else:
@@ -197,7 +204,16 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         action_index=i64(action_index),
         src=i64(src), src_index=i64(src_index), kind=i64(kind), stamp_ns=i64(stamp), order=i64(order_),
         chunk=i64(chunk), rope_ns=i64(rope), targets=targets, token_obs=i64(token_obs), num_patches=P, aux=aux,
+        frame_aux=_frame_aux_rows(frame_targets) if frame_aux is not None else None,
     )
+
+
+def _frame_aux_rows(rows: list) -> np.ndarray | None:
+    """(F, K) from per-frame targets (None -> NaN row); None when no frame has one."""
+    k = next((np.asarray(r).shape[0] for r in rows if r is not None), 0)
+    if not k:
+        return None
+    return np.stack([np.full(k, np.nan, np.float32) if r is None else np.asarray(r, np.float32) for r in rows])
 
 
 @dataclasses.dataclass
@@ -225,6 +241,8 @@ class TokenBatch:
     frame_batch: torch.Tensor | None = None  # (F,) the sequence each pooled frame belongs to
     aux: torch.Tensor | None = None  # (B, T, K) auxiliary targets (0 where none), training only
     aux_valid: torch.Tensor | None = None  # (B, T) bool
+    frame_aux: torch.Tensor | None = None  # (F, K) per pooled frame (0 where none), training only
+    frame_aux_valid: torch.Tensor | None = None  # (F,) bool
 
     def to(self, device: torch.device | str) -> "TokenBatch":
         return TokenBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
@@ -270,6 +288,11 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
     if aux is not None:
         aux_valid = valid & (fields["kind"] == ACTION) & np.all(np.isfinite(aux), axis=-1)
         aux_fields = {"aux": torch.from_numpy(np.nan_to_num(aux, nan=0.0)), "aux_valid": torch.from_numpy(aux_valid)}
+    if K and any(s.frame_aux is not None for s in sequences):
+        frame_aux = np.concatenate([s.frame_aux if s.frame_aux is not None else np.full((s.images.shape[0], K), np.nan, np.float32)
+                                    for s in sequences])
+        aux_fields["frame_aux"] = torch.from_numpy(np.nan_to_num(frame_aux, nan=0.0))
+        aux_fields["frame_aux_valid"] = torch.from_numpy(np.all(np.isfinite(frame_aux), axis=-1))
     return TokenBatch(
         images=cat("images"), states=cat("states"), text=cat("text"), action_index=cat("action_index"),
         gather=torch.from_numpy(gather), valid=torch.from_numpy(valid),

@@ -114,8 +114,8 @@ PARAMS = [
     ),
     ParamSpec(
         "realtime_priority", 0,
-        "SCHED_FIFO priority of the thread running the loop (the loop thread, or the executor's in timer mode; 0 = normal "
-        "scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
+        "SCHED_FIFO priority of the thread running the loop (the loop thread, with the executor's one below it; or the "
+        "executor's in timer mode; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
         read_only=True, min_value=0, max_value=99,
     ),
 ]  # fmt: skip
@@ -203,6 +203,12 @@ class ControllerNode(Node):
             self._timer = self.create_timer(cfg.period_s, self._tick)
         else:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            if p["realtime_priority"] > 0:
+                # The executor thread (this one: it spins) runs one step below the loop thread. The loop
+                # needs the GIL, and a GIL holder preempted by an ordinary process (the policy, a camera
+                # driver) would stall the loop behind it however high the loop's own priority: priority
+                # inversion through the GIL. The loop thread, created below, inherits this and raises itself.
+                self._set_realtime_priority(max(1, p["realtime_priority"] - 1), "executor thread")
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
@@ -214,11 +220,11 @@ class ControllerNode(Node):
             self._loop_thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
             self._loop_thread.start()
 
-    def _set_realtime_priority(self, priority: int) -> None:
+    def _set_realtime_priority(self, priority: int, who: str = "control loop thread") -> None:
         """Run the calling thread under SCHED_FIFO (on Linux, pid 0 means this thread, not the process)."""
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-            self.get_logger().info(f"control loop thread runs SCHED_FIFO priority {priority}")
+            self.get_logger().info(f"{who} runs SCHED_FIFO priority {priority}")
         except (OSError, AttributeError) as err:
             self.get_logger().warning(f"realtime_priority {priority} not applied ({err}); running with normal scheduling")
 

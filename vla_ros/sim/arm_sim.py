@@ -179,6 +179,15 @@ class ArmSim:
         self._initial_cup_pos = self.cup_positions()
         return self._initial_cup_pos
 
+    def place_arm(self, q: np.ndarray) -> None:
+        """Put the commanded joints at ``q`` (clipped to the limits), kinematically: no physics step, for
+        rendering a pose (the training views of ``training.views``), not for control."""
+        q = np.clip(np.asarray(q, float), self.limits.lower, self.limits.upper)
+        self.data.qpos[self._cmd_qpos_adr] = q
+        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = q[-1]  # the mimic finger
+        self.data.ctrl[self._cmd_actuators] = q
+        mujoco.mj_forward(self.model, self.data)
+
     def status(self) -> dict:
         """Episode status as the sim node publishes it on /vla/episode_status (JSON)."""
         return {

@@ -155,8 +155,12 @@ def aux_target(ep: EpisodeData, t_s: float) -> np.ndarray | None:
     """(3,) scaled position of the named cup at ``t_s``, or None without a track."""
     if ep.cup_t_s is None:
         return None
-    xyz = np.array([np.interp(t_s, ep.cup_t_s, ep.cup_m[:, k]) for k in range(3)])
-    return ((xyz - AUX_CENTER_M) / AUX_SCALE_M).astype(np.float32)
+    return scale_aux(np.array([np.interp(t_s, ep.cup_t_s, ep.cup_m[:, k]) for k in range(3)]))
+
+
+def scale_aux(xyz_m: np.ndarray) -> np.ndarray:
+    """Cup position(s) (..., 3) in metres -> the auxiliary target's scaled units (float32)."""
+    return ((np.asarray(xyz_m) - AUX_CENTER_M) / AUX_SCALE_M).astype(np.float32)
 
 
 def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
@@ -208,7 +212,10 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
         specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=aux))
     if not specs:
         return None
-    return build_sequence(config, observations, text=ep.text, chunks=specs, validate=False)
+    frame_aux = None
+    if config.aux_dim and config.frame_aux_loss_weight > 0:
+        frame_aux = [aux_target(ep, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
+    return build_sequence(config, observations, text=ep.text, chunks=specs, validate=False, frame_aux=frame_aux)
 
 
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,

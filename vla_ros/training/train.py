@@ -23,6 +23,8 @@ EXAMPLE = "example: vla-ros collect --episodes 200 --out runs/demos && vla-ros t
 # The sim camera's top quarter shows only the wall and the upper arm: cutting it (and a sliver each side)
 # gives the table, cups and gripper about 30 % more pixels at the same token count.
 SIM_CAMERA_CROP = (0.25, 0.0, 0.06, 0.06)
+# The per-frame cup head (ModelConfig.frame_aux_loss_weight): it is what makes the stem find the cup.
+FRAME_AUX_LOSS_WEIGHT = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,10 @@ class TrainConfig:
         threads: torch CPU threads (0 = torch's default).
         state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
         drop_states_p: share of training sequences without joint states (training.data.make_sequence).
+        views / view_batch: rendered still views (``training.views``) and how many of them join each step's
+            loss through the frame head (only with ModelConfig.frame_aux_loss_weight > 0; 0 = none).
+        vision_warmup_minutes: the first minutes of the budget train the stem on views alone (fast
+            steps), so the Transformer starts from keypoints that already point at the named cup.
     """
 
     minutes: float = 40.0  # plus about 2 min of replaying the bags: the 45-minute budget
@@ -56,12 +62,18 @@ class TrainConfig:
     state_noise_rad: float = 0.02
     state_noise_rad_s: float = 0.1
     drop_states_p: float = 0.4
+    views: int = 4000
+    view_batch: int = 32
+    vision_warmup_minutes: float = 2.0
 
     def __post_init__(self) -> None:
         if self.minutes <= 0 or self.steps <= 0:
             raise ValueError(f"minutes ({self.minutes}) and steps ({self.steps}) must be > 0")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.views < 0 or self.view_batch < 1 or not 0.0 <= self.vision_warmup_minutes < self.minutes:
+            raise ValueError(f"views ({self.views}) must be >= 0, view_batch ({self.view_batch}) >= 1 and "
+                             f"vision_warmup_minutes ({self.vision_warmup_minutes}) in [0, minutes)")
 
 
 def git_commit() -> str:
@@ -94,7 +106,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     from vla_ros.model.model import VLATransformer
     from vla_ros.model.runtime import resolve_device
     from vla_ros.model.sequence import collate
-    from vla_ros.tokens import TokenizerConfig
+    from vla_ros.tokens import Kind, TokenizerConfig
     from vla_ros.training.data import AUX_DIM, load_episodes, mean_image, normalisation_stats, sample_sequence
 
     t_start = time.time()
@@ -102,7 +114,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
-    config = model_config or ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP)
+    config = model_config or ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP, frame_aux_loss_weight=FRAME_AUX_LOSS_WEIGHT)
     if init is not None:
         from vla_ros.model.io import load_config
 
@@ -133,13 +145,27 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         with torch.no_grad():
             infos = [model(b.to(dev))[1] for b in val_batches]
         model.train()
-        history["val_aux_loss"].append(float(np.mean([i.get("aux_loss", np.nan) for i in infos])) if infos else float("nan"))
+        for name in ("aux_loss", "frame_aux_loss"):
+            history[f"val_{name}"].append(float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan"))
         return float(np.mean([i["loss"] for i in infos])) if infos else float("nan")
 
-    history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "val_step": [], "val_loss": [], "val_aux_loss": []}
-    # The time budget counts from the first step (data loading is not training time).
+    history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "val_step": [], "val_loss": [], "val_aux_loss": [],
+               "val_frame_aux_loss": []}
+    views = None
+    if model.frame_aux_head is not None and tc.views:
+        from vla_ros.training.views import render_views
+
+        n = len(config.joint_names)
+        poses = np.concatenate([np.stack([o.data[:n] for o in e.observations if o.kind == Kind.STATE]) for e in train_eps])
+        views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress)
+        history["view_loss"] = []
+    # The time budget counts from the first step (data loading and rendering are not training time).
     t_train = time.time()
     budget_s = tc.minutes * 60.0
+    if views is not None and tc.vision_warmup_minutes > 0 and init is None:  # a fine-tune's stem is trained already
+        history["warmup_view_loss"] = vision_warmup(model, views, tc, rng, dev, progress)
+    budget_s -= time.time() - t_train
+    t_train = time.time()
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
     model.train()
@@ -149,6 +175,10 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p) for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
+        if views is not None:
+            view_loss = model.view_loss(*view_batch(views, tc.view_batch, rng, dev))
+            history["view_loss"].append(float(view_loss.detach()))
+            loss = loss + view_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -158,6 +188,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         history["loss"].append(info["loss"])
         history["mae"].append(info["mae"])
         history["aux_loss"].append(info.get("aux_loss", float("nan")))
+        history["frame_aux_loss"].append(info.get("frame_aux_loss", float("nan")))
         step += 1
         bar.update(1)
         if step % tc.val_every == 0 and val_batches:
@@ -180,9 +211,12 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         "train_config": dataclasses.asdict(tc),
         "steps": step, "duration_min": round(duration_min, 2), "device": str(dev), "threads": torch.get_num_threads(),
         "final_train_loss_smoothed": smooth, "final_val_loss": final_val,
-        "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None, "best_val_loss": best_val if best_val < float("inf") else None,
+        "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None,
+        "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
+        "best_val_loss": best_val if best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
         "parameters": model.num_parameters(), "git_commit": git_commit(), "torch": torch.__version__,
+        "vision_warmup_steps": len(history.get("warmup_view_loss", [])),
     }
     metadata = {"training": json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "git_commit")}),
                 "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
@@ -190,6 +224,39 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
     plot_losses(history, out / "loss.png")
     return report
+
+
+def view_batch(views, n: int, rng: np.random.Generator, dev):
+    """n random still views as (images, instruction vectors, scaled named-cup targets) tensors on dev."""
+    import torch
+
+    from vla_ros.training.data import scale_aux
+
+    frames, instructions, cups = views.sample(n, rng)
+    return (torch.from_numpy(frames).to(dev), torch.from_numpy(instructions).to(dev), torch.from_numpy(scale_aux(cups)).to(dev))
+
+
+def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, progress: bool) -> list[float]:
+    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_minutes``."""
+    import torch
+    from tqdm import tqdm
+
+    params = [*model.patch_encoder.parameters(), *model.frame_aux_head.parameters(), *model.instruction_norm.parameters()]
+    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    losses, t0 = [], time.time()
+    bar = tqdm(desc="vision warm-up", unit="step", disable=not progress)
+    model.train()
+    while time.time() - t0 < tc.vision_warmup_minutes * 60.0:
+        loss = model.view_loss(*view_batch(views, 2 * tc.view_batch, rng, dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        bar.update(1)
+        if len(losses) % 20 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+    bar.close()
+    return losses
 
 
 def plot_losses(history: dict, path: Path) -> None:
@@ -205,11 +272,18 @@ def plot_losses(history: dict, path: Path) -> None:
         k = max(1, len(loss) // 100)
         smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
         ax.plot(steps[k - 1:], smooth, color="C0", lw=1.5, label=f"train ({k}-step mean)")
+    view = np.asarray(history.get("view_loss", []))
+    if len(view) > k:
+        ax.plot(steps[k - 1:len(view)], np.convolve(view, np.ones(k) / k, mode="valid"), color="C1", lw=1.0,
+                label="train, named cup on rendered views")
     if history["val_loss"]:
         ax.plot(history["val_step"], history["val_loss"], "o-", color="C3", ms=3, label="validation")
         aux = history.get("val_aux_loss", [])[:len(history["val_step"])]
         if aux and np.isfinite(aux).any():
             ax.plot(history["val_step"], aux, "s--", color="C2", ms=3, label="validation, named cup position (aux)")
+        frame_aux = history.get("val_frame_aux_loss", [])[:len(history["val_step"])]
+        if frame_aux and np.isfinite(frame_aux).any():
+            ax.plot(history["val_step"], frame_aux, "^:", color="C4", ms=3, label="validation, named cup from the frame's keypoints")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("MSE (normalised joint positions)")
@@ -235,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tc = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads, lr=args.lr)
     report = train(args.data, args.out, tc, device=args.device, init=args.init)
-    print(json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "final_val_aux_loss", "final_mae_rad", "parameters")} | {"out": args.out}))
+    print(json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "final_val_aux_loss", "final_val_frame_aux_loss",
+                                        "final_mae_rad", "parameters")} | {"out": args.out}))
     return 0
 
 
