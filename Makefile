@@ -44,15 +44,12 @@ bench: setup
 	for part in sim tokens policy safety controller; do \
 	  ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench $$part --json || exit 1; done
 
-# Reproduce the shipped policy: 360 expert episodes (two collectors, one per core), 33 min of training, then one
-# DAgger round: 120 rollouts of that model with expert takeovers and 10 min of fine-tuning on everything.
+# Reproduce the shipped policy: 360 expert episodes (two collectors, one per core), then 33 min of training
+# (2 of them on rendered views alone), then the held-out evaluation.
 model: setup
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 0 --out runs/demos/a & pid=$$!; \
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 180 --out runs/demos/b && wait $$pid
-	$(VENV)/bin/vla-ros train --data runs/demos --out runs/vla_cups_base --minutes 33 --threads 2
-	$(VENV)/bin/vla-ros collect --policy runs/vla_cups_base --episodes 60 --seed-start 10000 --out runs/rollouts/a & pid=$$!; \
-	$(VENV)/bin/vla-ros collect --policy runs/vla_cups_base --episodes 60 --seed-start 10060 --out runs/rollouts/b && wait $$pid
-	$(VENV)/bin/vla-ros train --init runs/vla_cups_base --data runs/demos runs/rollouts --out runs/vla_cups --minutes 10 --lr 3e-4 --threads 2
+	$(VENV)/bin/vla-ros train --data runs/demos --out runs/vla_cups --minutes 33 --threads 2
 	$(VENV)/bin/vla-ros eval --model runs/vla_cups --episodes 50 --seed 0 --workers 2 --json
 
 params: setup

@@ -198,10 +198,13 @@ class VLATransformer(nn.Module):
             loss = loss + self.config.aux_loss_weight * aux_loss
         if self.frame_aux_head is not None and batch.frame_aux is not None and bool(batch.frame_aux_valid.any()):
             sel = batch.frame_aux_valid
-            frame_loss = (self.frame_aux_head(out.keypoints[sel]) - batch.frame_aux[sel]).pow(2).mean()
+            frame_loss = self._frame_head_mse(out.keypoints[sel], batch.frame_aux[sel])
             info["frame_aux_loss"] = float(frame_loss.detach())
             loss = loss + self.config.frame_aux_loss_weight * frame_loss
         return loss, info
+
+    def _frame_head_mse(self, keypoints: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (self.frame_aux_head(keypoints) - target).pow(2).mean()
 
     def view_loss(self, images: torch.Tensor, instruction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The frame head's loss on still views (``training.views``): images (F, 3, H, W), instruction
@@ -209,7 +212,7 @@ class VLATransformer(nn.Module):
         if self.frame_aux_head is None:
             raise ValueError("view_loss needs a frame head: ModelConfig(aux_dim > 0, frame_aux_loss_weight > 0)")
         _, keypoints = self.patch_encoder.encode(images, self.instruction_norm(instruction))
-        return self.config.frame_aux_loss_weight * (self.frame_aux_head(keypoints) - target).pow(2).mean()
+        return self.config.frame_aux_loss_weight * self._frame_head_mse(keypoints, target)
 
 
 class StepGraph(nn.Module):
