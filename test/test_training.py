@@ -120,3 +120,11 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     # the phrasings name their colour: the vectors of two colours differ, those of one colour stay close
     red, blue = views.instructions[0], views.instructions[2]
     assert np.linalg.norm(red.mean(0) - blue.mean(0)) > 0.1
+
+
+def test_train_config_rejects_bad_values_and_keeps_the_warm_up_inside_short_budgets():
+    with pytest.raises(ValueError, match="vision_warmup_minutes"):
+        TrainConfig(vision_warmup_minutes=-1.0)
+    with pytest.raises(ValueError, match="view_batch"):
+        TrainConfig(view_batch=0)
+    assert TrainConfig(minutes=1.0).vision_warmup_minutes == 2.0  # a 1-minute run is valid: its warm-up is 15 s
