@@ -64,11 +64,13 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     assert seq.frame_aux.shape == (len(frames), AUX_DIM) == (seq.images.shape[0], AUX_DIM)
     np.testing.assert_allclose(seq.frame_aux, np.stack([aux_target(ep, o.t_s) for o in frames]), atol=1e-6)
     frame_aux = np.array(history["frame_aux_loss"])
-    assert np.isfinite(frame_aux).all() and np.mean(frame_aux[-10:]) < np.mean(frame_aux[:10])
-    # the rendered views trained the frame head too: alone first (warm-up), then beside every step
-    assert report["vision_warmup_steps"] > 5 and len(history["view_loss"]) == len(history["loss"])
+    assert len(frame_aux) == len(history["loss"]) and np.isfinite(frame_aux).all()  # trained at every step
+    # the rendered views trained the frame head too: alone first (warm-up, where its loss falls), then
+    # beside every step
+    assert report["vision_warmup_steps"] >= 6 and len(history["view_loss"]) == len(history["loss"])
     warm = np.array(history["warmup_view_loss"])
-    assert np.mean(warm[-5:]) < np.mean(warm[:5])
+    third = len(warm) // 3
+    assert np.mean(warm[-third:]) < 0.8 * np.mean(warm[:third]), warm
 
 
 def test_loss_weights_do_not_blow_up_joints_that_barely_move():
