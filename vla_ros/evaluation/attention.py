@@ -142,7 +142,7 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
     from vla_ros.model.timeline import ACTION
     from vla_ros.sim.tasks import episode_task
-    from vla_ros.training.data import AUX_CENTER_M, AUX_SCALE_M
+    from vla_ros.training.data import unscale_aux
 
     config = model.config
     errors, predictions, frame_errors = [], [], []
@@ -161,11 +161,11 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
             aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
             frame_aux = model.frame_aux_head(out.keypoints[-1:])[0].numpy() if model.frame_aux_head is not None else None
         cup_xy = sim.cup_positions()[color][:2]
-        xy = (aux * AUX_SCALE_M + AUX_CENTER_M)[:2]
+        xy = unscale_aux(aux)[:2]
         predictions.append(xy)
         errors.append(float(np.linalg.norm(xy - cup_xy)))
         if frame_aux is not None:
-            frame_errors.append(float(np.linalg.norm((frame_aux * AUX_SCALE_M + AUX_CENTER_M)[:2] - cup_xy)))
+            frame_errors.append(float(np.linalg.norm(unscale_aux(frame_aux)[:2] - cup_xy)))
     spread = float(np.linalg.norm(np.std(predictions, axis=0)))
     result = {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
               "prediction_spread": round(spread, 4), "layouts": len(seeds)}

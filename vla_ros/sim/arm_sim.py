@@ -164,10 +164,7 @@ class ArmSim:
         if arm_noise_rad > 0.0:
             start_q[:6] += rng.uniform(-arm_noise_rad, arm_noise_rad, 6)
             start_q = np.clip(start_q, self.limits.lower, self.limits.upper)
-        self.data.qpos[self._cmd_qpos_adr] = start_q
-        # The mimic finger starts where its leader is, so the equality constraint starts satisfied.
-        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = start_q[-1]
-        self.data.ctrl[self._cmd_actuators] = start_q
+        self._set_arm(start_q)
         for color, xy in zip(CUP_COLORS, cup_xy):
             adr = self._cup_qpos_adr[color]
             self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
@@ -182,11 +179,15 @@ class ArmSim:
     def place_arm(self, q: np.ndarray) -> None:
         """Put the commanded joints at ``q`` (clipped to the limits), kinematically: no physics step, for
         rendering a pose (the training views of ``training.views``), not for control."""
-        q = np.clip(np.asarray(q, float), self.limits.lower, self.limits.upper)
-        self.data.qpos[self._cmd_qpos_adr] = q
-        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = q[-1]  # the mimic finger
-        self.data.ctrl[self._cmd_actuators] = q
+        self._set_arm(np.clip(np.asarray(q, float), self.limits.lower, self.limits.upper))
         mujoco.mj_forward(self.model, self.data)
+
+    def _set_arm(self, q: np.ndarray) -> None:
+        """Joint positions and position targets of the commanded joints (no forward pass)."""
+        self.data.qpos[self._cmd_qpos_adr] = q
+        # The mimic finger sits where its leader is, so the equality constraint starts satisfied.
+        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = q[-1]
+        self.data.ctrl[self._cmd_actuators] = q
 
     def status(self) -> dict:
         """Episode status as the sim node publishes it on /vla/episode_status (JSON)."""

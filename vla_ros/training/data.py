@@ -163,6 +163,11 @@ def scale_aux(xyz_m: np.ndarray) -> np.ndarray:
     return ((np.asarray(xyz_m) - AUX_CENTER_M) / AUX_SCALE_M).astype(np.float32)
 
 
+def unscale_aux(aux: np.ndarray) -> np.ndarray:
+    """The inverse of ``scale_aux``: an auxiliary head's output (..., 3) -> metres."""
+    return np.asarray(aux) * AUX_SCALE_M + AUX_CENTER_M
+
+
 def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
                   state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).

@@ -1,8 +1,8 @@
 """Rendered training views: many cup layouts for the vision stem, beyond the few hundred of the episodes.
 
 A few hundred demonstrations show the camera a few hundred cup layouts, and a stem trained on them learns
-those layouts rather than how to find a cup of a colour (its held-out error stays at 4-5 cm while its
-training error falls to 2). Rendering costs milliseconds, so training adds still views: a fresh layout
+those layouts rather than how to find a cup of a colour (its error on held-out episodes stalls at
+4-5 cm while its training loss keeps falling). Rendering costs milliseconds, so training adds still views: a fresh layout
 from a training seed, the arm placed in a pose taken from the demonstrations (so it occludes and
 distracts as it does there), the frame tokenized exactly as online (``preprocess_image``), and every
 cup's position as the label. The frame head (``ModelConfig.frame_aux_loss_weight``) learns "where is the
@@ -36,7 +36,8 @@ class Views:
 
 def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_size: tuple[int, int] = (320, 240),
                  progress: bool = True) -> Views:
-    """``n`` views (see the module docstring); ``arm_poses`` (M, 7) are drawn from at random."""
+    """``n`` views (see the module docstring): view k has the layout of seed VIEW_SEED_OFFSET + k and an arm
+    pose drawn from ``arm_poses`` (M, 7) with ``seed``."""
     from tqdm import tqdm
 
     from vla_ros.model.sequence import instruction_vector
