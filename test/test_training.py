@@ -130,3 +130,21 @@ def test_train_config_rejects_bad_values_and_keeps_the_warm_up_inside_short_budg
     with pytest.raises(ValueError, match="view_batch"):
         TrainConfig(view_batch=0)
     assert TrainConfig(minutes=1.0).vision_warmup_minutes == 2.0  # a 1-minute run is valid: its warm-up is 15 s
+
+
+def test_views_and_the_view_loss_refuse_what_they_cannot_use():
+    from vla_ros.model.model import VLATransformer
+    from vla_ros.sim import HOME_Q
+    from vla_ros.training.views import render_views
+
+    tok = TokenizerConfig.from_model_config(tiny_config().to_dict())
+    with pytest.raises(ValueError, match="at least one arm pose"):
+        render_views(4, tok, np.zeros((0, 7)), progress=False)
+    with pytest.raises(ValueError, match="n >= 1"):
+        render_views(0, tok, np.array([HOME_Q]), progress=False)
+    config = tiny_config(aux_dim=AUX_DIM)  # an aux head but no frame head
+    images = torch.zeros(2, 3, config.image_height, config.image_width)
+    with pytest.raises(ValueError, match="needs a frame head"):
+        VLATransformer(config).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+    loss = VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+    assert loss.ndim == 0 and float(loss) > 0.0
