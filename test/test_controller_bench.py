@@ -17,9 +17,12 @@ def test_bench_reports_idle_and_loaded_loop_figures_as_the_last_line(capsys):
             assert key in figures, (phase, key)
         assert figures["cycles"] == 100  # the window holds exactly the measured cycles
         assert 9.0 < figures["period_ms_mean"] < 11.0 and figures["cpu_pct"] > 0.0
+        assert 0.0 <= figures["steal_pct"] <= 100.0
+        # inline mode counts callbacks that ran into the busy-wait; over 100 cycles of a quiet rig, few if any
+        assert 0 <= figures["late_callbacks"] <= 10 and figures["skipped_cycles"] >= 0
     assert result["commands_received"] > 100  # the node really ran its loop against the rig
     assert result["clock"] == "wall" and result["seconds"] == 1.0
-    assert result["loop_mode"] == "thread" and result["load"] == "cmd"  # auto on wall time: the loop thread
+    assert result["loop_mode"] == "inline" and result["load"] == "cmd"  # auto on wall time: cycles and callbacks in one thread
 
 
 def test_bench_help_has_a_runnable_example(capsys):

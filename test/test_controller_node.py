@@ -187,6 +187,7 @@ def test_a_bad_configuration_refuses_to_start_with_a_reason(tmp_path):
         (["-p", "robot_description_file:=/nonexistent.urdf"], "nonexistent.urdf"),
         (["-p", "loop_mode:=fast"], "loop_mode='fast' is not one of"),
         (["-p", "use_sim_time:=true", "-p", "loop_mode:=thread"], "loop_mode=thread needs wall time"),
+        (["-p", "use_sim_time:=true", "-p", "loop_mode:=inline"], "loop_mode=inline needs wall time"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", *args],
@@ -214,8 +215,10 @@ def fifo_allowed() -> bool:
     return result[0]
 
 
-def test_on_wall_time_a_loop_thread_sends_commands_at_100_hz(tmp_path):
-    """loop_mode auto on wall time runs the dedicated loop thread; private topics keep it off the sim's graph."""
+@pytest.mark.parametrize("loop_mode, resolved", [("auto", "inline"), ("thread", "thread")])
+def test_on_wall_time_the_loop_sends_commands_at_100_hz(tmp_path, loop_mode, resolved):
+    """loop_mode auto on wall time runs cycles and callbacks in one thread (inline), thread mode the cycles in
+    their own thread; private topics keep the node off the sim's graph."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
@@ -224,7 +227,7 @@ def test_on_wall_time_a_loop_thread_sends_commands_at_100_hz(tmp_path):
     cmd = [
         sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", "__node:=controller_wall",
         "-r", "/joint_states:=/wall_test/joint_states", "-p", "position_controller:=wall_test_forward",
-        "-p", "realtime_priority:=10",
+        "-p", "realtime_priority:=10", "-p", f"loop_mode:={loop_mode}",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     context = rclpy.Context()
@@ -257,14 +260,17 @@ def test_on_wall_time_a_loop_thread_sends_commands_at_100_hz(tmp_path):
         assert 170 <= n <= 230, n  # 100 Hz, with room for a busy test machine
         assert spin_until(lambda: loops and int(loops[-1]["cycles"]) > 200, 10), loops[-1:]
         loop = loops[-1]
-        assert loop["loop_mode"] == "thread" and loop["clock"] == "wall" and "skipped_cycles" in loop, loop
+        assert loop["loop_mode"] == resolved and loop["clock"] == "wall" and "skipped_cycles" in loop, loop
+        assert ("late_callbacks" in loop) == (resolved == "inline"), loop
         assert 9.0 < float(loop["period_ms_mean"]) < 11.0, loop
-        # realtime_priority: the loop thread runs SCHED_FIFO 10 and the executor thread (the main one) 9, so a
-        # GIL holder is never preempted by ordinary processes; where FIFO is not allowed, a warning says so.
+        # realtime_priority: inline, the one thread (the main one) runs SCHED_FIFO 10; thread mode, the loop
+        # thread runs FIFO 10 and the executor thread (the main one) 9, so a GIL holder is never preempted by
+        # ordinary processes. Where FIFO is not allowed, a warning says so.
         policies = {tid: (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
                     for tid in map(int, os.listdir(f"/proc/{proc.pid}/task"))}
         if fifo_allowed():
-            assert policies[proc.pid] == (os.SCHED_FIFO, 9), policies
+            assert policies[proc.pid] == (os.SCHED_FIFO, 10 if resolved == "inline" else 9), policies
+            assert sum(p[0] == os.SCHED_FIFO for p in policies.values()) == (1 if resolved == "inline" else 2), policies
             assert sum(p == (os.SCHED_FIFO, 10) for p in policies.values()) == 1, policies
         else:
             assert "not applied" in log_path.read_text() and all(p[0] != os.SCHED_FIFO for p in policies.values())

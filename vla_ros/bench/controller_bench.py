@@ -1,7 +1,7 @@
 """``vla-ros bench controller``: the controller node's 100 Hz loop on wall time, idle and under load.
 
 What is measured is the real node: ``controller_node`` runs as its own process (on wall time, so with
-``loop_mode`` auto its dedicated loop thread) and reports its loop statistics on ``/diagnostics``; the
+``loop_mode`` auto one thread running the cycles and, between them, the callbacks) and reports its loop statistics on ``/diagnostics``; the
 bench sets the statistics window to exactly the measured cycles and reads the report that covers them.
 The bench process plays the rest of the system on private topics: a perfect robot (joint states at
 100 Hz echoing the last command) and a policy behind a safety filter (a 1 s chunk of 50 points every
@@ -14,7 +14,9 @@ topics, so it runs inference every tick (its chunks go to a private topic the be
 controller); ``--load torch`` is one Python process doing float32 matrix products with torch on one
 thread; ``--load-cmd`` runs any command. Reported per phase: period error |period - 10 ms| p50/p99/max
 in ms, overruns (cycles more than 1.5 periods after the previous one), mean period, compute time p99,
-and the controller process's CPU use (% of one core); for the loaded phase also the load's CPU use and,
+the controller process's CPU use (% of one core), the machine's steal time (% of CPU time a hypervisor
+gave to others: on a VM the source of jitter no scheduling inside can remove) and the node's skipped
+cycles and, inline, late callbacks over the window; for the loaded phase also the load's CPU use and,
 with the policy, its chunks per second over the measured window. Goal: p99 period error under 1 ms idle
 and under 2 ms loaded. The JSON object is the last line of output.
 """
@@ -40,7 +42,7 @@ POLICY_NODE_NAME = "bench_policy"
 PREFIX = "/bench_controller"
 HOME = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
 LOADS = ("policy", "torch")
-LOOP_MODES = ("auto", "thread", "timer")
+LOOP_MODES = ("auto", "inline", "thread", "timer")
 POLICY_MODEL = "vla_cups"  # the shipped model (models/vla_cups)
 POLICY_INSTRUCTION = "pick up the red cup"
 CAMERA_SIZE = (320, 240)  # width, height of the synthetic rgb8 frames
@@ -71,6 +73,14 @@ def _policy_cmd() -> list[str]:
         "-p", f"instruction:={POLICY_INSTRUCTION}",
         "-p", f"image_topic:={PREFIX}/camera/image_raw",
     ]  # fmt: skip
+
+
+def _steal_ticks() -> tuple[int, int]:
+    """(steal, total) CPU ticks of the whole machine so far (Linux /proc/stat): time a hypervisor ran
+    something else while this VM's CPUs wanted to run, which no scheduling inside the VM can win back."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -198,11 +208,14 @@ def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
     """Wait for the loop report whose window holds only cycles run from now on, and read it."""
     _, start = rig.report()
     start_cycles = int(start.get("cycles", 0))
-    cpu0, t0 = _cpu_seconds(pid), time.monotonic()
+    cpu0, t0, steal0 = _cpu_seconds(pid), time.monotonic(), _steal_ticks()
     _wait(lambda: int(rig.report()[1].get("cycles", 0)) >= start_cycles + cycles, timeout_s, "the loop report")
-    cpu1, t1 = _cpu_seconds(pid), time.monotonic()
+    cpu1, t1, steal1 = _cpu_seconds(pid), time.monotonic(), _steal_ticks()
     loop = rig.report()[1]
-    return {
+    # Counters that the node reports as totals: their growth over about the window (a report lags by up
+    # to one diagnostics period).
+    grown = {k: int(loop[k]) - int(start.get(k, 0)) for k in ("skipped_cycles", "late_callbacks") if k in loop}
+    return grown | {
         "period_err_ms_p50": round(float(loop["period_err_ms.p50"]), 4),
         "period_err_ms_p99": round(float(loop["period_err_ms.p99"]), 4),
         "period_err_ms_max": round(float(loop["period_err_ms.max"]), 4),
@@ -211,6 +224,7 @@ def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
         "compute_ms_p99": round(float(loop["compute_ms.p99"]), 4),
         "cycles": int(loop["window"]),
         "cpu_pct": round(100.0 * (cpu1 - cpu0) / (t1 - t0), 1),
+        "steal_pct": round(100.0 * (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]), 2),
     }
 
 
@@ -355,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "synthetic camera; the default) or torch (a 1-thread torch matmul loop)",
     )  # fmt: skip
     parser.add_argument("--load-cmd", default=None, help="run this command as the load instead of --load")
-    parser.add_argument("--loop-mode", choices=LOOP_MODES, default="auto", help="the node's loop_mode parameter (auto = its loop thread on wall time)")
+    parser.add_argument("--loop-mode", choices=LOOP_MODES, default="auto", help="the node's loop_mode parameter (auto = inline on wall time: cycles and callbacks in one thread)")
     parser.add_argument("--realtime-priority", type=int, default=0, help="the node's realtime_priority parameter (0 = normal scheduling, the default)")
     parser.add_argument("--no-blend", action="store_true", help="skip the blend-mode comparison (crossfade vs freeze)")
     args = parser.parse_args(argv)

@@ -10,10 +10,12 @@ chunk execution, blending, watchdog, limits) and sends the command to one output
   (ros2_control joint trajectory controller; a short look-ahead of the plan, stamped now);
 - ``isaac``: sensor_msgs/JointState on ``/joint_command`` (Isaac Sim's ROS 2 bridge).
 
-Loop (``loop_mode``): on wall time a dedicated thread runs the cycles against absolute deadlines on the
-monotonic clock (sleep, then a short busy-wait), the way ros2_control's control node does, so executor
-callbacks do not delay it; on simulated time an rclpy timer runs them, so the sim's ``/clock`` drives the
-loop. Either way the chunk is sampled at the node's ROS time, and one lock keeps the executor's callbacks
+Loop (``loop_mode``): on wall time the cycles run against absolute deadlines on the monotonic clock
+(sleep, then a short busy-wait), the way ros2_control's control node does. ``inline`` (the default there)
+does it in the one thread that also serves the callbacks, only in the time before each deadline less a
+guard, so no other Python thread ever holds the GIL the loop needs; ``thread`` runs the cycles in their
+own thread beside the executor's. On simulated time an rclpy timer runs them, so the sim's ``/clock``
+drives the loop. Either way the chunk is sampled at the node's ROS time, and one lock keeps callbacks
 (inputs, services, parameters, diagnostics) from interleaving with a cycle.
 
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
@@ -31,7 +33,9 @@ import threading
 import time
 
 import numpy as np
+import rclpy
 from rclpy.clock import Clock, ClockType
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -47,7 +51,10 @@ from vla_ros.ros.params import ParamSpec, declare_parameters
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
-LOOP_MODES = ("auto", "thread", "timer")
+LOOP_MODES = ("auto", "inline", "thread", "timer")
+# Inline mode: callbacks are served only while at least this much time is left before the next deadline, so
+# one that starts late (a 256-point chunk, the diagnostics report: about 1 ms each) still ends before it.
+CALLBACK_GUARD_NS = 2_500_000
 # Thread mode: a waking loop thread gets the GIL within this, not the default 5 ms. Under SCHED_FIFO (loop and
 # executor threads) a hand-over is immediate, so the shorter interval wins (bench: p99 0.44 ms idle, 0.95 ms
 # loaded); with normal scheduling each hand-over can wait for the kernel to run the other thread, and the
@@ -108,18 +115,19 @@ PARAMS = [
     ParamSpec("loop_stats_window", 1000, "control cycles the loop timing percentiles cover", read_only=True, min_value=10, max_value=1000000),
     ParamSpec(
         "loop_mode", "auto",
-        "auto: thread on wall time, timer on simulated time; thread: own loop thread with absolute deadlines on the monotonic "
-        "clock (wall time only); timer: an rclpy timer on the executor, driven by the node's clock",
+        "auto: inline on wall time, timer on simulated time; inline: one thread runs the cycles at absolute deadlines on the "
+        "monotonic clock and serves callbacks in between (wall time only); thread: the cycles in their own thread beside "
+        "the executor's (wall time only); timer: an rclpy timer on the executor, driven by the node's clock",
         read_only=True, choices=LOOP_MODES,
     ),
     ParamSpec(
-        "loop_spin_us", 300, "thread mode: busy-wait this long before each deadline instead of sleeping (0 = sleep only)",
+        "loop_spin_us", 300, "inline and thread modes: busy-wait this long before each deadline instead of sleeping (0 = sleep only)",
         min_value=0, max_value=2000,
     ),
     ParamSpec(
         "realtime_priority", 0,
-        "SCHED_FIFO priority of the thread running the loop (the loop thread, with the executor's one below it; or the "
-        "executor's in timer mode; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
+        "SCHED_FIFO priority of the thread running the loop (inline and timer modes: the one thread; thread mode: the loop "
+        "thread, with the executor's one step below it; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
         read_only=True, min_value=0, max_value=99,
     ),
 ]  # fmt: skip
@@ -132,12 +140,13 @@ _CONFIG_FIELDS = (
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
-    """``thread`` or ``timer`` for a ``loop_mode`` value. Raises ValueError for a thread on simulated time."""
+    """``inline``, ``thread`` or ``timer`` for a ``loop_mode`` value. Raises ValueError for inline or thread on
+    simulated time."""
     if loop_mode == "auto":
-        return "timer" if use_sim_time else "thread"
-    if loop_mode == "thread" and use_sim_time:
-        # The thread paces itself on the monotonic clock and would not follow /clock (pauses, real-time factor).
-        raise ValueError("loop_mode=thread needs wall time (use_sim_time is true): use loop_mode auto or timer")
+        return "timer" if use_sim_time else "inline"
+    if loop_mode in ("inline", "thread") and use_sim_time:
+        # These pace themselves on the monotonic clock and would not follow /clock (pauses, real-time factor).
+        raise ValueError(f"loop_mode={loop_mode} needs wall time (use_sim_time is true): use loop_mode auto or timer")
     return loop_mode
 
 
@@ -177,6 +186,7 @@ class ControllerNode(Node):
         self._lock = threading.Lock()
         self._spin_ns = p["loop_spin_us"] * 1000
         self._skipped_cycles = 0
+        self._late_callbacks = 0  # inline mode: callbacks that ran past the guard into the busy-wait or later
 
         self._interface = p["output_interface"]
         if self._interface == "forward_position":
@@ -205,7 +215,7 @@ class ControllerNode(Node):
             if p["realtime_priority"] > 0:
                 self._set_realtime_priority(p["realtime_priority"])  # this thread spins the executor, hence the timer
             self._timer = self.create_timer(cfg.period_s, self._tick)
-        else:
+        elif self._loop_mode == "thread":
             fifo = False
             if p["realtime_priority"] > 0:
                 # The executor thread (this one: it spins) runs one step below the loop thread. The loop
@@ -216,9 +226,10 @@ class ControllerNode(Node):
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_FIFO_S if fifo else GIL_SWITCH_INTERVAL_S)
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME))
+        loop_desc = {"inline": "one thread, callbacks between cycles", "thread": "loop thread", "timer": "executor timer"}
         self.get_logger().info(
             f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time "
-            f"({'loop thread' if self._loop_mode == 'thread' else 'executor timer'}); "
+            f"({loop_desc[self._loop_mode]}); "
             f"output {self._interface} on {self._topic}; blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
         )
         if self._loop_mode == "thread":  # last, so a failing constructor never leaves a loop running
@@ -328,16 +339,46 @@ class ControllerNode(Node):
             with self._lock:
                 self.stats.record(period_s, time.perf_counter() - t0)
 
-    def _run_loop(self) -> None:
-        """Thread mode: cycles at absolute deadlines on the monotonic clock (next += period), so a late
-        wake-up does not shift the cycles after it. The period given to the core and to the statistics is
-        the time between cycle starts on the same clock; the chunk is still sampled at ROS time."""
+    def spin(self) -> None:
+        """What run_node runs. Inline mode: this thread alone runs the cycles and, between them, the
+        callbacks, so nothing else in the process competes with the loop for the GIL. Otherwise: rclpy.spin."""
+        if self._loop_mode != "inline":
+            rclpy.spin(self)
+            return
         if self._params["realtime_priority"] > 0:
+            self._set_realtime_priority(self._params["realtime_priority"], "control loop (inline)")
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(self)
+        try:
+            self._run_loop(executor)
+        finally:
+            executor.remove_node(self)
+            executor.shutdown()
+
+    def _serve_callbacks(self, executor: SingleThreadedExecutor, deadline: int) -> None:
+        """Inline mode: run ready callbacks, waiting for more, until the guard before ``deadline``."""
+        while not self._stop_loop.is_set():
+            room = deadline - CALLBACK_GUARD_NS - time.monotonic_ns()
+            if room <= 0:
+                return
+            executor.spin_once(timeout_sec=room * 1e-9)
+            if deadline - time.monotonic_ns() < self._spin_ns:  # a callback ran into the busy-wait (or later)
+                self._late_callbacks += 1
+                return
+
+    def _run_loop(self, executor: SingleThreadedExecutor | None = None) -> None:
+        """Inline and thread modes: cycles at absolute deadlines on the monotonic clock (next += period), so a
+        late wake-up does not shift the cycles after it. The period given to the core and to the statistics
+        is the time between cycle starts on the same clock; the chunk is still sampled at ROS time. With an
+        ``executor`` (inline mode) its callbacks run in the time before each deadline."""
+        if executor is None and self._params["realtime_priority"] > 0:
             self._set_realtime_priority(self._params["realtime_priority"])  # applies to this thread only
         period_ns = round(self._period_s * 1e9)
         deadline = time.monotonic_ns() + period_ns
         last_start: int | None = None
-        while not self._stop_loop.is_set():
+        while not self._stop_loop.is_set() and self.context.ok():
+            if executor is not None:
+                self._serve_callbacks(executor, deadline)
             spin_ns = self._spin_ns
             remaining = deadline - time.monotonic_ns()
             if remaining > spin_ns:
@@ -436,8 +477,10 @@ class ControllerNode(Node):
         loop_values["rate_hz"] = rate_hz
         loop_values["clock"] = "sim" if self._use_sim_time else "wall"
         loop_values["loop_mode"] = self._loop_mode
-        if self._loop_mode == "thread":
+        if self._loop_mode in ("inline", "thread"):
             loop_values["skipped_cycles"] = skipped  # deadlines dropped when the loop fell a whole period behind
+        if self._loop_mode == "inline":
+            loop_values["late_callbacks"] = self._late_callbacks
         loop_level, loop_msg = OK, "on time"
         if loop.get("cycles", 0) == 0:
             loop_level, loop_msg = WARN, "no control cycle yet (waiting for the clock)"

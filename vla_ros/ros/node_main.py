@@ -1,6 +1,6 @@
 """The one ``main()`` every node entry point uses (the lifecycle of ros2/examples' minimal nodes).
 
-Spins and always cleans up: ``close()`` (the node's own threads), ``destroy_node``, ``try_shutdown``;
+Spins (or calls the node's own ``spin()`` where it has one) and always cleans up: ``close()`` (the node's own threads), ``destroy_node``, ``try_shutdown``;
 Ctrl-C and external shutdown end it without a traceback. A node that cannot start on its configuration
 (bad parameter, missing file) exits with status 2 and one line saying why, instead of a stack trace.
 """
@@ -23,7 +23,11 @@ def run_node(make_node: Callable[[], object], args: list[str] | None = None) -> 
         except (ValueError, OSError) as err:  # ParameterError is a ValueError; a missing file an OSError
             print(f"[{getattr(make_node, '__name__', 'node')}] cannot start: {err}", file=sys.stderr)
             return 2
-        rclpy.spin(node)
+        spin = getattr(node, "spin", None)  # a node that paces its own executor (the controller's inline loop)
+        if spin is not None:
+            spin()
+        else:
+            rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
