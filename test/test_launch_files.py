@@ -47,7 +47,8 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
 
 def test_robot_launch_remaps_topics_and_selects_the_output_interface():
     nodes = resolve("robot.launch.xml", "camera_topic:=/wrist/image", "joint_states_topic:=/arm/joint_states",
-                    "controller_interface:=joint_trajectory", "trajectory_controller:=arm_controller", "image_transport:=compressed")
+                    "controller_interface:=joint_trajectory", "trajectory_controller:=arm_controller", "image_transport:=compressed",
+                    "controller_realtime_priority:=50")
     assert set(nodes) == {"policy_node", "safety_filter_node", "controller_node"}
     assert nodes["policy_node"]["params"]["image_topic"] == "/wrist/image"
     assert nodes["policy_node"]["params"]["image_transport"] == "compressed"
@@ -56,6 +57,7 @@ def test_robot_launch_remaps_topics_and_selects_the_output_interface():
         assert nodes[exe]["params"]["use_sim_time"] is False
     c = nodes["controller_node"]["params"]
     assert c["output_interface"] == "joint_trajectory" and c["trajectory_controller"] == "arm_controller"
+    assert c["realtime_priority"] == 50  # typed like launch_ros: an int, as the node's descriptor wants
 
 
 def test_isaac_preset_sends_joint_commands_to_isaac():

@@ -23,7 +23,7 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     torch.manual_seed(0)
     config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM, frame_aux_loss_weight=1.0)
     tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1,
-                     views=48, view_batch=8, vision_warmup_minutes=0.05)
+                     views=48, view_batch=8, vision_warmup_minutes=0.5, vision_warmup_steps=600)  # a step count: repeatable
     report = train(tmp_path / "demos", tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     for name in ("config.json", "model.safetensors", "model.onnx", "loss.png", "train_report.json"):
@@ -67,10 +67,21 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     assert len(frame_aux) == len(history["loss"]) and np.isfinite(frame_aux).all()  # trained at every step
     # the rendered views trained the frame head too: alone first (warm-up, where its loss falls), then
     # beside every step
-    assert report["vision_warmup_steps"] >= 6 and len(history["view_loss"]) == len(history["loss"])
+    assert report["vision_warmup_steps"] == 600 and len(history["view_loss"]) == len(history["loss"])
     warm = np.array(history["warmup_view_loss"])
     third = len(warm) // 3
     assert np.mean(warm[-third:]) < 0.8 * np.mean(warm[:third]), warm
+    # --init continues from the folder: its normalisation kept, no vision warm-up, and the loss starts where
+    # the first run ended rather than where a fresh model starts
+    tc2 = TrainConfig(minutes=1.0, steps=10, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=5, val_sequences=4, warmup_steps=2, lr=1e-3, threads=1,
+                      views=48, view_batch=8, vision_warmup_minutes=0.05)
+    report2 = train(tmp_path / "demos", tmp_path / "tuned", tc2, device="cpu", progress=False, init=out)
+    tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert report2["vision_warmup_steps"] == 0 and report2["init"] == str(out)
+    for key in ("state_mean", "state_std", "action_mean", "action_std"):
+        assert tuned[key] == saved[key], key
+    history2 = json.loads((tmp_path / "tuned" / "train_report.json").read_text())["history"]
+    assert np.mean(history2["loss"][:5]) < 0.6 * first, (np.mean(history2["loss"][:5]), first)
 
 
 def test_loss_weights_do_not_blow_up_joints_that_barely_move():
@@ -127,6 +138,8 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
 def test_train_config_rejects_bad_values_and_keeps_the_warm_up_inside_short_budgets():
     with pytest.raises(ValueError, match="vision_warmup_minutes"):
         TrainConfig(vision_warmup_minutes=-1.0)
+    with pytest.raises(ValueError, match="vision_warmup_steps"):
+        TrainConfig(vision_warmup_steps=-1)
     with pytest.raises(ValueError, match="view_batch"):
         TrainConfig(view_batch=0)
     assert TrainConfig(minutes=1.0).vision_warmup_minutes == 2.0  # a 1-minute run is valid: its warm-up is 15 s

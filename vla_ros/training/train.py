@@ -43,6 +43,8 @@ class TrainConfig:
         vision_warmup_minutes: the first minutes of the budget (at most a quarter of it) train the stem on
             views alone (fast steps), so the Transformer starts from keypoints that already point at the
             named cup.
+        vision_warmup_steps: at most this many warm-up steps (None: the time alone decides; a fixed count
+            makes a run repeatable, which tests need).
     """
 
     minutes: float = 40.0  # plus about 2 min of replaying the bags: the 45-minute budget
@@ -66,6 +68,7 @@ class TrainConfig:
     views: int = 4000
     view_batch: int = 32
     vision_warmup_minutes: float = 2.0
+    vision_warmup_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.minutes <= 0 or self.steps <= 0:
@@ -75,6 +78,8 @@ class TrainConfig:
         if self.views < 0 or self.view_batch < 1 or self.vision_warmup_minutes < 0:
             raise ValueError(f"views ({self.views}) and vision_warmup_minutes ({self.vision_warmup_minutes}) "
                              f"must be >= 0, view_batch ({self.view_batch}) >= 1")
+        if self.vision_warmup_steps is not None and self.vision_warmup_steps < 0:
+            raise ValueError(f"vision_warmup_steps must be >= 0 or None, got {self.vision_warmup_steps}")
 
 
 def git_commit() -> str:
@@ -116,10 +121,12 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     torch.manual_seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
     config = model_config or ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP, frame_aux_loss_weight=FRAME_AUX_LOSS_WEIGHT)
+    model = None
     if init is not None:
-        from vla_ros.model.io import load_config
-
-        config = load_config(init)  # the data is tokenized the way the initial model sees it
+        # It keeps the statistics it was trained with (inputs mean the same), and the data is tokenized
+        # the way it sees it.
+        model = load_model(init)
+        config = model.config
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
     episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress)
     order = rng.permutation(len(episodes))
@@ -127,9 +134,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     val_eps = [episodes[i] for i in order[:n_val]]
     train_eps = [episodes[i] for i in order[n_val:]]
     dev = resolve_device(device)
-    if init is not None:
-        model = load_model(init).to(dev)  # keeps the statistics it was trained with: inputs mean the same
-        config = model.config
+    if model is not None:
+        model = model.to(dev)
     else:
         config = config.replace(**normalisation_stats(train_eps))
         model = VLATransformer(config).to(dev)
@@ -238,7 +244,8 @@ def view_batch(views, n: int, rng: np.random.Generator, dev):
 
 
 def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, progress: bool) -> list[float]:
-    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_minutes``."""
+    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_minutes`` (at most
+    ``tc.vision_warmup_steps`` steps)."""
     import torch
     from tqdm import tqdm
 
@@ -247,7 +254,8 @@ def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, 
     losses, t0 = [], time.time()
     bar = tqdm(desc="vision warm-up", unit="step", disable=not progress)
     model.train()
-    while time.time() - t0 < min(tc.vision_warmup_minutes, tc.minutes / 4.0) * 60.0:
+    cap = tc.vision_warmup_steps if tc.vision_warmup_steps is not None else float("inf")
+    while len(losses) < cap and time.time() - t0 < min(tc.vision_warmup_minutes, tc.minutes / 4.0) * 60.0:
         loss = model.view_loss(*view_batch(views, 2 * tc.view_batch, rng, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
