@@ -67,7 +67,10 @@ def test_learned_demo_moves_the_gripper_toward_the_named_cup_within_limits(tmp_p
     assert summary["motion"] == "learned policy" and summary["instruction"] == "pick up the red cup"
     d = summary["gripper_cup_distance_m"]
     assert d["min"] < 0.7 * d["start"], d
-    assert summary["chunks"] >= 40 and summary["commands"] > 300
+    # chunks (10 Hz) and commands (100 Hz) kept flowing: at least half their rates over the episode's
+    # simulated time (on a loaded machine the policy's inference falls behind simulated time)
+    t_ep = summary["episode_time_s"]
+    assert t_ep > 1.0 and summary["chunks"] >= 5 * t_ep and summary["commands"] >= 50 * t_ep, summary
     assert summary["commands_within_limits"] is True and summary["commands_rejected_by_sim"] == 0
     assert summary["latency_ms_p50"] is not None and summary["latency_ms_p50"] < 300
     for name in ("camera.mp4", "joints.png", "latency.png"):
