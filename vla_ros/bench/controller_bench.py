@@ -1,8 +1,9 @@
 """``vla-ros bench controller``: the controller node's 100 Hz loop on wall time, idle and under load.
 
 What is measured is the real node: ``controller_node`` runs as its own process (on wall time, so with
-``loop_mode`` auto one thread running the cycles and, between them, the callbacks) and reports its loop statistics on ``/diagnostics``; the
-bench sets the statistics window to exactly the measured cycles and reads the report that covers them.
+``loop_mode`` auto one thread running the cycles and, between them, the callbacks) and reports its loop
+statistics on ``/diagnostics``; the bench sets the statistics window to exactly the measured cycles and
+reads the report that covers them.
 The bench process plays the rest of the system on private topics: a perfect robot (joint states at
 100 Hz echoing the last command) and a policy behind a safety filter (a 1 s chunk of 50 points every
 0.2 s, stamped 30 ms in the past), so the controller samples, blends and publishes as it would in use.

@@ -1,8 +1,9 @@
 """The one ``main()`` every node entry point uses (the lifecycle of ros2/examples' minimal nodes).
 
-Spins (or calls the node's own ``spin()`` where it has one) and always cleans up: ``close()`` (the node's own threads), ``destroy_node``, ``try_shutdown``;
-Ctrl-C and external shutdown end it without a traceback. A node that cannot start on its configuration
-(bad parameter, missing file) exits with status 2 and one line saying why, instead of a stack trace.
+Spins (or calls the node's own ``spin()`` where it has one) and always cleans up: ``close()`` (the
+node's own threads), ``destroy_node``, ``try_shutdown``; Ctrl-C and external shutdown end it without a
+traceback. A node that cannot start on its configuration (bad parameter, missing file) exits with status
+2 and one line saying why, instead of a stack trace.
 """
 
 from __future__ import annotations
