@@ -53,7 +53,7 @@ def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
     cfg = EvalConfig(max_episode_s=1.0)
     one = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "one", progress=False, config=cfg, workers=1)
     two = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "two", progress=False, config=cfg, workers=2)
-    assert two["workers"] == 2 and two["episodes"] == 3
+    assert (one["workers"], two["workers"]) == (1, 2) and one["episodes"] == two["episodes"] == 3
     eps = [json.loads((tmp_path / d / "results.json").read_text())["episodes"] for d in ("one", "two")]
     assert [e["seed"] for e in eps[1]] == [1_000_005, 1_000_006, 1_000_007]  # back in seed order
     for a, b in zip(*eps):

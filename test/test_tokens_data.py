@@ -12,7 +12,7 @@ from std_msgs.msg import String
 
 from ros_helpers import REPO, LaunchedGraph, Probe
 from vla_ros.chunks import COMMANDED_JOINTS
-from vla_ros.data.dataset import Topics, make_stream, replay, samples
+from vla_ros.data.dataset import make_stream, replay, samples
 from vla_ros.data.mcap_io import McapEpisodeWriter, read_messages, summary
 from vla_ros.data.msgdefs import full_definition
 from vla_ros.ros.recorder import KNOWN_TOPICS, message_class
