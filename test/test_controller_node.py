@@ -171,7 +171,7 @@ def smooth_move(q0: np.ndarray, t0_s: float, duration_s: float = 2.0):
 def test_the_config_file_sets_every_parameter_to_a_valid_value():
     import yaml
 
-    from vla_ros.nodes.controller_node import PARAMS
+    from vla_ros.params.controller import PARAMS
     from vla_ros.ros.params import validate_all
 
     values = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"]

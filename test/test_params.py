@@ -9,7 +9,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from vla_ros.ros.params import ParameterError, ParamSpec, declare_parameters
-from vla_ros.tools.param_docs import all_tables
+from vla_ros.tools.param_docs import DOC_PATH, document
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = [
@@ -77,12 +77,11 @@ def test_runtime_change_is_validated_and_applied_only_when_valid(ros):
     node.destroy_node()
 
 
-def test_readme_parameter_tables_match_the_code():
-    readme = (REPO / "README.md").read_text()
-    begin, end = "<!-- params:begin -->\n", "<!-- params:end -->"
-    assert begin in readme and end in readme
-    documented = readme.split(begin, 1)[1].split(end, 1)[0]
-    assert documented.strip() == all_tables().strip(), "README tables are stale: run `vla-ros params`"
+def test_parameter_reference_matches_the_code():
+    assert DOC_PATH == REPO / "docs" / "parameters.md"
+    assert DOC_PATH.read_text() == document(), "docs/parameters.md is stale: run `vla-ros params --write`"
+    for node in ("policy_node", "safety_filter_node", "controller_node", "sim_node", "scripted_motion_node"):
+        assert f"## `{node}`" in document()
 
 
 def test_duration_conversion_rounds_to_whole_nanoseconds():
@@ -92,3 +91,18 @@ def test_duration_conversion_rounds_to_whole_nanoseconds():
     assert (d.sec, d.nanosec) == (1, 0)
     d = duration_msg_from_s(2.25)
     assert (d.sec, d.nanosec) == (2, 250_000_000) and seconds_from_duration_msg(d) == 2.25
+
+
+def test_parameter_tables_import_no_rclpy_and_no_node():
+    """Offline tools (evaluation, benchmarks, docs) read the tables without a ROS graph."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import vla_ros.params as p; p.node_tables(); import vla_ros.params.safety_filter as s; "
+        "s.config_from_params({x.name: x.default for x in s.PARAMS}); "
+        "bad = [m for m in sys.modules if m == 'rclpy' or m.startswith('rclpy.') or m.startswith('vla_ros.nodes')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -520,7 +520,7 @@ def test_config_file_matches_the_parameter_table_and_the_bench():
     import yaml
 
     from vla_ros.bench.safety_bench import SIM_CONFIG
-    from vla_ros.nodes.safety_filter_node import PARAMS, config_from_params
+    from vla_ros.params.safety_filter import PARAMS, config_from_params
 
     from pathlib import Path
 

@@ -35,13 +35,18 @@ def _bench(argv: list[str]) -> int:
 def _params(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros params",
-        description="Print the parameter table of every node as Markdown (the README's tables come from here).",
-        epilog="example: vla-ros params",
+        description="Print the parameter table of every node as Markdown (docs/parameters.md is generated from here).",
+        epilog="example: vla-ros params --write",
     )
-    parser.parse_args(argv)
-    from vla_ros.tools.param_docs import all_tables
+    parser.add_argument("--write", action="store_true", help="write docs/parameters.md in the source tree instead of printing")
+    args = parser.parse_args(argv)
+    from vla_ros.tools.param_docs import DOC_PATH, all_tables, document
 
-    print(all_tables())
+    if args.write:
+        DOC_PATH.write_text(document())
+        print(f"wrote {DOC_PATH}")
+    else:
+        print(all_tables())
     return 0
 
 
@@ -103,7 +108,7 @@ VERBS = {
     "attention": (_attention, "where the colour word looks: vla-ros attention --model models/vla_cups --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
-    "params": (_params, "node parameter tables: vla-ros params"),
+    "params": (_params, "node parameter tables (docs/parameters.md): vla-ros params --write"),
 }
 
 

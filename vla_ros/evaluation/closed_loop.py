@@ -49,18 +49,6 @@ class EvalConfig:
     image_height: int = 240
 
 
-def node_params(node_module, yaml_path: Path, section: str) -> dict:
-    """A node's parameter values as its YAML file sets them (defaults from its PARAMS table)."""
-    import yaml
-
-    values = {s.name: (list(s.default) if isinstance(s.default, tuple) else s.default) for s in node_module.PARAMS}
-    data = yaml.safe_load(Path(yaml_path).read_text()) or {}
-    for key, block in data.items():
-        if key.endswith(section):
-            values.update((block or {}).get("ros__parameters", {}))
-    return values
-
-
 @dataclasses.dataclass
 class EpisodeResult:
     seed: int
@@ -86,7 +74,8 @@ class ClosedLoop:
         from vla_ros.control import ChunkExecutor
         from vla_ros.launch_runner.packages import find_package_share
         from vla_ros.model.runtime import StreamingPolicy
-        from vla_ros.nodes import controller_node, policy_node, safety_filter_node
+        from vla_ros.params import controller, policy, safety_filter
+        from vla_ros.params.spec import values_from_yaml
         from vla_ros.safety import SafetyFilter, load_robot
         from vla_ros.sim import ArmSim, SimConfig
         from vla_ros.tokens import StreamConfig, TokenizerConfig
@@ -100,13 +89,13 @@ class ClosedLoop:
         self.tokenizer = TokenizerConfig.from_model_config(mc.to_dict())
         self.stream_config = StreamConfig(window_s=mc.window_seconds + mc.max_lateness_s, lateness_s=mc.max_lateness_s)
         self.encoder = shared_encoder(mc.max_text_tokens)
-        safety_p = node_params(safety_filter_node, share / "config" / "safety_filter.yaml", "safety_filter")
-        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter_node.config_from_params(safety_p))
-        control_p = node_params(controller_node, share / "config" / "controller.yaml", "controller")
-        policy_p = node_params(policy_node, share / "config" / "policy.yaml", "policy")
+        safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
+        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter.config_from_params(safety_p))
+        control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
+        policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
         degree = self.config.chunk_smoothing_degree
         self.smoothing_degree = int(policy_p["chunk_smoothing_degree"] if degree is None else degree)
-        self.controller_config = controller_node.config_from_params(control_p)
+        self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])

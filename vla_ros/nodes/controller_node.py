@@ -42,16 +42,15 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from vla_ros.chunks import COMMANDED_JOINTS, ChunkError
-from vla_ros.control import BLEND_MODES, ChunkExecutor, ControllerConfig, LoopStats, Motion, bundled_urdf_path
+from vla_ros.chunks import ChunkError
+from vla_ros.control import ChunkExecutor, LoopStats, Motion
+from vla_ros.params.controller import PARAMS, config_from_params
 from vla_ros.ros.chunk_msgs import chunk_from_msg
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
-from vla_ros.ros.params import ParamSpec, declare_parameters
+from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
 
-OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
-LOOP_MODES = ("auto", "inline", "thread", "timer")
 # Inline mode: callbacks are served only while at least this much time is left before the next deadline, so
 # one that starts late still ends before it (measured: the diagnostics report 1.2 ms, a 50-point chunk
 # 0.4-0.7 ms, a joint state 0.15 ms).
@@ -62,82 +61,6 @@ CALLBACK_GUARD_NS = 2_500_000
 # shorter interval made p99 three times worse than 0.5 ms does.
 GIL_SWITCH_INTERVAL_S = 0.0005
 GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
-
-
-def _check_joints(names) -> str | None:
-    if len(names) == 0:
-        return "joints must name at least one joint"
-    if len(set(names)) != len(names):
-        return f"joints repeat: {list(names)}"
-    return None
-
-
-PARAMS = [
-    ParamSpec("rate_hz", 100.0, "control rate on the node's clock (wall or simulated time)", read_only=True, min_value=10.0, max_value=1000.0),
-    ParamSpec(
-        "joints", list(COMMANDED_JOINTS),
-        "controlled joints in output order (the forward controller's array order); chunks and joint states are matched by name",
-        read_only=True, check=_check_joints,
-    ),
-    ParamSpec(
-        "output_interface", "forward_position",
-        "forward_position: Float64MultiArray on /<position_controller>/commands; joint_trajectory: JointTrajectory on "
-        "/<trajectory_controller>/joint_trajectory; isaac: JointState on isaac_topic",
-        read_only=True, choices=OUTPUT_INTERFACES,
-    ),
-    ParamSpec("position_controller", "forward_position_controller", "ros2_control forward position controller name", read_only=True),
-    ParamSpec("trajectory_controller", "joint_trajectory_controller", "ros2_control joint trajectory controller name", read_only=True),
-    ParamSpec("isaac_topic", "/joint_command", "JointState command topic of Isaac Sim's articulation controller", read_only=True),
-    ParamSpec("trajectory_points", 5, "joint_trajectory output: points of look-ahead per message, one period apart", min_value=1, max_value=50),
-    ParamSpec("robot_description_file", "", "URDF giving position and velocity limits; empty = the bundled vla_arm.urdf", read_only=True),
-    ParamSpec("velocity_scale", 1.0, "fraction of the URDF velocity limits the command may use", min_value=0.01, max_value=1.0),
-    ParamSpec(
-        "max_acceleration", 10.0, "acceleration limit of revolute joints, rad/s^2 (blends, stops, velocity change per period)",
-        min_value=0.1, max_value=200.0,
-    ),
-    ParamSpec("max_acceleration_prismatic", 1.0, "acceleration limit of prismatic joints (gripper), m/s^2", min_value=0.01, max_value=50.0),
-    ParamSpec(
-        "blend_mode", "crossfade",
-        "how a new chunk takes over: crossfade (mix over the horizon) or freeze (keep freeze_periods of the old plan, then one cubic)",
-        choices=BLEND_MODES,
-    ),
-    ParamSpec("blend_horizon_s", 0.2, "time a new chunk takes to take over (stretched if the limits need it)", min_value=0.01, max_value=2.0),
-    ParamSpec("freeze_periods", 3, "blend_mode freeze: control periods of the old plan kept unchanged", min_value=0, max_value=50),
-    ParamSpec("chunk_timeout_s", 2.0, "stop when the active chunk's stamp (observation time) is older than this", min_value=0.2, max_value=60.0),
-    ParamSpec("max_chunk_future_s", 0.5, "reject chunks stamped further ahead of the node's clock", min_value=0.001, max_value=10.0),
-    ParamSpec("joint_state_timeout_s", 0.5, "stop when no joint state arrived for this long", min_value=0.02, max_value=10.0),
-    ParamSpec(
-        "use_chunk_velocities", False,
-        "use a chunk's velocities as spline tangents when it has them; default: monotone cubic slopes, which keep the path between waypoints",
-    ),
-    ParamSpec("max_chunk_points", 256, "longest chunk accepted (buffers are preallocated for it)", read_only=True, min_value=1, max_value=10000),
-    ParamSpec("start_enabled", True, "send commands from the start; false: wait for ~/enable", read_only=True),
-    ParamSpec("diagnostics_rate_hz", 1.0, "/diagnostics rate", read_only=True, min_value=0.1, max_value=10.0),
-    ParamSpec("loop_stats_window", 1000, "control cycles the loop timing percentiles cover", read_only=True, min_value=10, max_value=1000000),
-    ParamSpec(
-        "loop_mode", "auto",
-        "auto: inline on wall time, timer on simulated time; inline: one thread runs the cycles at absolute deadlines on the "
-        "monotonic clock and serves callbacks in between (wall time only); thread: the cycles in their own thread beside "
-        "the executor's (wall time only); timer: an rclpy timer on the executor, driven by the node's clock",
-        read_only=True, choices=LOOP_MODES,
-    ),
-    ParamSpec(
-        "loop_spin_us", 300, "inline and thread modes: busy-wait this long before each deadline instead of sleeping (0 = sleep only)",
-        min_value=0, max_value=2000,
-    ),
-    ParamSpec(
-        "realtime_priority", 0,
-        "SCHED_FIFO priority of the thread running the loop (inline and timer modes: the one thread; thread mode: the loop "
-        "thread, with the executor's one step below it; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
-        read_only=True, min_value=0, max_value=99,
-    ),
-]  # fmt: skip
-
-# Parameters that map one-to-one onto ControllerConfig fields.
-_CONFIG_FIELDS = (
-    "rate_hz", "blend_mode", "blend_horizon_s", "freeze_periods", "chunk_timeout_s", "max_chunk_future_s",
-    "joint_state_timeout_s", "use_chunk_velocities", "max_chunk_points",
-)
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
@@ -151,17 +74,6 @@ def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
     return loop_mode
 
 
-def config_from_params(p: dict) -> ControllerConfig:
-    """ControllerConfig from parameter values (limits from the URDF). Raises ValueError with the reason."""
-    urdf = p["robot_description_file"] or bundled_urdf_path()
-    return ControllerConfig.from_urdf(
-        urdf,
-        list(p["joints"]),
-        velocity_scale=p["velocity_scale"],
-        max_acceleration=p["max_acceleration"],
-        max_acceleration_prismatic=p["max_acceleration_prismatic"],
-        **{k: p[k] for k in _CONFIG_FIELDS},
-    )
 
 
 class ControllerNode(Node):

@@ -18,20 +18,15 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.params.scripted_motion import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
-from vla_ros.ros.params import ParamSpec, declare_parameters
+from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.time import duration_msg_from_s, time_msg_from_ns
-from vla_ros.sim import CUP_COLORS
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
 COMMAND_JOINTS = list(COMMANDED_JOINTS)
 
-PARAMS = [
-    ParamSpec("target_color", "red", "cup to pick", choices=tuple(CUP_COLORS)),
-    ParamSpec("speed_scale", 1.0, "time scale of the scripted motion (> 1 is slower)", min_value=0.5, max_value=5.0),
-    ParamSpec("trajectory_controller", "joint_trajectory_controller", "commands go to /<name>/joint_trajectory", read_only=True),
-]
 
 
 class ScriptedMotionNode(Node):

@@ -1,0 +1,23 @@
+"""sim_node's parameters (the MuJoCo simulation behind the usual robot interfaces). No rclpy import."""
+
+from __future__ import annotations
+
+from vla_ros.params.spec import ParamSpec
+
+PARAMS = [
+    ParamSpec("robot_description_file", "", "URDF to simulate; empty = the bundled vla_arm.urdf", read_only=True),
+    ParamSpec("seed", 0, "episode seed used by the initial episode and by ~/reset (cup positions)", min_value=0, max_value=2**31 - 1),
+    ParamSpec("real_time_factor", 1.0, "simulated seconds per wall second; 0 = as fast as possible", min_value=0.0, max_value=100.0),
+    ParamSpec("physics_rate_hz", 600, "physics steps per simulated second", read_only=True, min_value=100, max_value=10000),
+    ParamSpec("joint_state_rate_hz", 100, "/joint_states rate in simulated time (divides physics_rate_hz)", read_only=True, min_value=1, max_value=1000),
+    ParamSpec("camera_rate_hz", 30, "camera rate in simulated time (divides physics_rate_hz)", read_only=True, min_value=1, max_value=120),
+    ParamSpec("clock_rate_hz", 200, "/clock rate in simulated time (divides physics_rate_hz)", read_only=True, min_value=1, max_value=10000),
+    ParamSpec("image_width", 320, "camera image width in pixels", read_only=True, min_value=16, max_value=1920),
+    ParamSpec("image_height", 240, "camera image height in pixels", read_only=True, min_value=16, max_value=1080),
+    ParamSpec("camera_frame_id", "camera_optical_frame", "frame_id of images and camera_info", read_only=True),
+    ParamSpec("publish_clock", True, "publish /clock (turn off when another node owns simulated time)", read_only=True),
+    ParamSpec("reset_clock_on_reset", False, "restart simulated time at 0 on ~/reset (as Gazebo does); default keeps time monotonic"),
+    ParamSpec("position_controller", "forward_position_controller", "forward controller name: commands on /<name>/commands", read_only=True),
+    ParamSpec("trajectory_controller", "joint_trajectory_controller", "trajectory controller name: /<name>/joint_trajectory", read_only=True),
+    ParamSpec("episode_status_rate_hz", 10.0, "rate of /vla/episode_status in simulated time", read_only=True, min_value=0.1, max_value=100.0),
+]
