@@ -1,4 +1,4 @@
-"""Parameter tables: validation reasons, declaration on a real rclpy node, README in sync."""
+"""Parameter tables: validation reasons, declaration on a real rclpy node, docs/parameters.md in sync."""
 
 import math
 from pathlib import Path
