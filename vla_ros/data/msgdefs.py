@@ -95,3 +95,18 @@ def full_definition(type_name: str) -> str:
         parts.append(f"{SEPARATOR}\nMSG: {dep}\n{text.rstrip(chr(10))}")
         queue.extend(_field_types(text, dep.split("/")[0]))
     return "\n".join(parts) + "\n"
+
+
+@functools.lru_cache(maxsize=64)
+def type_hash(type_name: str) -> str:
+    """The type's RIHS01 hash from the ``.json`` type description installed next to its ``.msg`` (Iron and
+    newer), as rosbag2 writes it in ``type_description_hash``; "" where there is none (Humble)."""
+    import json
+
+    try:
+        description = json.loads(msg_file(type_name).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return ""
+    pkg, _, name = _split(type_name)
+    wanted = f"{pkg}/msg/{name}"
+    return next((h["hash_string"] for h in description.get("type_hashes", []) if h.get("type_name") == wanted), "")
