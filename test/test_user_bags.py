@@ -79,7 +79,7 @@ def test_bad_paths_and_files_are_one_line_errors(tmp_path, capsys):
 
 
 def test_the_options_select_another_robots_topics_joints_and_instruction(tmp_path):
-    bag = other_arm_bag(tmp_path / "bags" / "other_arm", joint_topic="/arm/joint_states", camera="/wrist/image")
+    other_arm_bag(tmp_path / "bags" / "other_arm", joint_topic="/arm/joint_states", camera="/wrist/image")
     selection = BagSelection(Topics.for_robot(camera="/wrist/image", joint_states="/arm/joint_states", commands="/arm/commands"),
                              instruction="wave hello")
     torch.manual_seed(0)

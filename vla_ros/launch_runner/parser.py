@@ -35,11 +35,9 @@ import re
 import shlex
 import socket
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
-
-import yaml
 
 from . import packages, schema, xmlfile
 from .errors import LaunchError
@@ -50,7 +48,7 @@ from .substitutions import (
     EvalContext,
     evaluate,
     evaluate_condition,
-    has_substitutions,
+    parse_template,
     split_command_line,
     to_bool,
 )
@@ -463,7 +461,7 @@ class _Resolver:
                 except OSError as exc:
                     raise self.error(param, 'from', f"parameter file '{path}': {exc.strerror}") from None
                 try:
-                    text = evaluate(xmlfile_template(text), self.ctx(scope))
+                    text = evaluate(parse_template(text), self.ctx(scope))
                 except LaunchError as exc:
                     raise self.error(param, 'from', f"'{path}': {exc}") from None
                 generated = self.generated_file(path.stem)
@@ -555,13 +553,6 @@ def _config_float(configurations: Mapping[str, Any], name: str) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise LaunchError(f"launch configuration '{name}' must be a number, got {value!r}") from None
-
-
-def xmlfile_template(text: str):
-    """A parameter file's text as a substitution template (``allow_substs``)."""
-    from .substitutions import parse_template
-
-    return parse_template(text)
 
 
 # ------------------------------------------------------------------ public entry points

@@ -101,17 +101,18 @@ class Recorder:
         self.wanted = dict(parse_topic(spec) for spec in topics)
         self.subscriptions: dict[str, object] = {}
         self.qos: dict[str, QoSProfile] = {}
+        self.failed: dict[str, str] = {}  # topic -> why it cannot be recorded (its type is not installed)
         self.poll()
 
     @property
     def waiting(self) -> list[str]:
         """Topics still without a publisher."""
-        return [t for t in self.wanted if t not in self.subscriptions]
+        return [t for t in self.wanted if t not in self.subscriptions and t not in self.failed]
 
     def poll(self) -> None:
         """Subscribe every wanted topic that has publishers now."""
         for topic, type_name in self.wanted.items():
-            if topic in self.subscriptions:
+            if topic in self.subscriptions or topic in self.failed:
                 continue
             infos = self.node.get_publishers_info_by_topic(topic)
             if not infos:
@@ -122,9 +123,15 @@ class Recorder:
             type_name = published
             offers = [offered_qos(i.qos_profile) for i in infos]
             qos = adapted_qos(offers)
-            self.writer.add_channel(topic, type_name, offers)
+            try:
+                msg_class = message_class(type_name)
+                self.writer.add_channel(topic, type_name, offers)
+            except (ImportError, AttributeError, FileNotFoundError, ValueError) as exc:
+                self.failed[topic] = f"{type_name} is not installed here ({exc})"
+                log.warning("%s: not recorded: %s", topic, self.failed[topic])
+                continue
             self.subscriptions[topic] = self.node.create_subscription(
-                message_class(type_name), topic, self._callback(topic, type_name), qos, raw=True)
+                msg_class, topic, self._callback(topic, type_name), qos, raw=True)
             self.qos[topic] = qos
             self.wanted[topic] = type_name
 

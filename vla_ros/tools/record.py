@@ -113,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = ", ".join(f"{t['name']} {t['count']}" for t in summary["topics"] if t["count"])
     missing = recorder.waiting
     print(f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
-          + (f"; never published: {' '.join(missing)}" if missing else ""), file=sys.stderr)
+          + (f"; never published: {' '.join(missing)}" if missing else "")
+          + "".join(f"; {topic} not recorded: {why}" for topic, why in recorder.failed.items()), file=sys.stderr)
     print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
-                      "not_recorded": missing}))
+                      "not_recorded": missing + list(recorder.failed)}))
     return 0
 
 
