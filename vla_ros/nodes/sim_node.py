@@ -5,7 +5,13 @@ at 100 Hz, ``/camera/image_raw`` + ``/camera/camera_info`` at 30 Hz, ``/robot_de
 local) and accepts the two ros2_control command interfaces: a forward position controller
 (``/<position_controller>/commands``, Float64MultiArray) and a joint trajectory controller
 (``/<trajectory_controller>/joint_trajectory``, JointTrajectory). Physics runs in its own thread, paced by
-``real_time_factor`` (0 = as fast as possible); ROS callbacks only validate and hand over commands.
+``real_time_factor`` (0 = as fast as possible; a change applies at once); ROS callbacks only validate and
+hand over commands.
+
+``~/reset`` (std_srvs/Trigger) starts a new episode and announces it on ``/vla/episode_reset``
+(``vla_ros.ros.episode``; also once at start-up): the stamp is the new episode's first simulated time,
+taken under the same lock the physics thread builds its messages under, so every sensor message of the
+new episode is stamped at or after it and every message of the old one before it.
 """
 
 from __future__ import annotations
@@ -20,17 +26,19 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.params.sim import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_msg, episode_reset_qos
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
+from vla_ros.sim.pacing import Pacing
 
 
 class SimNode(Node):
@@ -50,7 +58,9 @@ class SimNode(Node):
             urdf_path=p["robot_description_file"] or None,
             seed=p["seed"],
         )
-        self._rtf = p["real_time_factor"]
+        self._rtf = p["real_time_factor"]  # as requested; the physics thread applies it through _pacing
+        self._pacing = Pacing(self._rtf)
+        self._wake = threading.Event()  # ends the physics thread's pacing wait early when the factor changes
         self._frame_id = p["camera_frame_id"]
         self._publish_clock = p["publish_clock"]
         self._status_every = max(1, round(self.sim.config.physics_rate_hz / p["episode_status_rate_hz"]))
@@ -66,12 +76,14 @@ class SimNode(Node):
         self.pub_image = self.create_publisher(Image, "/camera/image_raw", 5)
         self.pub_info = self.create_publisher(CameraInfo, "/camera/camera_info", 5)
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
+        self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
         self.create_subscription(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", self._on_trajectory, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
 
         self.pub_description.publish(String(data=self.sim.urdf_xml))
-        self._publish_status()
+        self.pub_reset.publish(episode_reset_msg(self.sim.episode_start_ns, self.sim.episode))
+        self.pub_status.publish(self._status_msg())
         self._thread = threading.Thread(target=self._run, name="physics", daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -83,6 +95,8 @@ class SimNode(Node):
     def _on_param_change(self, name: str, value) -> None:
         if name == "real_time_factor":
             self._rtf = float(value)
+            self._pacing.set_factor(self._rtf)  # re-anchored at the change, not measured from the old anchor
+            self._wake.set()  # a wait computed at the old factor (seconds at a low one) must not hold it up
 
     # ---- commands --------------------------------------------------------------------------------
     def _reject(self, source: str, err: CommandError) -> None:
@@ -120,21 +134,25 @@ class SimNode(Node):
         seed = self.get_parameter("seed").value
         restart = self.get_parameter("reset_clock_on_reset").value
         with self._lock:
-            step_before = self.sim.step_count
-            cups = self.sim.reset(seed)
-            if not restart:
-                self.sim.step_count = step_before  # keep simulated time monotonic across episodes
-        self._publish_status()
+            cups = self.sim.reset(seed, restart_clock=restart)
+            start_ns, episode = self.sim.episode_start_ns, self.sim.episode
+            status = self._status_msg()
+            # Published under the lock: before any message of the new episode is even built (the physics
+            # thread builds them under this lock), so it is out before all of them.
+            self.pub_reset.publish(episode_reset_msg(start_ns, episode))
+        self.pub_status.publish(status)
         response.success = True
-        response.message = json.dumps({"seed": seed, "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()}})
-        self.get_logger().info(f"episode {self.sim.episode} reset with seed {seed}")
+        response.message = json.dumps({
+            "seed": seed, "episode": episode, "start_ns": start_ns,
+            "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()},
+        })
+        self.get_logger().info(f"episode {episode} reset with seed {seed}, starts at {start_ns * 1e-9:.6f} s")
         return response
 
     # ---- physics thread --------------------------------------------------------------------------
     def _run(self) -> None:
         cfg = self.sim.config
-        wall_anchor, sim_anchor = time.perf_counter(), self.sim.time_s
-        window_wall, window_sim = wall_anchor, sim_anchor
+        window_wall, window_sim = time.perf_counter(), self.sim.time_s
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -146,17 +164,12 @@ class SimNode(Node):
                     publish()
                 if self.sim.step_count % cfg.steps_per_clock:
                     continue
-                # Pace simulated time against wall time; re-anchor after a stall instead of bursting.
-                now = time.perf_counter()
-                rtf = self._rtf
-                if rtf > 0.0:
-                    ahead_s = (self.sim.time_s - sim_anchor) / rtf - (now - wall_anchor)
-                    if ahead_s > 0.0:
-                        time.sleep(ahead_s)
-                    elif ahead_s < -0.25:
-                        wall_anchor, sim_anchor = now, self.sim.time_s
-                else:
-                    wall_anchor, sim_anchor = now, self.sim.time_s
+                # Pace simulated time against wall time (vla_ros.sim.pacing). Cleared before the delay is
+                # computed, so a factor change after this point ends the wait at once.
+                self._wake.clear()
+                delay_s = self._pacing.delay_s(self.sim.time_s, time.perf_counter())
+                if delay_s > 0.0:
+                    self._wake.wait(delay_s)
                 if self.sim.step_count % cfg.physics_rate_hz == 0:  # once per simulated second
                     elapsed = time.perf_counter() - window_wall
                     self._publish_diagnostics((self.sim.time_s - window_sim) / max(elapsed, 1e-9))
@@ -189,11 +202,13 @@ class SimNode(Node):
             info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
             out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
         if sim.step_count % self._status_every == 0:
-            out.append(self._publish_status)
+            status = self._status_msg()
+            out.append(lambda m=status: self.pub_status.publish(m))
         return out
 
-    def _publish_status(self) -> None:
-        self.pub_status.publish(String(data=json.dumps(self.sim.status())))
+    def _status_msg(self) -> String:
+        """/vla/episode_status of the current state; built under the lock, so it is one consistent state."""
+        return String(data=json.dumps(self.sim.status()))
 
     def _publish_diagnostics(self, achieved_rtf: float) -> None:
         render = self._stats["render_ms"] or [0.0]
@@ -205,6 +220,8 @@ class SimNode(Node):
             "physics_step_us.p50": float(np.median(step)),
             "sim_time_s": self.sim.time_s,
             "episode": self.sim.episode,
+            "episode_start_s": self.sim.episode_start_ns * 1e-9,
+            "pacing.reanchors": self._pacing.reanchors,
             "seed": self.sim.seed,
             "commands.accepted": self._stats["commands_accepted"],
             "trajectories.accepted": self._stats["trajectories_accepted"],

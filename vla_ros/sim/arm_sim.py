@@ -151,12 +151,16 @@ class ArmSim:
         self.reset(seed)
 
     # ---- episode -----------------------------------------------------------------------------------
-    def reset(self, seed: int, arm_noise_rad: float = 0.0) -> dict[str, np.ndarray]:
+    def reset(self, seed: int, arm_noise_rad: float = 0.0, restart_clock: bool = True) -> dict[str, np.ndarray]:
         """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions.
 
         ``arm_noise_rad`` > 0 perturbs the arm's start pose (uniform, per arm joint) with draws taken after
         the cups', so the cup layout of a seed never depends on it (data collection varies the start).
+        ``restart_clock`` False keeps time monotonic: the new episode begins one physics step after the
+        last state of the one before, so every sample of the new episode is stamped strictly later than
+        every sample of the old one, and ``episode_start_ns`` splits the two by stamp alone.
         """
+        next_step = self.step_count + 1 if self.episode > 0 else 0
         rng = np.random.default_rng(int(seed))
         mujoco.mj_resetData(self.model, self.data)
         cup_xy = self._sample_cup_xy(rng)
@@ -169,7 +173,8 @@ class ArmSim:
             adr = self._cup_qpos_adr[color]
             self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
         mujoco.mj_forward(self.model, self.data)
-        self.step_count = 0
+        self.step_count = 0 if restart_clock else next_step
+        self.episode_start_ns = self.time_ns  # the new episode's first simulated time
         self.seed = int(seed)
         self.episode += 1
         self._trajectory = None
