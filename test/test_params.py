@@ -244,7 +244,7 @@ def test_safety_filter_workspace_is_set_at_run_time_on_a_real_process(ros):
     import signal
 
     from rcl_interfaces.msg import ParameterType
-    from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters  # noqa: I001
+    from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 
     from ros_helpers import Probe
 

@@ -136,11 +136,10 @@ class SimNode(Node):
         with self._lock:
             cups = self.sim.reset(seed, restart_clock=restart)
             start_ns, episode = self.sim.episode_start_ns, self.sim.episode
-            status = self._status_msg()
             # Published under the lock: before any message of the new episode is even built (the physics
             # thread builds them under this lock), so it is out before all of them.
             self.pub_reset.publish(episode_reset_msg(start_ns, episode))
-        self.pub_status.publish(status)
+            self.pub_status.publish(self._status_msg())
         response.success = True
         response.message = json.dumps({
             "seed": seed, "episode": episode, "start_ns": start_ns,
@@ -184,7 +183,7 @@ class SimNode(Node):
             self.sim.close()  # the GL context is current in this thread, so it is released here
 
     def _collect_outputs(self) -> list:
-        """Build the messages due at this step (under the lock); publishing happens outside it."""
+        """Build the messages due at this step (under the lock); sensor messages are published outside it."""
         out = []
         sim = self.sim
         stamp = time_msg_from_ns(sim.time_ns)
@@ -202,12 +201,13 @@ class SimNode(Node):
             info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
             out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
         if sim.step_count % self._status_every == 0:
-            status = self._status_msg()
-            out.append(lambda m=status: self.pub_status.publish(m))
+            # Published here, under the lock, like the reset's: the topic is latched, and an old episode's
+            # status published after the new episode's would be what a late subscriber gets.
+            self.pub_status.publish(self._status_msg())
         return out
 
     def _status_msg(self) -> String:
-        """/vla/episode_status of the current state; built under the lock, so it is one consistent state."""
+        """/vla/episode_status of the current state (call under the lock: one consistent state)."""
         return String(data=json.dumps(self.sim.status()))
 
     def _publish_diagnostics(self, achieved_rtf: float) -> None:
