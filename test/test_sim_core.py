@@ -229,3 +229,38 @@ def test_pacing_applies_a_new_factor_from_the_change_on():
     assert pacing.delay_s(0.2, 1170.5) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="-1"):
         pacing.set_factor(-1.0)
+
+
+def test_reset_hold_refuses_commands_from_before_the_reset_until_one_starts_at_the_reset_pose(sim):
+    """Commands still in flight when a ROS graph resets were computed for the old episode: applied, they
+    would yank the arm from the reset pose back towards the old one. With a hold, far ones are refused
+    until a command at the reset pose (a controller re-anchored there) arrives, or the hold ends."""
+    from vla_ros.sim.arm_sim import RESET_HOLD_TOLERANCE
+
+    home = np.array(HOME_Q)
+    old = home + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, -0.02])
+    sim.reset(3, hold_s=0.5)
+    with pytest.raises(CommandError) as err:
+        sim.command_positions(None, old)
+    assert err.value.code == "before_reset" and "wrist_roll_joint" in str(err.value)  # the farthest joint, named
+    run(sim, 0.1)
+    np.testing.assert_allclose(sim.commanded_positions(), home)  # nothing applied, the arm held
+    assert np.abs(sim.command_joint_positions() - home).max() < 0.01
+    near = home - RESET_HOLD_TOLERANCE / 2  # (the gripper is open at HOME: only closing is inside its limits)
+    sim.command_positions(None, near)  # the re-anchored controller: accepted ...
+    sim.command_positions(None, old)  # ... and from then on everything is
+    np.testing.assert_allclose(sim.commanded_positions(), old)
+    # the hold ends by itself after hold_s (a controller that never re-anchors behaves as without it)
+    sim.reset(3, restart_clock=False, hold_s=0.5)
+    run(sim, 0.5)
+    sim.command_positions(None, old)
+    # a trajectory stamped before the episode began is refused; stamp 0 (on arrival) is not
+    sim.reset(4, restart_clock=False)
+    start_s = sim.episode_start_ns * 1e-9
+    stale = PositionTrajectory.from_points(sim.limits.names, [0.5], [old], sim.limits, stamp_s=start_s - 0.01)
+    with pytest.raises(CommandError, match="before the episode began") as err:
+        sim.command_trajectory(stale)
+    assert err.value.code == "before_reset"
+    sim.command_trajectory(PositionTrajectory.from_points(sim.limits.names, [0.5], [old], sim.limits))
+    sim.reset(5)  # no hold: the default for in-process use (evaluation, data collection)
+    sim.command_positions(None, old)

@@ -220,6 +220,7 @@ def _drive_and_reset(graph, restart: bool, resets: int = 3):
         for k in range(resets):
             target = np.array(HOME_Q) + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, 0.0]) * (1 if k % 2 else -1)
             target[6] -= 0.02  # the gripper's stroke ends at HOME's "open"
+            graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))  # starts at the reset pose (reset_hold_s)
             graph.pub_cmd.publish(Float64MultiArray(data=target.tolist()))
             assert graph.spin_until(lambda: js and np.abs(_q(js[-1]) - target).max() < 0.01, 120), _q(js[-1]) - target
             reached_ns = _stamp_ns(js[-1])
@@ -305,6 +306,38 @@ def test_reset_with_a_restarted_clock_is_announced_at_zero_and_splits_at_the_jum
             else:
                 new_ref = next(m for m in new_episode if _stamp_ns(m) >= WINDOW_NS)
                 _assert_exact_split(before, after, _closer_to(before[0], new_ref), _closer_to(new_ref, before[0]))
+
+
+def test_commands_from_before_a_reset_do_not_yank_the_arm_back(graph):
+    """After ~/reset, a position command far from the reset pose (one still in flight from the old episode)
+    is refused with reason before_reset and the arm stays put, until a command at the reset pose arrives
+    (a controller re-anchored there); then commands apply as before."""
+    reset = graph.node.create_client(Trigger, "/sim/reset")
+    far = np.array(HOME_Q) + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, -0.02])
+    _set_param(graph, "reset_hold_s", 60.0)  # longer than any wall-clock delay here: the test is not a race
+    try:
+        graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))  # (the tests before ended with a reset)
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))
+        assert graph.spin_until(lambda: np.abs(latest_q(graph) - far).max() < 0.01, 120), latest_q(graph) - far
+        graph.call(reset, Trigger.Request())
+        graph.rec["diag"].clear()
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))  # the old episode's target, late
+        def dropped():
+            return [(s.level, {v.key: v.value for v in s.values}) for a in graph.rec["diag"] for s in a.status
+                    if s.name.endswith("command dropped")]
+
+        assert graph.spin_until(dropped, 60), _rejections(graph)
+        level, values = dropped()[0]
+        assert values["reason"] == "before_reset" and "taken for a command sent before the reset" in values["detail"]
+        assert level == b"\x00" and int(values["commands.before_reset"]) >= 1  # counted, and not as bad input
+        assert "before_reset" not in _rejections(graph)
+        graph.spin_for_sim(0.5)
+        assert np.abs(latest_q(graph) - np.array(HOME_Q)).max() < 0.02, latest_q(graph)
+        graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))
+        assert graph.spin_until(lambda: np.abs(latest_q(graph) - far).max() < 0.01, 120), latest_q(graph) - far
+    finally:
+        _set_param(graph, "reset_hold_s", 0.5)
 
 
 def _advance_within(graph, sim_s: float, wall_timeout_s: float = 20.0) -> bool:

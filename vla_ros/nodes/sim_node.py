@@ -11,7 +11,8 @@ hand over commands.
 ``~/reset`` (std_srvs/Trigger) starts a new episode and announces it on ``/vla/episode_reset``
 (``vla_ros.ros.episode``; also once at start-up): the stamp is the new episode's first simulated time,
 taken under the same lock the physics thread builds its messages under, so every sensor message of the
-new episode is stamped at or after it and every message of the old one before it.
+new episode is stamped at or after it and every message of the old one before it. Commands still in
+flight from before the reset do not yank the arm back (``reset_hold_s``, ``ArmSim.reset``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class SimNode(Node):
         self.diag = Diagnostics(self, hardware_id="mujoco")
         self._lock = threading.Lock()  # serialises the physics thread and ROS callbacks
         self._stop = threading.Event()
-        self._stats = {"render_ms": [], "step_us": [], "commands_accepted": 0, "trajectories_accepted": 0, "last_rejection": ""}
+        self._stats = {"render_ms": [], "step_us": [], "commands_accepted": 0, "trajectories_accepted": 0, "last_rejection": "",
+                       "commands_before_reset": 0}
+        self._last_log: dict[str, float] = {}  # reason -> monotonic time of its last log line
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub_description = self.create_publisher(String, "/robot_description", latched)
@@ -100,12 +103,26 @@ class SimNode(Node):
 
     # ---- commands --------------------------------------------------------------------------------
     def _reject(self, source: str, err: CommandError) -> None:
-        self.diag.count_rejection(err.code)
-        self._stats["last_rejection"] = f"{source}: {err}"
-        self.get_logger().warning(f"rejected {source}: {err}", throttle_duration_sec=1.0)
+        """Count, log (throttled per reason) and report a refused command. Commands sent before a reset
+        (``before_reset``) are expected at every reset: counted apart, as dropped, not as bad input."""
+        dropped = err.code == "before_reset"
+        if dropped:
+            self._stats["commands_before_reset"] += 1
+        else:
+            self.diag.count_rejection(err.code)
+            self._stats["last_rejection"] = f"{source}: {err}"
+        now = time.monotonic()
+        if now - self._last_log.get(err.code, -1e9) >= 1.0:  # one throttled stream per reason
+            self._last_log[err.code] = now
+            if dropped:  # (two call sites: rclpy refuses one call site logging at two severities)
+                self.get_logger().info(f"dropped {source}: {err}")
+            else:
+                self.get_logger().warning(f"rejected {source}: {err}")
         values = {"source": source, "reason": err.code, "detail": str(err)}
         values.update(self.diag.rejection_values())
-        self.diag.publish(time_msg_from_ns(self.sim.time_ns), [("command rejected", WARN, str(err), values)])
+        values["commands.before_reset"] = self._stats["commands_before_reset"]
+        status = ("command dropped", OK) if dropped else ("command rejected", WARN)
+        self.diag.publish(time_msg_from_ns(self.sim.time_ns), [(status[0], status[1], str(err), values)])
 
     def _on_commands(self, msg: Float64MultiArray) -> None:
         try:
@@ -133,8 +150,9 @@ class SimNode(Node):
     def _on_reset(self, request, response):
         seed = self.get_parameter("seed").value
         restart = self.get_parameter("reset_clock_on_reset").value
+        hold_s = float(self.get_parameter("reset_hold_s").value)
         with self._lock:
-            cups = self.sim.reset(seed, restart_clock=restart)
+            cups = self.sim.reset(seed, restart_clock=restart, hold_s=hold_s)
             start_ns, episode = self.sim.episode_start_ns, self.sim.episode
             # Published under the lock: before any message of the new episode is even built (the physics
             # thread builds them under this lock), so it is out before all of them.
@@ -225,6 +243,7 @@ class SimNode(Node):
             "seed": self.sim.seed,
             "commands.accepted": self._stats["commands_accepted"],
             "trajectories.accepted": self._stats["trajectories_accepted"],
+            "commands.before_reset": self._stats["commands_before_reset"],
             "last_rejection": self._stats["last_rejection"],
         }
         values.update(self.diag.rejection_values())
