@@ -71,6 +71,8 @@ PARAMS = [
               "'plane normal=nx,ny,nz offset=d' (solid where normal . x <= d)", check=_check_each(Obstacle.parse)),
     ParamSpec("check_stopping", True, "the stop after a chunk's last point (at the acceleration limits) must be collision-free too"),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics (wall time)", read_only=True, min_value=0.1, max_value=60.0),
+    ParamSpec("sensor_qos", "reliable", "/joint_states subscription: reliable, or best_effort for drivers publishing with SensorDataQoS",
+              read_only=True, choices=("reliable", "best_effort")),
 ]
 SPECS = {s.name: s for s in PARAMS}
 
