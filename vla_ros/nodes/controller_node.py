@@ -125,6 +125,7 @@ class ControllerNode(Node):
             self._traj_q = np.zeros((52, len(self._joints)))
             self._traj_v = np.zeros((52, len(self._joints)))
             self._traj_stop_s = 0.0
+            self._traj_limits: tuple = (None,)
         else:
             self._topic = p["isaac_topic"]
             self._pub = self.create_publisher(JointState, self._topic, 10)
@@ -363,12 +364,12 @@ class ControllerNode(Node):
         commands if no input arrives, row k+1 = a controlled stop from there (within the acceleration limits,
         at least one period long so the times stay strictly increasing)."""
         cfg = self.core.config
+        if self._traj_limits[0] is not cfg:  # arrays of the limits, rebuilt only when a parameter change swapped the config
+            self._traj_limits = (cfg, *(np.asarray(x) for x in (cfg.acceleration_limits, cfg.position_lower, cfg.position_upper)))
         tq, tv = self._traj_q, self._traj_v
         tq[0], tv[0] = self.core.q_cmd, self.core.v_cmd
         self.core.preview(self._period_s, tq[1 : k + 1], tv[1 : k + 1])
-        self._traj_stop_s, tq[k + 1] = controlled_stop(
-            tq[k], tv[k], np.asarray(cfg.acceleration_limits), np.asarray(cfg.position_lower), np.asarray(cfg.position_upper), self._period_s
-        )
+        self._traj_stop_s, tq[k + 1] = controlled_stop(tq[k], tv[k], *self._traj_limits[1:], self._period_s)
         tv[k + 1] = 0.0
 
     def _publish(self, q: list[float], now_ns: int, k: int) -> None:

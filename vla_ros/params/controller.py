@@ -9,7 +9,7 @@ from vla_ros.params.spec import ParamSpec
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
 SENSOR_QOS = ("reliable", "best_effort")
-CONTROLLER_CHECKS = ("auto", "require", "off")
+CONTROLLER_CHECKS = ("auto", "require", "disabled")  # not "off": YAML reads off as false
 
 
 def _check_joints(names) -> str | None:
@@ -89,7 +89,7 @@ PARAMS = [
         "controller_check", "auto",
         "before sending to a ros2_control controller (forward_position, joint_trajectory), fetch its joints parameter "
         "and send nothing if it does not fit (forward: same order; JTC: same set). auto: send unverified when the "
-        "receiver is not a ros2_control controller or does not answer in time; require: send only once verified; off",
+        "receiver is not a ros2_control controller or does not answer in time; require: send only once verified; disabled: no check",
         read_only=True, choices=CONTROLLER_CHECKS,
     ),
     ParamSpec(

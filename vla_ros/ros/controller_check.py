@@ -8,7 +8,7 @@ node's parameter service, without blocking, and compares (``vla_ros.control.ros2
 
 States (``state``), re-evaluated on a steady timer and whenever the command topic's subscribers change:
 
-* ``off``: no check (``controller_check:=off``, or the Isaac interface, which matches joints by name);
+* ``off``: no check (``controller_check:=disabled``, or the Isaac interface, which matches joints by name);
 * ``no_receiver``: nobody subscribes to the command topic yet: nothing is sent;
 * ``pending``: the controller node subscribes and its parameters are being fetched, or the subscriber set
   is still settling: nothing is sent;
@@ -55,8 +55,8 @@ class ControllerJointsCheck:
         self._joints = list(joints)
         self._mode = mode
         self._timeout_s = timeout_s
-        if mode == "off":
-            self.state, self.detail = "off", "controller_check is off"
+        if mode == "disabled":
+            self.state, self.detail = "off", "controller_check is disabled"
         elif interface not in _EXTRA:
             self.state, self.detail = "off", f"{interface} takes joints by name"
         else:
