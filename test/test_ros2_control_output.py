@@ -284,7 +284,8 @@ def test_the_controller_sends_only_to_a_ros2_control_controller_configured_with_
     ctl_fwd = start_controller(tmp_path / "fwd.log", "-r", "__node:=ctl_fwd", "-r", f"/joint_states:={env_topic}",
                                "-p", "position_controller:=vla_fwd", "-p", "controller_check_timeout_s:=30.0")
     ctl_jtc = start_controller(tmp_path / "jtc.log", "-r", "__node:=ctl_jtc", "-r", f"/joint_states:={env_topic}",
-                               "-p", "output_interface:=joint_trajectory", "-p", "trajectory_controller:=vla_jtc")
+                               "-p", "output_interface:=joint_trajectory", "-p", "trajectory_controller:=vla_jtc",
+                               "-p", "trajectory_stamp:=zero")
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node("check_test_probe", context=context)
@@ -320,10 +321,9 @@ def test_the_controller_sends_only_to_a_ros2_control_controller_configured_with_
         assert level == DiagnosticStatus.OK and values["controller.joints"] == ",".join(shuffled)
         last = fakes[-1]
         assert last["vla_fwd"]["received"] == 0  # never a command in the wrong order
-        # Every rule holds for every message; only the stamp rule depends on this machine's load (on wall time a
-        # message that reaches the fake JTC after its last point is refused, as JTC would).
-        jtc = last["vla_jtc"]
-        assert jtc["rejected"] == jtc["late"] and jtc["late"]["jazzy"] < 0.2 * jtc["received"], jtc
+        # Stamped 0 (start on arrival), no message can arrive too late, however busy this machine is: every
+        # rule holds for every message. (Stamped now, JTC's stamp rule is checked on simulated time above.)
+        assert last["vla_jtc"]["rejected"] == {d: 0 for d in JTC_DISTROS}, last["vla_jtc"]["reasons"]
     finally:
         codes = [stop(p) for p in (ctl_fwd, ctl_jtc) + ((fake,) if fake else ())]
         executor.shutdown()

@@ -126,6 +126,8 @@ class ControllerNode(Node):
             self._traj_v = np.zeros((52, len(self._joints)))
             self._traj_stop_s = 0.0
             self._traj_limits: tuple = (None,)
+            # now: JTC plays each message at absolute times from its stamp (latency compensated); zero: from arrival.
+            self._traj_stamp = time_msg_from_ns(0) if p["trajectory_stamp"] == "zero" else None
         else:
             self._topic = p["isaac_topic"]
             self._pub = self.create_publisher(JointState, self._topic, 10)
@@ -380,7 +382,7 @@ class ControllerNode(Node):
         elif self._interface == "joint_trajectory":
             tq, tv = self._traj_q, self._traj_v
             times_s = [i * self._period_s for i in range(k + 1)] + [k * self._period_s + self._traj_stop_s]
-            msg.header.stamp = time_msg_from_ns(now_ns)  # JTC plays it from here: latency is compensated
+            msg.header.stamp = self._traj_stamp if self._traj_stamp is not None else time_msg_from_ns(now_ns)
             msg.points = [
                 JointTrajectoryPoint(positions=tq[i].tolist(), velocities=tv[i].tolist(), time_from_start=duration_msg_from_s(t))
                 for i, t in enumerate(times_s)

@@ -10,6 +10,7 @@ OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
 SENSOR_QOS = ("reliable", "best_effort")
 CONTROLLER_CHECKS = ("auto", "require", "disabled")  # not "off": YAML reads off as false
+TRAJECTORY_STAMPS = ("now", "zero")
 
 
 def _check_joints(names) -> str | None:
@@ -95,6 +96,13 @@ PARAMS = [
     ParamSpec(
         "controller_check_timeout_s", 5.0, "controller_check auto: how long a subscribing controller node may take to answer",
         read_only=True, min_value=0.1, max_value=120.0,
+    ),
+    ParamSpec(
+        "trajectory_stamp", "now",
+        "joint_trajectory output: now = stamped with this node's clock, so JTC plays each message at absolute times "
+        "(latency and jitter compensated; needs the controller manager's clock in sync, as /clock is in simulation); "
+        "zero = stamp 0, JTC starts each message on arrival (immune to a clock offset between machines, not to jitter)",
+        read_only=True, choices=TRAJECTORY_STAMPS,
     ),
 ]  # fmt: skip
 
