@@ -52,8 +52,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
-from vla_ros.params.controller import PARAMS, config_from_params
 from vla_ros.control.ros2_control import controlled_stop
+from vla_ros.params.controller import PARAMS, config_from_params
 from vla_ros.ros.chunk_msgs import chunk_from_msg
 from vla_ros.ros.controller_check import ControllerJointsCheck
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
