@@ -14,8 +14,9 @@ States (``state``), re-evaluated on a steady timer and whenever the command topi
   is still settling: nothing is sent;
 * ``verified``: its ``joints`` fit: commands flow;
 * ``unverified``: the subscribers are not a ros2_control controller (the MuJoCo sim, a bridge: judged once
-  the subscriber set has been stable for ``SETTLE_S``, so a controller discovered a moment after another
-  subscriber is still checked first), or the controller node did not answer within the timeout: with
+  the subscriber set has been stable for ``SETTLE_S`` with every node name known, so a controller
+  discovered a moment after another subscriber is still checked first), or the controller node did not
+  answer within the timeout: with
   ``auto`` commands flow and diagnostics say so, with ``require`` nothing is sent;
 * ``mismatch``: its ``joints`` do not fit: nothing is sent, ERROR on ``/diagnostics``.
 
@@ -37,7 +38,8 @@ from vla_ros.ros.diagnostics import ERROR, OK, WARN
 POLL_PERIOD_S = 0.2
 # Discovery reports subscribers one by one: a set without the controller must stay the same this long
 # before it counts as "not a ros2_control controller".
-SETTLE_S = 1.0
+SETTLE_S = 0.5
+UNKNOWN_NODE = "_NODE_NAME_UNKNOWN_"  # what the graph reports for an endpoint whose node is not discovered yet
 # What else we ask besides joints: whether a forward controller commands positions, whether a JTC takes
 # partial goals. Asked one name per request: a parameter service answers nothing at all when one of the
 # names is undeclared (rclpy; rclcpp without allow_undeclared_parameters).
@@ -113,7 +115,9 @@ class ControllerJointsCheck:
         if self.state != "pending":
             return
         if self._fqn not in receivers:
-            if now - self._since >= SETTLE_S:
+            # Discovery can report an endpoint before its node's name: such a receiver may be the controller.
+            named = not any(UNKNOWN_NODE in r for r in receivers)
+            if (named and now - self._since >= SETTLE_S) or now - self._since > self._timeout_s:
                 self._set("unverified", f"{self._topic} goes to {list(receivers)}, not to a ros2_control controller {self._fqn}")
         elif self._in_flight == 0 and not self._answers and self._client.service_is_ready():
             for name in ("joints", _EXTRA[self._interface]):
