@@ -41,6 +41,7 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
         assert nodes[exe]["params"]["use_sim_time"] is True
     assert nodes["policy_node"]["params"]["instruction"] == "pick up the red cup"
     assert nodes["controller_node"]["params"]["output_interface"] == "forward_position"
+    assert nodes["controller_node"]["params"]["controller_check"] == "disabled"  # the sim is no ros2_control controller
     assert set(resolve("sim.launch.xml", "policy:=scripted")) == {"sim_node", "scripted_motion_node"}
     assert set(resolve("sim.launch.xml", "policy:=none")) == {"sim_node"}
 
