@@ -185,7 +185,7 @@ def sample_message(msg: JointTrajectory, t_ns: int) -> np.ndarray:
 
 
 def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a_jump(tmp_path):
-    received = []  # (message, receipt time on the sim clock)
+    received = []  # every JointTrajectory the controller emits
     states = []
     with LaunchedGraph("sim.launch.xml", "policy:=none", "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
                        log_path=tmp_path / "sim.log") as g:
@@ -194,7 +194,7 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
         probe = Probe("jtc_stream_probe")
         try:
             n = probe.node
-            n.create_subscription(JointTrajectory, JTC_TOPIC, lambda m: received.append((m, n.get_clock().now().nanoseconds)), 500)
+            n.create_subscription(JointTrajectory, JTC_TOPIC, received.append, 500)
 
             def on_diag(msg):
                 states.extend({kv.key: kv.value for kv in s.values} | {"_message": s.message}
@@ -211,8 +211,7 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
                 return probe.now_s()
 
             def current() -> np.ndarray:
-                m = received[-1][0]
-                return np.array(m.points[0].positions)  # JOINTS order (the controller's)
+                return np.array(received[-1].points[0].positions)  # JOINTS order (the controller's)
 
             def send(q_from, delta, duration_s=1.0, stamp_s=None):
                 k = int(duration_s / 0.02) + 1
@@ -245,12 +244,17 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
     assert g.proc.returncode == 0
 
     assert len(received) > 100, len(received)  # about 3 s of simulated time at up to 100 Hz (fewer when the machine is busy)
+    # JTC's stamp rule refuses a trajectory that is over when it arrives. Our side of it: stamped with the
+    # sender's clock and still running a look-ahead (5 periods) later, so judged as arriving late_s after
+    # its stamp. (How late messages really arrive depends on this machine's load, not on the messages.)
+    late_s = 0.05
     for distro in JTC_DISTROS:
         for params in ({}, recommended_jtc_params()):
-            reasons = {validate_jtc_trajectory(m, JOINTS, t, distro, params) for m, t in received}
+            reasons = {validate_jtc_trajectory(m, JOINTS, ns_from_time_msg(m.header.stamp) + round(late_s * 1e9), distro, params)
+                       for m in received}
             assert reasons == {None}, (distro, params, reasons)
     speeds = []
-    for m, _ in received:
+    for m in received:
         assert list(m.joint_names) == JOINTS and ns_from_time_msg(m.header.stamp) > 0
         assert ns_from_time_msg(m.points[0].time_from_start) == 0  # starts from its own first point
         assert len(m.points) == 7 and not any(m.points[-1].velocities)  # 5 periods of look-ahead, then at rest
@@ -261,7 +265,7 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
     # two differ by what a change of acceleration does between the two stamps: braking at the limit
     # (10 rad/s^2) against the old plan's own acceleration (at most the limit too), at most a t^2.
     excess = []
-    for (a, _), (b, _) in zip(received, received[1:]):
+    for a, b in zip(received, received[1:]):
         t = ns_from_time_msg(b.header.stamp)
         dt = (t - ns_from_time_msg(a.header.stamp)) * 1e-9
         jump = np.abs(sample_message(a, t) - np.array(b.points[0].positions)).max()
