@@ -37,7 +37,7 @@ def _xyz(name: str):
 PARAMS = [
     ParamSpec("robot_description_file", "", "URDF file to load; empty = the /robot_description topic (transient local)", read_only=True),
     ParamSpec("srdf_file", "", "SRDF whose disable_collisions pairs are not checked; empty = adjacent and touching-at-reference pairs", read_only=True),
-    ParamSpec("package_paths", [""], "where package:// meshes resolve: 'name=/path/to/package' or a folder holding packages", read_only=True),
+    ParamSpec("package_paths", [""], "where package:// meshes resolve before the ament index (AMENT_PREFIX_PATH): 'name=/path/to/package' or a folder holding packages", read_only=True),
     ParamSpec("joints", [""], "joints a chunk must command; empty = every actuated (non-mimic) joint of the URDF", read_only=True),
     ParamSpec("on_unsafe", "truncate", "keep the safe prefix of a chunk, or reject the whole chunk", choices=MODES),
     ParamSpec("clearance_m", 0.01, "distance kept from the table, workspace bounds and obstacles", min_value=0.0, max_value=0.5),
