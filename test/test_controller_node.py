@@ -459,8 +459,9 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
 
         jtc = out["jtc"][-1]
         assert list(jtc.joint_names) == PERM_NAMES
-        assert len(jtc.points) == 5 and ns_from_time_msg(jtc.header.stamp) > 0
-        assert [round(p.time_from_start.nanosec * 1e-9, 6) for p in jtc.points] == [0.01, 0.02, 0.03, 0.04, 0.05]
+        assert len(jtc.points) == 7 and ns_from_time_msg(jtc.header.stamp) > 0
+        # This period's command, 5 periods of look-ahead, then the stop to rest (at rest: one period later).
+        assert [round(p.time_from_start.nanosec * 1e-9, 6) for p in jtc.points] == [0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06]
         by_name = dict(zip(jtc.joint_names, jtc.points[-1].positions))
         np.testing.assert_allclose([by_name[j] for j in JOINTS], target, atol=1e-6)
         np.testing.assert_allclose(measured(probe), target, atol=5e-3)  # the sim followed the JTC output

@@ -41,6 +41,7 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
         assert nodes[exe]["params"]["use_sim_time"] is True
     assert nodes["policy_node"]["params"]["instruction"] == "pick up the red cup"
     assert nodes["controller_node"]["params"]["output_interface"] == "forward_position"
+    assert nodes["controller_node"]["params"]["controller_check"] == "disabled"  # the sim is no ros2_control controller
     assert set(resolve("sim.launch.xml", "policy:=scripted")) == {"sim_node", "scripted_motion_node"}
     assert set(resolve("sim.launch.xml", "policy:=none")) == {"sim_node"}
 
@@ -75,3 +76,12 @@ def test_gazebo_preset_needs_ros_gz_bridge_and_its_config_is_well_formed():
     keys = {"ros_topic_name", "gz_topic_name", "ros_type_name", "gz_type_name", "direction"}
     assert all(set(b) == keys and b["direction"] == "GZ_TO_ROS" for b in bridges)
     assert {b["ros_topic_name"] for b in bridges} == {"/clock", "/camera/image_raw", "/camera/camera_info"}
+
+
+def test_sensor_qos_reaches_every_joint_state_subscriber_and_the_controller_check_is_passed_on():
+    nodes = resolve("robot.launch.xml", "sensor_qos:=best_effort", "controller_check:=require")
+    assert {exe: n["params"]["sensor_qos"] for exe, n in nodes.items()} == dict.fromkeys(nodes, "best_effort")
+    assert nodes["controller_node"]["params"]["controller_check"] == "require"
+    isaac = resolve("isaac_sim.launch.xml", "sensor_qos:=best_effort")
+    assert all(n["params"]["sensor_qos"] == "best_effort" for n in isaac.values())
+    assert all(n["params"]["sensor_qos"] == "reliable" for n in resolve("robot.launch.xml").values())

@@ -7,8 +7,16 @@ chunk execution, blending, watchdog, limits) and sends the command to one output
 - ``forward_position``: std_msgs/Float64MultiArray on ``/<position_controller>/commands`` (ros2_control
   forward position controller; values in the order of the ``joints`` parameter);
 - ``joint_trajectory``: trajectory_msgs/JointTrajectory on ``/<trajectory_controller>/joint_trajectory``
-  (ros2_control joint trajectory controller; a short look-ahead of the plan, stamped now);
+  (ros2_control joint trajectory controller, JTC): every period a trajectory stamped now whose first point
+  (``time_from_start`` 0) is this period's command, then ``trajectory_points`` points of look-ahead one
+  period apart, then a controlled stop to rest. JTC follows it from its own first point, never from the
+  measured state (so nothing snaps back between messages, whatever ``interpolate_from_desired_state`` or
+  ``open_loop_control`` say), every distro accepts it (the last velocity is zero), and if the stream
+  stops JTC brakes the arm within the acceleration limits (``vla_ros.control.ros2_control``);
 - ``isaac``: sensor_msgs/JointState on ``/joint_command`` (Isaac Sim's ROS 2 bridge).
+
+Before sending to a ros2_control controller the node fetches that controller's ``joints`` parameter and
+sends nothing while it does not fit (``controller_check``; ``vla_ros.ros.controller_check``).
 
 Loop (``loop_mode``): on wall time the cycles run against absolute deadlines on the monotonic clock
 (sleep, then a short busy-wait), the way ros2_control's control node does. ``inline`` (the default there)
@@ -44,11 +52,14 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
+from vla_ros.control.ros2_control import controlled_stop
 from vla_ros.params.controller import PARAMS, config_from_params
 from vla_ros.ros.chunk_msgs import chunk_from_msg
+from vla_ros.ros.controller_check import ControllerJointsCheck
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
 
 # Inline mode: callbacks are served only while at least this much time is left before the next deadline, so
@@ -110,15 +121,24 @@ class ControllerNode(Node):
             self._topic = f"/{p['trajectory_controller']}/joint_trajectory"
             self._pub = self.create_publisher(JointTrajectory, self._topic, 10)
             self._msg = JointTrajectory(joint_names=self._joints)
-            self._look_q = np.zeros((50, len(self._joints)))
-            self._look_v = np.zeros((50, len(self._joints)))
+            # Rows: this period's command, up to 50 look-ahead periods, the stop (see _sample_trajectory).
+            self._traj_q = np.zeros((52, len(self._joints)))
+            self._traj_v = np.zeros((52, len(self._joints)))
+            self._traj_stop_s = 0.0
+            self._traj_limits: tuple = (None,)
+            # now: JTC plays each message at absolute times from its stamp (latency compensated); zero: from arrival.
+            self._traj_stamp = time_msg_from_ns(0) if p["trajectory_stamp"] == "zero" else None
         else:
             self._topic = p["isaac_topic"]
             self._pub = self.create_publisher(JointState, self._topic, 10)
             self._msg = JointState(name=self._joints)
+        controller = p["position_controller"] if self._interface == "forward_position" else p["trajectory_controller"]
+        self._check = ControllerJointsCheck(self, self._interface, self._pub.topic_name, controller, self._joints,
+                                            p["controller_check"], p["controller_check_timeout_s"])
 
         self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10)
-        self.create_subscription(JointState, "/joint_states", self._on_joint_state, 10)
+        self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(p["sensor_qos"], 10),
+                                 event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/resume", self._on_resume)
         self.create_service(SetBool, "~/enable", self._on_enable)
@@ -143,7 +163,8 @@ class ControllerNode(Node):
         self.get_logger().info(
             f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time "
             f"({loop_desc[self._loop_mode]}); "
-            f"output {self._interface} on {self._topic}; blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
+            f"output {self._interface} on {self._pub.topic_name} in joint order {self._joints} "
+            f"(controller_check {p['controller_check']}); blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
         )
         if self._loop_mode == "thread":  # last, so a failing constructor never leaves a loop running
             self._loop_thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
@@ -319,6 +340,9 @@ class ControllerNode(Node):
 
     def _cycle(self, now_ns: int, period_s: float) -> bool:
         """The cycle body of both loop modes: update the core, publish. False when shutting down."""
+        if not self._check.output_allowed:  # the receiver may not get commands: the executor waits too
+            self._check.count_withheld()
+            return True
         try:
             with self._lock:
                 q = self.core.update(now_ns, period_s)  # never raises by design; publishing can
@@ -327,7 +351,7 @@ class ControllerNode(Node):
                 q = q.tolist()  # the core's buffer changes with the next call; the message gets a copy
                 k = self._params["trajectory_points"]
                 if self._interface == "joint_trajectory":
-                    self.core.preview(self._period_s, self._look_q[:k], self._look_v[:k])
+                    self._sample_trajectory(k)
             self._publish(q, now_ns, k)
         except Exception as err:  # the loop must keep running; a failing publish is reported, not fatal
             if not self.context.ok():
@@ -337,19 +361,31 @@ class ControllerNode(Node):
             self.get_logger().error(f"control cycle failed: {err!r}", throttle_duration_sec=1.0)
         return True
 
+    def _sample_trajectory(self, k: int) -> None:
+        """Under the lock, after update: row 0 = this period's command, rows 1..k = the next k periods'
+        commands if no input arrives, row k+1 = a controlled stop from there (within the acceleration limits,
+        at least one period long so the times stay strictly increasing)."""
+        cfg = self.core.config
+        if self._traj_limits[0] is not cfg:  # arrays of the limits, rebuilt only when a parameter change swapped the config
+            self._traj_limits = (cfg, *(np.asarray(x) for x in (cfg.acceleration_limits, cfg.position_lower, cfg.position_upper)))
+        tq, tv = self._traj_q, self._traj_v
+        tq[0], tv[0] = self.core.q_cmd, self.core.v_cmd
+        self.core.preview(self._period_s, tq[1 : k + 1], tv[1 : k + 1])
+        self._traj_stop_s, tq[k + 1] = controlled_stop(tq[k], tv[k], *self._traj_limits[1:], self._period_s)
+        tv[k + 1] = 0.0
+
     def _publish(self, q: list[float], now_ns: int, k: int) -> None:
-        """Only the loop runs this (the message and the look-ahead buffers are its own); ``k`` look-ahead points."""
+        """Only the loop runs this (the message and the trajectory buffers are its own); ``k`` look-ahead points."""
         msg = self._msg
         if self._interface == "forward_position":
             msg.data = q
         elif self._interface == "joint_trajectory":
-            look_q, look_v = self._look_q[:k], self._look_v[:k]
-            msg.header.stamp = time_msg_from_ns(now_ns)
+            tq, tv = self._traj_q, self._traj_v
+            times_s = [i * self._period_s for i in range(k + 1)] + [k * self._period_s + self._traj_stop_s]
+            msg.header.stamp = self._traj_stamp if self._traj_stamp is not None else time_msg_from_ns(now_ns)
             msg.points = [
-                JointTrajectoryPoint(
-                    positions=look_q[i].tolist(), velocities=look_v[i].tolist(), time_from_start=duration_msg_from_s((i + 1) * self._period_s)
-                )
-                for i in range(k)
+                JointTrajectoryPoint(positions=tq[i].tolist(), velocities=tv[i].tolist(), time_from_start=duration_msg_from_s(t))
+                for i, t in enumerate(times_s)
             ]
         else:
             msg.header.stamp = time_msg_from_ns(now_ns)
@@ -425,7 +461,8 @@ class ControllerNode(Node):
             level, message = WARN, f"{mode}: watchdog {watchdog}"
         else:
             level, message = OK, mode + (f" ({watchdog})" if watchdog else "")
-        self.diag.publish(time_msg_from_ns(now_ns), [("loop", loop_level, loop_msg, loop_values), ("state", level, message, state)])
+        output = ("output", *self._check.status())
+        self.diag.publish(time_msg_from_ns(now_ns), [("loop", loop_level, loop_msg, loop_values), ("state", level, message, state), output])
 
 
 def _make_node() -> ControllerNode:

@@ -36,6 +36,7 @@ from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 from vla_ros.safety import (
     ConfigError,
@@ -75,7 +76,8 @@ class SafetyFilterNode(Node):
                 raise ConfigError(self._problem)
         else:
             self.create_subscription(String, "/robot_description", self._on_description, latched)
-        self.create_subscription(JointState, "/joint_states", self._on_joint_state, 10)
+        self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(self._params["sensor_qos"], 10),
+                                 event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
         self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10)
         self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))

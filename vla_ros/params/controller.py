@@ -8,6 +8,9 @@ from vla_ros.params.spec import ParamSpec
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
+SENSOR_QOS = ("reliable", "best_effort")
+CONTROLLER_CHECKS = ("auto", "require", "disabled")  # not "off": YAML reads off as false
+TRAJECTORY_STAMPS = ("now", "zero")
 
 
 def _check_joints(names) -> str | None:
@@ -76,6 +79,30 @@ PARAMS = [
         "SCHED_FIFO priority of the thread running the loop (inline and timer modes: the one thread; thread mode: the loop "
         "thread, with the executor's one step below it; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning)",
         read_only=True, min_value=0, max_value=99,
+    ),
+    ParamSpec(
+        "sensor_qos", "reliable",
+        "/joint_states subscription: reliable (ros2_control's joint_state_broadcaster, the sim, Isaac by default) or "
+        "best_effort (drivers publishing with SensorDataQoS; a reliable subscription never hears them)",
+        read_only=True, choices=SENSOR_QOS,
+    ),
+    ParamSpec(
+        "controller_check", "auto",
+        "before sending to a ros2_control controller (forward_position, joint_trajectory), fetch its joints parameter "
+        "and send nothing if it does not fit (forward: same order; JTC: same set). auto: send unverified when the "
+        "receiver is not a ros2_control controller or does not answer in time; require: send only once verified; disabled: no check",
+        read_only=True, choices=CONTROLLER_CHECKS,
+    ),
+    ParamSpec(
+        "controller_check_timeout_s", 5.0, "controller_check auto: how long a subscribing controller node may take to answer",
+        read_only=True, min_value=0.1, max_value=120.0,
+    ),
+    ParamSpec(
+        "trajectory_stamp", "now",
+        "joint_trajectory output: now = stamped with this node's clock, so JTC plays each message at absolute times "
+        "(latency and jitter compensated; needs the controller manager's clock in sync, as /clock is in simulation); "
+        "zero = stamp 0, JTC starts each message on arrival (immune to a clock offset between machines, not to jitter)",
+        read_only=True, choices=TRAJECTORY_STAMPS,
     ),
 ]  # fmt: skip
 

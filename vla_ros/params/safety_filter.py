@@ -37,7 +37,7 @@ def _xyz(name: str):
 PARAMS = [
     ParamSpec("robot_description_file", "", "URDF file to load; empty = the /robot_description topic (transient local)", read_only=True),
     ParamSpec("srdf_file", "", "SRDF whose disable_collisions pairs are not checked; empty = adjacent and touching-at-reference pairs", read_only=True),
-    ParamSpec("package_paths", [""], "where package:// meshes resolve: 'name=/path/to/package' or a folder holding packages", read_only=True),
+    ParamSpec("package_paths", [""], "where package:// meshes resolve before the ament index (AMENT_PREFIX_PATH): 'name=/path/to/package' or a folder holding packages", read_only=True),
     ParamSpec("joints", [""], "joints a chunk must command; empty = every actuated (non-mimic) joint of the URDF", read_only=True),
     ParamSpec("on_unsafe", "truncate", "keep the safe prefix of a chunk, or reject the whole chunk", choices=MODES),
     ParamSpec("clearance_m", 0.01, "distance kept from the table, workspace bounds and obstacles", min_value=0.0, max_value=0.5),
@@ -71,6 +71,8 @@ PARAMS = [
               "'plane normal=nx,ny,nz offset=d' (solid where normal . x <= d)", check=_check_each(Obstacle.parse)),
     ParamSpec("check_stopping", True, "the stop after a chunk's last point (at the acceleration limits) must be collision-free too"),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics (wall time)", read_only=True, min_value=0.1, max_value=60.0),
+    ParamSpec("sensor_qos", "reliable", "/joint_states subscription: reliable, or best_effort for drivers publishing with SensorDataQoS",
+              read_only=True, choices=("reliable", "best_effort")),
 ]
 SPECS = {s.name: s for s in PARAMS}
 

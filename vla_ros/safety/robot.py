@@ -3,8 +3,10 @@
 Loaded once per robot description and shared read-only; every filter owns its own Pinocchio workspaces.
 
 * The URDF comes as a string (the ``/robot_description`` topic) or a file. ``package://name/...`` mesh
-  paths resolve through configured package paths: ``name=/dir/of/package`` entries map one package,
-  plain ``/dir`` entries are searched for ``/dir/name``. Only collision geometry is read.
+  paths resolve through configured package paths (``name=/dir/of/package`` entries map one package,
+  plain ``/dir`` entries are searched for ``/dir/name``), then through the ament index
+  (``AMENT_PREFIX_PATH``); ``file://`` URIs and paths relative to the URDF file work too. Only collision
+  geometry is read.
 * Meshes are replaced by their convex hulls (computed with the qhull bundled in MuJoCo, then verified to
   contain every vertex). A hull contains the mesh, so distances to it are never larger than distances to
   the mesh: conservative, and GJK on a convex shape is exact and fast.
@@ -25,10 +27,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 import coal
 import numpy as np
@@ -59,34 +63,56 @@ class PairSpec:
 
 # ---- description parsing -----------------------------------------------------------------------------
 
+def _ament_share(package: str) -> tuple[Path | None, str]:
+    """The package's share folder from the ament index (``AMENT_PREFIX_PATH``), or None and why not."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    except ImportError:
+        return None, "ament_index_python is not installed"
+    try:
+        return Path(get_package_share_directory(package)), ""
+    except PackageNotFoundError:
+        return None, f"not in the ament index (AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})"
+    except (OSError, ValueError) as err:  # AMENT_PREFIX_PATH unset, or not a valid package name
+        return None, f"ament index: {err}"
+
+
 def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path | None) -> Path:
-    """Absolute path of a mesh reference: package://, file:// or a path relative to the URDF's folder."""
+    """Absolute path of a mesh reference: ``package://name/rest``, ``file:///abs/path`` or a path relative to
+    the URDF's folder. ``package://`` looks in ``package_paths`` first (explicit configuration wins), then in
+    the ament index, as ``ros2 launch`` and RViz do on a ROS install. Errors name the form that failed and
+    every place tried."""
     if uri.startswith("package://"):
         package, _, rest = uri[len("package://"):].partition("/")
+        rest = unquote(rest)
         searched = []
         for entry in package_paths:
             name, sep, folder = entry.partition("=")
-            if sep:
-                if name.strip() == package:
-                    candidate = Path(folder.strip()).expanduser() / rest
-                    searched.append(str(candidate))
-                    if candidate.is_file():
-                        return candidate.resolve()
-            else:
-                candidate = Path(entry).expanduser() / package / rest
-                searched.append(str(candidate))
-                if candidate.is_file():
-                    return candidate.resolve()
+            if sep and name.strip() != package:
+                continue
+            candidate = Path(folder.strip()).expanduser() / rest if sep else Path(entry).expanduser() / package / rest
+            searched.append(str(candidate))
+            if candidate.is_file():
+                return candidate.resolve()
+        share, why_not = _ament_share(package)
+        if share is not None:
+            candidate = share / rest
+            if candidate.is_file():
+                return candidate.resolve()
+            why_not = f"the ament index has {package} at {share}, without {rest}"
         raise RobotModelError(
-            f"cannot resolve {uri}: no package path provides it (package_paths={list(package_paths)}, tried {searched})"
+            f"cannot resolve {uri} (a package:// mesh): package_paths={list(package_paths)} (tried {searched}); {why_not}"
         )
-    path = Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser()
+    if uri.startswith("file://"):  # file:///abs/path (file://localhost/abs/path); file://rel/path is read as relative
+        form, path = "file:// mesh", Path(unquote(uri[len("file://"):].removeprefix("localhost")))
+    else:
+        form, path = "mesh path", Path(uri).expanduser()
     if not path.is_absolute():
         if base_dir is None:
-            raise RobotModelError(f"relative mesh path {uri!r} in a URDF given as a string; use package:// or an absolute path")
+            raise RobotModelError(f"relative {form} {uri!r} in a URDF given as a string; use package:// or an absolute path")
         path = base_dir / path
     if not path.is_file():
-        raise RobotModelError(f"mesh {uri!r} not found (looked at {path})")
+        raise RobotModelError(f"{form} {uri!r} not found (looked at {path})")
     return path.resolve()
 
 
