@@ -86,6 +86,10 @@ def test_only_chunks_that_can_have_come_from_a_trusted_node_are_admitted():
     assert "is gone" in gate.admit([], 3 * NS)  # no publisher left: the message came from a departed one
     unnamed = Endpoint(fully_qualified("_NODE_NAMESPACE_UNKNOWN_", "_NODE_NAME_UNKNOWN_"), "01.cc")
     assert "unnamed node (publisher gid 01.cc)" in gate.admit([FILTER, unnamed], 10 * NS)
+    # An endpoint seen before its node's name arrived, which then turns out to be the filter, was never a stranger.
+    gate2 = SourceGate(("/safety_filter",))
+    assert gate2.admit([Endpoint("", FILTER.gid)], 0) is not None
+    assert gate2.admit([FILTER], 1) is None
     # A node named like the filter in another namespace is someone else.
     assert gate.admit([Endpoint("/other/safety_filter", "01.dd")], 20 * NS) is not None
 

@@ -81,21 +81,27 @@ class SourceGate:
             raise ValueError("trusted_publishers is empty: the controller would execute no chunk at all")
         self.trusted = tuple(trusted)
         self.quarantine_ns = int(quarantine_s * NS)
-        self.untrusted_seen: dict[str, int] = {}  # label -> when last seen (steady ns)
+        self.untrusted_seen: dict[str, tuple[str, int]] = {}  # endpoint gid -> (label, when last seen, steady ns)
         self.present: tuple[Endpoint, ...] = ()
 
     def observe(self, endpoints: Sequence[Endpoint], now_ns: int) -> list[Endpoint]:
         """Record a graph snapshot; returns the untrusted publishers in it."""
         self.present = tuple(endpoints)
-        foreign = [e for e in endpoints if e.node not in self.trusted]
-        for e in foreign:
-            self.untrusted_seen[e.label] = now_ns
+        foreign = []
+        for e in endpoints:
+            if e.node in self.trusted:
+                # An endpoint seen for a moment without its node's name (ROS names arrive after DDS
+                # discovery) that turns out to be a trusted node's was never a stranger.
+                self.untrusted_seen.pop(e.gid, None)
+            else:
+                foreign.append(e)
+                self.untrusted_seen[e.gid] = (e.label, now_ns)
         return foreign
 
     def recent_untrusted(self, now_ns: int) -> list[str]:
         """Untrusted publishers seen within the quarantine, newest first."""
-        recent = [(t, label) for label, t in self.untrusted_seen.items() if now_ns - t <= self.quarantine_ns]
-        return [label for _, label in sorted(recent, reverse=True)]
+        recent = [(t, label) for label, t in self.untrusted_seen.values() if now_ns - t <= self.quarantine_ns]
+        return list(dict.fromkeys(label for _, label in sorted(recent, reverse=True)))
 
     def admit(self, endpoints: Sequence[Endpoint], now_ns: int) -> str | None:
         """None when a message taken now can only have come from a trusted publisher, else why not."""

@@ -33,7 +33,7 @@ at the measured state without moving the arm, and chunks stamped before the new 
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
 (std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
 reports the loop timing (period mean, p50/p99 error, overruns; on simulated time as information, see
-``_loop_level``), the mode, the watchdog, the active chunk's age, the tracking error, every rejected input
+``control.loop_stats.assess``), the mode, the watchdog, the active chunk's age, the tracking error, every rejected input
 by reason, the inputs' liveness (a watchdog on the steady clock: simulated time, joint states and chunks
 that stop are reported within their timeout) and the accepted parameter changes. Runtime parameter
 changes that loosen a limit or a timeout are refused unless ``allow_runtime_loosening:=true``.
@@ -60,6 +60,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
+from vla_ros.control.loop_stats import assess
 from vla_ros.control.sources import Endpoint, SourceGate, fully_qualified, gid_text, resolve_trusted
 from vla_ros.params.controller import PARAMS, TIGHTENING_RULES, config_from_params
 from vla_ros.params.tightening import ParamChange
@@ -87,9 +88,6 @@ GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
 # Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
 # timeout plus one check period; a publisher on the chunk topic is seen within one period.
 WATCHDOG_RATE_HZ = 10.0
-# On simulated time the loop is WARN only when it misses more than this fraction of simulated periods
-# (the controller runs at a lower rate than the simulator), or when its own compute time exceeds a period.
-SIM_MISSED_PERIODS_WARN = 0.25
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
@@ -237,14 +235,14 @@ class ControllerNode(Node):
     def _reject(self, source: str, code: str, detail: str = "") -> None:
         self.rejections.reject(source, code, detail)
 
-    def _publishers(self) -> list[Endpoint]:
+    def _chunk_publishers(self) -> list[Endpoint]:
         """Who publishes on the chunk topic now, from the ROS graph (about 0.1 ms)."""
         return [Endpoint(fully_qualified(i.node_namespace, i.node_name), gid_text(i.endpoint_gid))
                 for i in self.get_publishers_info_by_topic(self._chunk_sub.topic_name)]
 
     def _on_chunk(self, data: bytes) -> None:
         """In order, each before any work on the message: its source, its size, then its content."""
-        why = self.gate.admit(self._publishers(), time.monotonic_ns())
+        why = self.gate.admit(self._chunk_publishers(), time.monotonic_ns())
         if why is not None:
             self._reject("chunk", "unauthorized_source", why)
             return
@@ -472,7 +470,7 @@ class ControllerNode(Node):
         chunks is still seen) and at the inputs' liveness (simulated time advancing counts as /clock);
         publishes diagnostics at once when an input stops or comes back, or a stranger appears."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        foreign = self.gate.observe(self._publishers(), mono)
+        foreign = self.gate.observe(self._chunk_publishers(), mono)
         if foreign:
             names = ", ".join(e.label for e in foreign)
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
@@ -504,28 +502,6 @@ class ControllerNode(Node):
             return OK, "all inputs arriving", values
         return max(level for level, _ in problems), "; ".join(text for _, text in problems), values
 
-    def _loop_level(self, loop: dict) -> tuple[bytes, str]:
-        """On wall time the loop is WARN on any overrun or a p99 period error above half a period. On
-        simulated time the period is measured on ROS time, which advances in the steps /clock arrives in
-        (5 ms from the sim) and is delivered over DDS with the jitter of a loaded machine: its period
-        error and overruns describe the clock's delivery, not the controller, and a WARN there would be
-        permanent. What the controller answers for on simulated time is keeping up: WARN when it misses
-        more than SIM_MISSED_PERIODS_WARN of the simulated periods (it runs at a lower rate than the sim)
-        or when its own compute time exceeds a period; the timing figures stay as information at OK."""
-        if loop.get("cycles", 0) == 0:
-            return WARN, "no control cycle yet (waiting for the clock)"
-        if not self._use_sim_time:
-            if loop["overruns_window"] > 0 or loop["period_err_ms_p99"] > 0.5e3 * self._period_s:
-                return WARN, f"late cycles: p99 period error {loop['period_err_ms_p99']:.2f} ms, {loop['overruns_window']} overruns"
-            return OK, "on time"
-        missed = loop["overruns_window"] / max(1, loop["window"])
-        if loop["compute_ms_p99"] > 1e3 * self._period_s:
-            return WARN, f"compute time p99 {loop['compute_ms_p99']:.2f} ms exceeds the {1e3 * self._period_s:g} ms period"
-        if missed > SIM_MISSED_PERIODS_WARN:
-            return WARN, f"missing {100 * missed:.0f} % of the simulated control periods"
-        return OK, (f"keeping up with simulated time ({100 * missed:.1f} % of periods late by /clock delivery, "
-                    f"p99 period error {loop['period_err_ms_p99']:.1f} ms: information)")
-
     def _diagnostics(self) -> None:
         ex = self.core
         now_ns = self.get_clock().now().nanoseconds
@@ -548,7 +524,8 @@ class ControllerNode(Node):
             loop_values["skipped_cycles"] = skipped  # deadlines dropped when the loop fell a whole period behind
         if self._loop_mode == "inline":
             loop_values["late_callbacks"] = self._late_callbacks
-        loop_level, loop_msg = self._loop_level(loop)
+        ok, loop_msg = assess(loop, self._period_s, self._use_sim_time)
+        loop_level = OK if ok else WARN
 
         state = {
             "mode": mode,

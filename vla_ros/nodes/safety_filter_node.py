@@ -122,8 +122,10 @@ class SafetyFilterNode(Node):
     def _make_watchdog(self) -> Watchdog:
         p = self._params
         watches = {
-            "joint_states": InputWatch("joint states on /joint_states", p["joint_state_timeout_s"], ERROR, "robot driver or simulator dead?"),
-            "chunks": InputWatch("chunk on /vla/action_chunk", p["chunk_timeout_s"], WARN, "policy dead, frozen or idle?"),
+            "joint_states": InputWatch(f"joint states on {self.resolve_topic_name('/joint_states')}", p["joint_state_timeout_s"], ERROR,
+                                       "robot driver or simulator dead?"),
+            "chunks": InputWatch(f"chunk on {self.resolve_topic_name('/vla/action_chunk')}", p["chunk_timeout_s"], WARN,
+                                 "policy dead, frozen or idle?"),
         }
         if self._use_sim_time:
             watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
@@ -211,6 +213,13 @@ class SafetyFilterNode(Node):
             self._resets += 1
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it are refused")
 
+    def _episode_start(self, now_ns: int) -> int | None:
+        """When the current episode began, or None; forgotten when it lies ahead of now (time restarted
+        without an announcement: every message would otherwise be refused as before the episode)."""
+        if self._episode_start_ns is not None and self._episode_start_ns > now_ns + STAMP_GRACE_NS:
+            self._episode_start_ns = None
+        return self._episode_start_ns
+
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = ns_from_time_msg(msg.header.stamp)
         names = tuple(msg.name)
@@ -220,9 +229,9 @@ class SafetyFilterNode(Node):
         if len(msg.position) != len(names):
             self.rejections.reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
             return
-        if self._episode_start_ns is not None and stamp < self._episode_start_ns:
-            self.rejections.reject("joint state", "joint_state_before_reset",
-                                   f"stamped {(self._episode_start_ns - stamp) * 1e-9:.3f} s before the episode began")
+        start = self._episode_start(self.get_clock().now().nanoseconds)
+        if start is not None and stamp < start:
+            self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
             return
         positions = np.asarray(msg.position, dtype=np.float64)
         needed = self.robot.joint_names if self.robot is not None else names
@@ -263,10 +272,10 @@ class SafetyFilterNode(Node):
             except ChunkError as err:
                 out, report = None, FilterReport.reject(err.code, str(err), points_in=len(msg.points))
             else:
-                if self._episode_start_ns is not None and 0 < stamp_ns < self._episode_start_ns:
+                start = self._episode_start(now_ns)
+                if start is not None and 0 < stamp_ns < start:
                     out, report = None, FilterReport.reject(
-                        "before_reset", f"stamped {(self._episode_start_ns - stamp_ns) * 1e-9:.3f} s before the episode began",
-                        points_in=chunk.horizon)
+                        "before_reset", f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began", points_in=chunk.horizon)
                 else:
                     out, report = filt.filter(chunk, self._state, now_ns)
         if out is not None:  # unchanged chunks go out as they came (same message, same stamp)
