@@ -273,9 +273,10 @@ class ControllerNode(Node):
     def _on_episode_reset(self, msg: Header) -> None:
         stamp_ns, episode = reset_from_msg(msg)
         with self._lock:
-            new = self.core.reset_episode(stamp_ns, "" if episode is None else str(episode))
-            first = self.core.counters["starts"] == 0 and self.core.counters["resets"] == 0
-        if new and not first:
+            resets = self.core.counters["resets"]
+            self.core.reset_episode(stamp_ns, "" if episode is None else str(episode))
+            counted = self.core.counters["resets"] > resets  # not the start-up announcement, not a repeat
+        if counted:
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state")
 
     def _joint_index(self, names: tuple[str, ...]) -> np.ndarray | None:

@@ -207,7 +207,8 @@ class SafetyFilterNode(Node):
         state = self._state
         # Drop the previous episode's joint state: stamped before the new episode began, or, when time
         # restarts (the episode begins before now), anything received so far.
-        if state is not None and (state.stamp_ns < stamp_ns or stamp_ns + STAMP_GRACE_NS < now_ns and not first):
+        restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
+        if state is not None and (state.stamp_ns < stamp_ns or restarted):
             self._state = None
         if not first:
             self._resets += 1
