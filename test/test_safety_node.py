@@ -438,7 +438,7 @@ def test_stopped_inputs_are_reported_on_the_steady_clock_while_simulated_time_st
 
     latest = lambda: inputs[-1] if inputs else (DiagnosticStatus(), {})  # noqa: E731
     try:
-        assert spin_until(lambda: latest()[0].message == "all inputs arriving" and latest()[1]["chunks.silence_s"] != "never"), latest()
+        assert spin_until(lambda: latest()[0].message == "all inputs arriving" and latest()[1]["silence_s.chunks"] != "never"), latest()
         assert latest()[0].level == DiagnosticStatus.OK
         sim["chunks"] = False
         assert spin_until(lambda: "no chunk on /wd/action_chunk" in latest()[0].message), latest()
@@ -446,7 +446,7 @@ def test_stopped_inputs_are_reported_on_the_steady_clock_while_simulated_time_st
         sim["clock"] = False
         assert spin_until(lambda: "simulated time (/clock)" in latest()[0].message and "no joint states" in latest()[0].message), latest()
         assert latest()[0].level == DiagnosticStatus.ERROR and "simulator dead or paused?" in latest()[0].message
-        assert float(latest()[1]["joint_states.silence_s"]) > 0.5
+        assert float(latest()[1]["silence_s.joint_states"]) > 0.5
         sim["clock"] = sim["chunks"] = True
         assert spin_until(lambda: latest()[0].level == DiagnosticStatus.OK), latest()
     finally:

@@ -124,6 +124,7 @@ class ControllerNode(Node):
         self.gate = SourceGate(resolve_trusted(p["trusted_publishers"], self.get_namespace()))  # ValueError -> exit 2
         self._chunks_deserialized = 0
         self._foreign_reported = False
+        self._unnamed_before: set[str] = set()
         self._js_index: dict[tuple[str, ...], np.ndarray | None] = {}
         self._last_tick_ns: int | None = None
         self._published = 0
@@ -472,11 +473,16 @@ class ControllerNode(Node):
         publishes diagnostics at once when an input stops or comes back, or a stranger appears."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
         foreign = self.gate.observe(self._chunk_publishers(), mono)
+        # An endpoint is unnamed for a moment after discovery (the filter's too, at start-up): the gate
+        # refuses its chunks meanwhile, but it is reported only if it stays unnamed for two checks.
+        unnamed = {e.gid for e in foreign if not e.node}
+        foreign = [e for e in foreign if e.node or e.gid in self._unnamed_before]
+        self._unnamed_before = unnamed
         if foreign:
             names = ", ".join(e.label for e in foreign)
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
                                 "chunks are refused while it is there", "source.untrusted")
-        if "clock" in self.watchdog.watches and ros != self._last_ros_ns:
+        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
             self._last_ros_ns = ros
             self.watchdog["clock"].seen(mono, None)
         stopped, changed = self.watchdog.check(mono, ros)

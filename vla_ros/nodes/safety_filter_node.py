@@ -297,7 +297,7 @@ class SafetyFilterNode(Node):
         """Steady-clock timer: simulated time advancing counts as /clock arriving; publish at once when an
         input stops or comes back."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        if "clock" in self.watchdog.watches and ros != self._last_ros_ns:
+        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
             self._last_ros_ns = ros
             self.watchdog["clock"].seen(mono, None)
         stopped, changed = self.watchdog.check(mono, ros)

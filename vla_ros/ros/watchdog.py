@@ -84,9 +84,9 @@ class Watchdog:
         return stopped, changed
 
     def values(self, mono_ns: int, ros_ns: int | None = None) -> dict[str, float | str]:
-        """Silence per input for diagnostics (``<key>.silence_s``, "never" before the first message)."""
+        """Silence per input for diagnostics (``silence_s.<key>``, "never" before the first message)."""
         out: dict[str, float | str] = {}
         for key, watch in self.watches.items():
             silence = watch.silence_s(mono_ns, ros_ns)
-            out[f"{key}.silence_s"] = "never" if silence is None else silence
+            out[f"silence_s.{key}"] = "never" if silence is None else silence
         return out
