@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
@@ -157,14 +157,143 @@ def test_bad_chunks_are_rejected_with_the_reason_and_nothing_passes(graph, make,
     assert int(kv[f"rejected.{code}"]) >= 1
 
 
-def _set(probe, name, value):
-    client = probe.node.create_client(SetParameters, "/safety_filter/set_parameters")
+def _pv(value) -> ParameterValue:
+    if isinstance(value, bool):
+        return ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value)
+    if isinstance(value, int):
+        return ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value)
     if isinstance(value, float):
-        pv = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
-    else:
-        pv = ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=value)
-    result = probe.call(client, SetParameters.Request(parameters=[ParameterMsg(name=name, value=pv)]))
+        return ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+    return ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=value)
+
+
+def _set(probe, name, value, node="safety_filter"):
+    client = probe.node.create_client(SetParameters, f"/{node}/set_parameters")
+    result = probe.call(client, SetParameters.Request(parameters=[ParameterMsg(name=name, value=_pv(value))]))
     return result.results[0]
+
+
+def _get(probe, name, node="safety_filter"):
+    from rcl_interfaces.srv import GetParameters
+
+    client = probe.node.create_client(GetParameters, f"/{node}/get_parameters")
+    v = probe.call(client, GetParameters.Request(names=[name])).values[0]
+    return {ParameterType.PARAMETER_BOOL: v.bool_value, ParameterType.PARAMETER_INTEGER: v.integer_value,
+            ParameterType.PARAMETER_DOUBLE: v.double_value}.get(v.type, list(v.string_array_value))
+
+
+def _filter_values(probe):
+    """The newest periodic 'filter' status values (published every second)."""
+    n = len(_statuses(probe.rec, "safety_filter: filter"))
+    assert probe.spin_until(lambda: len(_statuses(probe.rec, "safety_filter: filter")) > n, 20)
+    return _statuses(probe.rec, "safety_filter: filter")[-1][1]
+
+
+def test_a_huge_chunk_is_refused_before_it_is_deserialized(graph):
+    q, stamp = _latest(graph)
+    msg = _traj([q], 0.1, stamp)
+    msg.points = [msg.points[0]] * 100_000
+    assert _send_and_wait(graph, msg, wall_s=60) == []
+    status, kv = _statuses(graph.rec, "chunk rejected")[-1]
+    assert kv["reason"] == "too_many_points" and "100000 points > max_points=1000 (refused before deserializing)" in kv["detail"]
+
+
+def test_joint_states_are_validated_where_they_arrive_and_refusals_counted(graph):
+    """A NaN, an unstamped and a ragged joint state are refused on arrival, each counted under its own
+    reason (before, a NaN was noticed only when a chunk came, and not counted; stamp 0 was taken as now)."""
+    before = _filter_values(graph)
+    pub = graph.node.create_publisher(JointState, "/joint_states", 10)
+    q, stamp = _latest(graph)
+    nan = JointState(name=list(COMMANDED_JOINTS), position=[float("nan")] + list(q[1:]))
+    nan.header.stamp = stamp
+    unstamped = JointState(name=list(COMMANDED_JOINTS), position=list(q))
+    ragged = JointState(name=list(COMMANDED_JOINTS), position=list(q[:3]))
+    ragged.header.stamp = stamp
+    codes = ("joint_state_non_finite", "joint_state_unstamped", "joint_state_size")
+    assert graph.spin_until(lambda: pub.get_subscription_count() > 0, 20)
+    for msg in (nan, unstamped, ragged):
+        pub.publish(msg)
+
+    def counted():
+        values = _statuses(graph.rec, "safety_filter: filter")[-1][1]
+        return all(int(values.get(f"rejected.{c}", 0)) > int(before.get(f"rejected.{c}", 0)) for c in codes)
+    assert graph.spin_until(counted, 30), _statuses(graph.rec, "safety_filter: filter")[-1][1]
+    graph.node.destroy_publisher(pub)
+    # The sim's good joint states still pass chunks.
+    q, stamp = _latest(graph)
+    assert len(_send_and_wait(graph, _traj(q + np.outer(np.arange(1, 6) / 50, np.r_[np.ones(6) * 0.1, 0.0]), 0.1, stamp, t0=0.4))) == 1
+
+
+def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_measured_state_passes(graph):
+    """The episode announcement: chunks stamped before the new episode are refused (before_reset); the
+    first chunk of the new episode that starts at the measured state passes (no unreachable_first_point
+    deadlock). The announcement is latched (transient local), so this runs late in the module."""
+    from std_msgs.msg import Header
+
+    from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos
+
+    q_old, stamp_old = _latest(graph)
+    graph.spin_for_sim(0.2)
+    q, stamp = _latest(graph)
+    graph.reset_pub = graph.node.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())  # kept: latched
+    graph.reset_pub.publish(Header(frame_id="7", stamp=stamp))
+    graph.spin_for_sim(0.1)
+    assert _send_and_wait(graph, _traj([q_old, q_old], 0.1, stamp_old, t0=0.4)) == []
+    assert _statuses(graph.rec, "chunk rejected")[-1][1]["reason"] == "before_reset"
+    q, stamp = _latest(graph)
+    first = _traj(q + np.outer(np.arange(0, 5) / 50, np.r_[np.ones(6) * 0.05, 0.0]), 0.1, stamp, t0=0.3)
+    out = _send_and_wait(graph, first)
+    assert len(out) == 1, _statuses(graph.rec, "chunk rejected")[-1:]
+    episode = lambda: [kv["episode"] for _, kv in _statuses(graph.rec, "safety_filter: inputs")][-1:]  # noqa: E731
+    assert graph.spin_until(lambda: episode() == ["7"], 20), episode()
+
+
+def test_a_second_filter_started_with_the_opt_in_may_be_loosened_and_says_so(graph, tmp_path):
+    """allow_runtime_loosening:=true (read-only) lets a loosening through, logged at WARN and reported on
+    /diagnostics as loosened. On its own topics, so the module's strict filter is untouched."""
+    log_path = tmp_path / "loose.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vla_ros.nodes.safety_filter_node", "--ros-args", "-r", "__node:=safety_filter_loose",
+         "--params-file", str(REPO / "config" / "safety_filter.yaml"), "-p", "use_sim_time:=true",
+         "-r", "/vla/action_chunk:=/loose/action_chunk", "-r", "/vla/safe_action_chunk:=/loose/safe_action_chunk",
+         "-p", "allow_runtime_loosening:=true"],
+        stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)  # fmt: skip
+    try:
+        assert graph.spin_until(lambda: any(s.message == "filtering" for s, _ in _statuses(graph.rec, "safety_filter_loose: filter")), 120), log_path.read_text()[-2000:]
+        assert _set(graph, "table_enabled", False, node="safety_filter_loose").successful
+        assert _get(graph, "table_enabled", node="safety_filter_loose") is False
+        assert graph.spin_until(lambda: any("table_enabled: True -> False (loosened)" in s.message and s.level == DiagnosticStatus.WARN
+                                            for s, _ in _statuses(graph.rec, "safety_filter_loose: parameters")), 20)
+        assert "parameter table_enabled: True -> False (loosened) (allowed by allow_runtime_loosening)" in log_path.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=30)
+    assert code == 0, log_path.read_text()[-2000:]
+
+
+@pytest.mark.parametrize("name, loose", [
+    ("table_enabled", False), ("check_stopping", False), ("workspace_enabled", False), ("clearance_m", 0.0),
+    ("default_acceleration_rad_s2", 1000.0), ("position_margin_rad", 0.0), ("max_time_scale", 50.0),
+    ("max_chunk_age_s", 5.0), ("max_horizon_s", 300.0), ("self_clearance_m", 0.0),
+])
+def test_every_loosening_at_run_time_is_refused_naming_the_parameter_and_reads_back_unchanged(graph, name, loose):
+    was = _get(graph, name)
+    result = _set(graph, name, loose)
+    assert not result.successful and result.reason.startswith(name) and "allow_runtime_loosening" in result.reason, result.reason
+    assert _get(graph, name) == was
+
+
+def test_removing_an_obstacle_is_refused_adding_one_and_tightening_are_taken_and_reported(graph):
+    far_box = ["box name=far center=5,5,5 size=0.1,0.1,0.1"]  # out of reach: changes no chunk of the other tests
+    assert _set(graph, "obstacles", far_box).successful
+    refused = _set(graph, "obstacles", [""])
+    assert not refused.successful and "obstacles: removing or changing" in refused.reason
+    assert _get(graph, "obstacles") == far_box
+    assert _set(graph, "clearance_m", 0.012).successful  # tightening
+    assert _get(graph, "clearance_m") == 0.012
+    assert graph.spin_until(lambda: any("clearance_m: 0.01 -> 0.012" in s.message for s, _ in _statuses(graph.rec, "safety_filter: parameters")), 20)
+    values = _filter_values(graph)
+    assert values["params.change.0"] == "clearance_m: 0.01 -> 0.012" and int(values["params.refused"]) >= 1
 
 
 def test_parameter_changes_are_validated_and_never_loosen_the_urdf(graph):
@@ -179,14 +308,14 @@ def test_parameter_changes_are_validated_and_never_loosen_the_urdf(graph):
     # A stricter velocity limit is taken at once: the same benign chunk now comes back slowed down.
     ok = _set(graph, "limit_overrides", ["shoulder_pan_joint: velocity=0.05"])
     assert ok.successful, ok.reason
-    try:
-        q, stamp = _latest(graph)
-        pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.1, 0, 0, 0, 0, 0, 0])  # 0.1 rad/s on the pan joint
-        out = _send_and_wait(graph, _traj(pts, 0.1, stamp))
-        assert len(out) == 1
-        assert seconds_from_duration_msg(out[0].points[-1].time_from_start) > 1.5  # stretched about 2x
-    finally:
-        assert _set(graph, "limit_overrides", [""]).successful
+    q, stamp = _latest(graph)
+    pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.1, 0, 0, 0, 0, 0, 0])  # 0.1 rad/s on the pan joint
+    out = _send_and_wait(graph, _traj(pts, 0.1, stamp))
+    assert len(out) == 1
+    assert seconds_from_duration_msg(out[0].points[-1].time_from_start) > 1.5  # stretched about 2x
+    # Taking the override back loosens the limit: refused at run time (the last graph test, so it stays).
+    back = _set(graph, "limit_overrides", [""])
+    assert not back.successful and "shoulder_pan_joint velocity 0.05 -> 2" in back.reason
 
 
 def test_without_robot_model_or_joint_state_nothing_passes_and_it_says_so():
@@ -248,6 +377,78 @@ def test_without_robot_model_or_joint_state_nothing_passes_and_it_says_so():
         pub_chunk.publish(chunk_now())
         assert spin_until(lambda: rec["safe"]), mine("chunk rejected")[-1:] if mine("chunk rejected") else "nothing"
         assert rec["safe"][0].joint_names == list(COMMANDED_JOINTS)
+    finally:
+        ex.shutdown()
+        node.destroy_node()
+        peer.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_stopped_inputs_are_reported_on_the_steady_clock_while_simulated_time_stands_still():
+    """An in-process filter on simulated time whose /clock, joint states and chunks come from this test:
+    with the policy silent the inputs status warns naming the chunk topic; with the clock and the joint
+    states stopped too (a dead simulator) it is ERROR and says so; the ROS-time joint state age, which
+    stood still at a few ms for the whole outage in the issue, is no longer the only witness."""
+    import time
+
+    from rosgraph_msgs.msg import Clock as ClockMsg
+
+    from vla_ros.nodes.safety_filter_node import SafetyFilterNode
+    from vla_ros.ros.time import time_msg_from_ns
+
+    ctx = Context()
+    rclpy.init(context=ctx)
+    remap = ["--ros-args", "-r", "__node:=safety_filter_wd", "-p", "use_sim_time:=true", "-r", "/clock:=/wd/clock",
+             "-r", "/joint_states:=/wd/joint_states", "-r", "/vla/action_chunk:=/wd/action_chunk",
+             "-r", "/vla/safe_action_chunk:=/wd/safe_action_chunk", "-p", f"robot_description_file:={default_urdf_path()}",
+             "-p", "diagnostics_period_s:=0.2"]
+    node = SafetyFilterNode(context=ctx, cli_args=remap)
+    peer = Node("wd_probe", context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    ex.add_node(peer)
+    inputs = []
+    peer.create_subscription(DiagnosticArray, "/diagnostics", lambda m: inputs.extend(
+        (s, {v.key: v.value for v in s.values}) for s in m.status if s.name == "safety_filter_wd: inputs"), 100)
+    clock_pub = peer.create_publisher(ClockMsg, "/wd/clock", 10)
+    js_pub = peer.create_publisher(JointState, "/wd/joint_states", 10)
+    chunk_pub = peer.create_publisher(JointTrajectory, "/wd/action_chunk", 10)
+    sim = {"ns": 50_000_000_000, "clock": True, "chunks": True}
+
+    def tick():
+        if not sim["clock"]:
+            return
+        sim["ns"] += 10_000_000
+        clock_pub.publish(ClockMsg(clock=time_msg_from_ns(sim["ns"])))
+        js = JointState(name=list(COMMANDED_JOINTS), position=list(HOME_Q))
+        js.header.stamp = time_msg_from_ns(sim["ns"])
+        js_pub.publish(js)
+        if sim["chunks"] and sim["ns"] % 100_000_000 == 0:
+            chunk_pub.publish(_traj([np.array(HOME_Q)] * 3, 0.1, time_msg_from_ns(sim["ns"])))
+
+    peer.create_timer(0.01, tick)
+
+    def spin_until(pred, wall_s=30.0):
+        end = time.monotonic() + wall_s
+        while time.monotonic() < end:
+            ex.spin_once(timeout_sec=0.02)
+            if pred():
+                return True
+        return False
+
+    latest = lambda: inputs[-1] if inputs else (DiagnosticStatus(), {})  # noqa: E731
+    try:
+        assert spin_until(lambda: latest()[0].message == "all inputs arriving" and latest()[1]["silence_s.chunks"] != "never"), latest()
+        assert latest()[0].level == DiagnosticStatus.OK
+        sim["chunks"] = False
+        assert spin_until(lambda: "no chunk on /wd/action_chunk" in latest()[0].message), latest()
+        assert latest()[0].level == DiagnosticStatus.WARN and "policy dead, frozen or idle?" in latest()[0].message
+        sim["clock"] = False
+        assert spin_until(lambda: "simulated time (/clock)" in latest()[0].message and "no joint states" in latest()[0].message), latest()
+        assert latest()[0].level == DiagnosticStatus.ERROR and "simulator dead or paused?" in latest()[0].message
+        assert float(latest()[1]["silence_s.joint_states"]) > 0.5
+        sim["clock"] = sim["chunks"] = True
+        assert spin_until(lambda: latest()[0].level == DiagnosticStatus.OK), latest()
     finally:
         ex.shutdown()
         node.destroy_node()

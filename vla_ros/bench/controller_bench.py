@@ -9,7 +9,10 @@ The bench process plays the rest of the system on private topics: a perfect robo
 0.2 s, stamped 30 ms in the past), so the controller samples, blends and publishes as it would in use.
 
 Two phases of ``--seconds`` each, after a warm-up: ``idle`` (nothing else running) and ``loaded``, with
-a load beside it. ``--load policy`` (the default) is the real ``policy_node`` with the shipped model at
+a load beside it; with ``--oversized`` a phase between them in which a trusted sender puts a
+100,000-point chunk on the controller's input every second (the controller reads the size from the
+message's bytes and refuses it before deserializing it), reporting also the largest gap between two
+commands as the rig received them. ``--load policy`` (the default) is the real ``policy_node`` with the shipped model at
 10 Hz on one thread, fed the rig's joint states and a synthetic 320x240 rgb8 camera at 30 Hz on private
 topics, so it runs inference every tick (its chunks go to a private topic the bench counts, not to the
 controller); ``--load torch`` is one Python process doing float32 matrix products with torch on one
@@ -40,6 +43,10 @@ import numpy as np
 GOAL_P99_MS = {"idle": 1.0, "loaded": 2.0}
 NODE_NAME = "bench_controller"
 POLICY_NODE_NAME = "bench_policy"
+RIG_NODE_NAME = "bench_controller_rig"
+BIG_NODE_NAME = "bench_big_chunks"
+BIG_POINTS = 100_000  # issue 14: one such chunk froze the loop for 5 s before it was refused
+BIG_PERIOD_S = 1.0
 PREFIX = "/bench_controller"
 HOME = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
 LOADS = ("policy", "torch")
@@ -76,6 +83,29 @@ def _policy_cmd() -> list[str]:
     ]  # fmt: skip
 
 
+def _big_chunk_cmd() -> list[str]:
+    """A trusted process that sends a 100,000-point chunk every second on the controller's input (trusted,
+    so the chunk reaches the size check; its own process, so building and sending the message does not
+    stall the rig that measures the command stream)."""
+    script = (
+        "import sys, time, rclpy\n"
+        "from rclpy.node import Node\n"
+        "from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint\n"
+        "from vla_ros.chunks import COMMANDED_JOINTS\n"
+        "rclpy.init()\n"
+        f"node = Node({BIG_NODE_NAME!r})\n"
+        f"pub = node.create_publisher(JointTrajectory, {PREFIX + '/safe_action_chunk'!r}, 1)\n"
+        "msg = JointTrajectory(joint_names=list(COMMANDED_JOINTS))\n"
+        f"msg.points = [JointTrajectoryPoint(positions=list({HOME!r}))] * {BIG_POINTS}\n"
+        "while True:\n"
+        "    msg.header.stamp = node.get_clock().now().to_msg()\n"
+        "    pub.publish(msg)\n"
+        "    print('sent', flush=True)\n"
+        f"    time.sleep({BIG_PERIOD_S})\n"
+    )
+    return [sys.executable, "-c", script]
+
+
 def _steal_ticks() -> tuple[int, int]:
     """(steal, total) CPU ticks of the whole machine so far (Linux /proc/stat): time a hypervisor ran
     something else while this VM's CPUs wanted to run, which no scheduling inside the VM can win back."""
@@ -109,11 +139,14 @@ class _Rig:
         self._rclpy = rclpy
         self._context = rclpy.Context()
         rclpy.init(context=self._context)
-        self.node = Node("bench_controller_rig", context=self._context)
+        self.node = Node(RIG_NODE_NAME, context=self._context)
         self._joints = list(COMMANDED_JOINTS)
         self._q = np.array(HOME)
         self._v = np.zeros(len(HOME))
         self.commands = 0
+        self.command_times: list[int] = []  # monotonic ns of each command, while recording
+        self.recording = False
+        self.state: dict[str, str] = {}
         self.policy_chunks = 0
         self.loop: dict[str, str] = {}
         self.policy: dict[str, str] = {}
@@ -150,6 +183,8 @@ class _Rig:
         self._v = (q - self._q) / 0.01
         self._q = q
         self.commands += 1
+        if self.recording:
+            self.command_times.append(time.monotonic_ns())
 
     def _on_policy_chunk(self, msg) -> None:
         self.policy_chunks += 1
@@ -160,6 +195,9 @@ class _Rig:
                 with self._lock:
                     self.loop = {kv.key: kv.value for kv in status.values}
                     self.loop_reports += 1
+            elif status.name == f"{NODE_NAME}: state":
+                with self._lock:
+                    self.state = {kv.key: kv.value for kv in status.values}
             elif status.name == f"{POLICY_NODE_NAME}: policy":
                 with self._lock:
                     self.policy = {kv.key: kv.value for kv in status.values} | {"_message": status.message}
@@ -229,6 +267,30 @@ def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
     }
 
 
+def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log) -> dict:
+    """Idle rig plus a 100,000-point chunk every second: the loop's figures, the largest gap between two
+    commands as the rig received them (wall time), and how many of the chunks the controller refused."""
+    big_log = tempfile.TemporaryFile()
+    big = subprocess.Popen(_big_chunk_cmd(), stdout=big_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        log(f"oversized: measuring {cycles} cycles with a {BIG_POINTS}-point chunk every {BIG_PERIOD_S:g} s")
+        _wait(lambda: "sent" in _log_tail(big_log) or big.poll() is not None, 120, "the first oversized chunk")
+        if big.poll() is not None:
+            raise RuntimeError(f"the oversized-chunk sender exited: {_log_tail(big_log)}")
+        refused0 = int(rig.state.get("rejected.too_long", 0))
+        rig.command_times, rig.recording = [], True
+        figures = _measure(rig, pid, cycles, seconds * 3 + 30)
+        rig.recording = False
+        gaps_ms = np.diff(np.array(rig.command_times)) * 1e-6 if len(rig.command_times) > 1 else np.zeros(1)
+        figures["max_command_gap_ms"] = round(float(gaps_ms.max()), 3)
+        figures["command_gaps_over_20ms"] = int((gaps_ms > 20.0).sum())
+        _wait(lambda: int(rig.state.get("rejected.too_long", 0)) > refused0, 10, "the controller's report of a refused chunk")
+        figures["oversized_refused"] = int(rig.state.get("rejected.too_long", 0)) - refused0
+        return figures
+    finally:
+        _stop(big)
+
+
 def _stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -257,6 +319,7 @@ def run(
     realtime_priority: int = 0,
     loop_mode: str = "auto",
     blend: bool = True,
+    oversized: bool = False,
     log=print,
 ) -> dict:
     """``load``: policy or torch; a ``load_cmd`` replaces it with any command."""
@@ -277,6 +340,7 @@ def run(
         "-p", "diagnostics_rate_hz:=2.0",
         "-p", f"realtime_priority:={realtime_priority}",
         "-p", f"loop_mode:={loop_mode}",
+        "-p", f"trusted_publishers:=[/{RIG_NODE_NAME},/{BIG_NODE_NAME}]",  # they play the safety filter
     ]  # fmt: skip
     use_policy = load_cmd is None and load == "policy"
     if load_cmd:
@@ -299,6 +363,8 @@ def run(
         log(f"idle: measuring {cycles} cycles")
         result["idle"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
         result["loop_mode"] = rig.report()[1].get("loop_mode", "unknown")  # the node's resolved mode
+        if oversized:
+            result["oversized"] = _measure_oversized(rig, controller.pid, cycles, seconds, log)
         load_log = tempfile.TemporaryFile()
         load_proc = subprocess.Popen(load_argv, stdout=load_log, stderr=subprocess.STDOUT, start_new_session=True)
         if use_policy:  # loading torch and the model takes a while; measure only once chunks flow
@@ -358,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line of output is a JSON object.",
         epilog="example: vla-ros bench controller --seconds 20 --json\n"
         "         vla-ros bench controller --load torch --json\n"
+        "         vla-ros bench controller --oversized --load torch --json\n"
         "         vla-ros bench controller --load-cmd 'stress-ng --cpu 1' --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -373,16 +440,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop-mode", choices=LOOP_MODES, default="auto", help="the node's loop_mode parameter (auto = inline on wall time: cycles and callbacks in one thread)")
     parser.add_argument("--realtime-priority", type=int, default=0, help="the node's realtime_priority parameter (0 = normal scheduling, the default)")
     parser.add_argument("--no-blend", action="store_true", help="skip the blend-mode comparison (crossfade vs freeze)")
+    parser.add_argument("--oversized", action="store_true",
+                        help=f"add a phase with a {BIG_POINTS}-point chunk every {BIG_PERIOD_S:g} s from a trusted sender: "
+                        "the loop's figures and the largest gap in the command stream")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0:
         parser.error(f"--seconds must be > 0 and --warmup >= 0, got {args.seconds} and {args.warmup}")
     log = (lambda *_: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     result = run(
         seconds=args.seconds, warmup_s=args.warmup, load=args.load, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority,
-        loop_mode=args.loop_mode, blend=not args.no_blend, log=log,
+        loop_mode=args.loop_mode, blend=not args.no_blend, oversized=args.oversized, log=log,
     )
     if not args.json:
-        for phase in ("idle", "loaded"):
+        for phase in ("idle", "oversized", "loaded"):
+            if phase not in result:
+                continue
             print(f"{phase:>7}: " + ", ".join(f"{k} {v}" for k, v in result[phase].items()))
     print(json.dumps(result))
     return 0

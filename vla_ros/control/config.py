@@ -1,20 +1,22 @@
 """Controller configuration and the joint limits it enforces (no rclpy import).
 
-Velocity and position limits come from the URDF (``<limit velocity lower upper>``), the same file the
-simulator and the safety filter read, so the three never disagree; acceleration limits are not part of
-URDF and come from the configuration, one value for revolute and one for prismatic joints.
+Velocity and position limits come from the URDF (``<limit velocity lower upper>``) through
+``vla_ros.urdf_limits``, the reader the safety filter uses too, so the two never disagree about a limit;
+acceleration limits are not part of URDF and come from the configuration, one value for revolute and one
+for prismatic joints.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from vla_ros.urdf_limits import UrdfJointLimits, limits_for
 
 BLEND_MODES = ("crossfade", "freeze")
 
@@ -24,50 +26,10 @@ def bundled_urdf_path() -> Path:
     return Path(str(resources.files("vla_ros") / "description" / "vla_arm.urdf"))
 
 
-@dataclasses.dataclass(frozen=True)
-class UrdfJointLimits:
-    """Limits of named joints, in the order asked for. ``prismatic[j]`` is True for linear joints."""
-
-    names: tuple[str, ...]
-    lower: np.ndarray
-    upper: np.ndarray
-    velocity: np.ndarray
-    prismatic: np.ndarray
-
-
 def limits_from_urdf(path: Path | str, joints: Sequence[str]) -> UrdfJointLimits:
-    """Read ``<limit>`` of each joint in ``joints``. Raises ValueError naming the joint that lacks one."""
-    try:
-        root = ET.parse(str(path)).getroot()
-    except ET.ParseError as err:
-        raise ValueError(f"robot description {path} is not valid XML: {err}") from None
-    by_name = {j.get("name"): j for j in root.iter("joint")}
-    lower, upper, velocity, prismatic = [], [], [], []
-    for name in joints:
-        joint = by_name.get(name)
-        if joint is None:
-            raise ValueError(f"joint {name!r} is not in {path}; it has {sorted(n for n in by_name if n)}")
-        kind = joint.get("type")
-        if kind not in ("revolute", "prismatic", "continuous"):
-            raise ValueError(f"joint {name!r} in {path} is {kind!r}; only revolute, continuous and prismatic joints can be commanded")
-        limit = joint.find("limit")
-        if limit is None or limit.get("velocity") is None:
-            raise ValueError(f"joint {name!r} in {path} has no <limit velocity=...>")
-        velocity.append(float(limit.get("velocity")))
-        if kind == "continuous":
-            lower.append(-math.inf)
-            upper.append(math.inf)
-        else:
-            lower.append(float(limit.get("lower", "0")))
-            upper.append(float(limit.get("upper", "0")))
-        prismatic.append(kind == "prismatic")
-    return UrdfJointLimits(
-        names=tuple(joints),
-        lower=np.array(lower),
-        upper=np.array(upper),
-        velocity=np.array(velocity),
-        prismatic=np.array(prismatic, dtype=bool),
-    )
+    """Position and velocity limits of ``joints`` from the URDF (the reader the safety filter uses too).
+    Raises ValueError naming the joint that lacks one."""
+    return limits_for(Path(path), joints)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +48,8 @@ class ControllerConfig:
             ``freeze`` (old chunk kept for ``freeze_periods``, then one cubic to the new chunk).
         blend_horizon_s: how long a new chunk takes to take over the running one.
         freeze_periods: control periods of the old chunk that ``freeze`` keeps (already committed).
-        chunk_timeout_s: a chunk whose stamp (observation time) is older than this stops the arm even
-            if it still has points: it was computed from stale observations.
+        max_chunk_age_s: a chunk whose stamp (observation time) is older than this is refused, and stops
+            the arm if it is still being executed: it was computed from stale observations.
         max_chunk_future_s: chunks stamped further ahead of the controller's clock are rejected (a clock
             mismatch, or a chunk from before a simulator reset).
         joint_state_timeout_s: without joint states for this long the arm is stopped and held.
@@ -96,6 +58,10 @@ class ControllerConfig:
             their range, which is what the safety filter's segment checks assume; arbitrary tangents
             can bulge past it.
         max_chunk_points: capacity of the preallocated buffers; longer chunks are rejected.
+        path_tolerance_rad / path_tolerance_m: largest distance of a revolute / prismatic joint's measured
+            position from every command of the last ``PATH_TOLERANCE_WINDOW_S`` (so servo lag does not
+            count) before the controller drops its plan and re-anchors at the measured state (the arm was
+            moved by someone else: a simulator reset, a hand, another controller); 0 = not checked.
     """
 
     joint_names: tuple[str, ...]
@@ -107,11 +73,14 @@ class ControllerConfig:
     blend_mode: str = "crossfade"  # measured better than freeze: lower deviation, same velocity steps
     blend_horizon_s: float = 0.2  # absorbs a 0.07 rad chunk-to-chunk offset at 10 rad/s^2
     freeze_periods: int = 3  # what a JTC with lookahead has typically already been sent
-    chunk_timeout_s: float = 2.0  # longer than one chunk plus policy latency
+    max_chunk_age_s: float = 2.0  # longer than one chunk plus policy latency
     max_chunk_future_s: float = 0.5
     joint_state_timeout_s: float = 0.5  # 50 missed joint-state messages at 100 Hz
     use_chunk_velocities: bool = False  # PCHIP stays between neighbouring waypoints, as the filter checked them
     max_chunk_points: int = 256
+    path_tolerance_rad: float = 0.3  # 0.25 s of servo lag is forgiven; a reset or a push moves far more
+    path_tolerance_m: float = 0.0  # off: a gripper closed on an object never reaches its command
+    prismatic: tuple[bool, ...] = ()  # per joint (from the URDF); empty = every joint revolute
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -138,12 +107,18 @@ class ControllerConfig:
             raise ValueError(f"blend_horizon_s must be in (0, 2], got {self.blend_horizon_s}")
         if not 0 <= self.freeze_periods <= 50:
             raise ValueError(f"freeze_periods must be in [0, 50], got {self.freeze_periods}")
-        for field in ("chunk_timeout_s", "max_chunk_future_s", "joint_state_timeout_s"):
+        for field in ("max_chunk_age_s", "max_chunk_future_s", "joint_state_timeout_s"):
             value = getattr(self, field)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f"{field} must be finite and > 0, got {value}")
-        if self.chunk_timeout_s < 2.0 / self.rate_hz:
-            raise ValueError(f"chunk_timeout_s={self.chunk_timeout_s} is shorter than two control periods at rate_hz={self.rate_hz}")
+        if self.max_chunk_age_s < 2.0 / self.rate_hz:
+            raise ValueError(f"max_chunk_age_s={self.max_chunk_age_s} is shorter than two control periods at rate_hz={self.rate_hz}")
+        if self.prismatic and len(self.prismatic) != n:
+            raise ValueError(f"prismatic has {len(self.prismatic)} values for {n} joints {list(self.joint_names)}")
+        for field in ("path_tolerance_rad", "path_tolerance_m"):
+            value = getattr(self, field)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{field} must be finite and >= 0 (0 = not checked), got {value}")
         if not 1 <= self.max_chunk_points <= 100_000:
             raise ValueError(f"max_chunk_points must be in [1, 100000], got {self.max_chunk_points}")
 
@@ -177,8 +152,15 @@ class ControllerConfig:
             acceleration_limits=tuple(float(a) for a in accel),
             position_lower=tuple(float(v) for v in lim.lower),
             position_upper=tuple(float(v) for v in lim.upper),
+            prismatic=tuple(bool(p) for p in lim.prismatic),
             **kwargs,
         )
+
+    def path_tolerances(self) -> np.ndarray:
+        """(J,) path tolerance per joint, inf where not checked."""
+        prismatic = np.array(self.prismatic or (False,) * len(self.joint_names), dtype=bool)
+        tol = np.where(prismatic, self.path_tolerance_m, self.path_tolerance_rad)
+        return np.where(tol > 0.0, tol, np.inf)
 
     def replace(self, **changes) -> "ControllerConfig":
         return dataclasses.replace(self, **changes)

@@ -2,15 +2,22 @@
 
 ``update(now_ns, period_s)`` is the whole control cycle, with time passed in (the ros2_control shape):
 
-1. A backwards clock jump (a simulator reset) drops the plan and waits for a joint state of the new
-   timeline; the command restarts from the measured positions.
-2. A chunk received since the last cycle is checked against the clock (stamped too far ahead, already
-   over, too old) and blended into the running plan (see ``_build_blend``).
+1. Resets: an announced episode reset (``reset_episode``, the simulator's ``/vla/episode_reset``), a
+   backwards clock jump, or the measured state leaving the recent commands by more than the path
+   tolerance (the arm was moved by someone else) drops the plan and re-anchors the command at the
+   measured positions of the new episode, so the arm is held where it is, not pulled back. An announced
+   reset and the clock jump that comes with it (``reset_clock_on_reset``) count as one reset; chunks
+   and joint states stamped before the episode began are refused (``before_reset``).
+2. A chunk is checked on arrival (shape, finite values, position limits, segment velocities: defence in
+   depth behind the safety filter, refused with a reason rather than clamped) and, at the next cycle,
+   against the clock (stamped too far ahead, already over, too old); then it is blended into the running
+   plan (see ``_build_blend``).
 3. Watchdog: once no chunk covers the current time, or the chunk's observations are older than the
    timeout, or joint states stopped, the arm decelerates at the acceleration limits and holds. E-stop
    (latched until ``resume``) and disable stop the same way; disabled, the output goes silent once at rest.
 4. The plan is sampled at ``now`` and passed through a rate limiter that enforces the velocity and
-   acceleration limits and the position limits whatever the plan holds; it never raises.
+   acceleration limits and the position limits whatever the plan holds (the last line of defence); it
+   never raises.
 
 Chunk points are placed at their absolute times ``stamp + time_from_start``, so points whose time has
 passed are skipped: the policy's latency is compensated, and a late chunk joins where it should be now.
@@ -57,6 +64,17 @@ MAX_BLEND_HORIZON_S = 2.0
 MAX_CHUNK_SPAN_S = 3600.0
 # Tolerance for "the limiter changed the plan's command" (float round-off, not motion).
 LIMIT_TOL = 1e-9
+# Arrival checks: how far past a position limit (float round-off) and by what relative excess of a
+# velocity limit a chunk may be before it is refused. The filter rounds its times up to whole nanoseconds,
+# so what it passed meets the limits to far better than this.
+POSITION_CHECK_TOL = 1e-9
+VELOCITY_CHECK_RTOL = 1e-6
+# The path tolerance compares the measured state with every command of this last stretch of time, so a
+# servo lagging its command by up to this long is not a divergence.
+PATH_TOLERANCE_WINDOW_S = 0.25
+# An announced reset whose episode starts this much before the clock promises a backwards clock jump
+# (reset_clock_on_reset); the controller waits for it at most RESET_JUMP_WAIT_NS of the old timeline.
+RESET_JUMP_WAIT_NS = 1_000_000_000
 
 
 class Motion(enum.Enum):
@@ -110,6 +128,17 @@ class ChunkExecutor:
         self._preview_q = np.zeros(j)
         self._preview_v = np.zeros(j)
         self._set_limits(config)
+        # The last commands, for the path tolerance (a ring of PATH_TOLERANCE_WINDOW_S).
+        self._recent = np.zeros((max(2, int(math.ceil(PATH_TOLERANCE_WINDOW_S * config.rate_hz))), j))
+        self._recent_i = 0
+        self._path_checked_ns: int | None = None
+        # Episodes: the newest announced one, when it began (ROS time), and a reset waiting for its clock jump.
+        self.episode: str | None = None
+        self.episode_start_ns: int | None = None
+        self._await_jump_until_ns: int | None = None
+        self._jump_landed_ns: int | None = None
+        self.last_reset = ""  # reason and detail of the newest reset, for diagnostics
+        self.last_rejection = ""  # detail of the newest rejection, for logs and diagnostics
         # Inputs.
         self.q_meas = np.zeros(j)
         self.meas_stamp_ns: int | None = None
@@ -141,6 +170,7 @@ class ChunkExecutor:
         self._amax = np.array(self._amax_l)
         self._lower = np.array(self._lower_l)
         self._upper = np.array(self._upper_l)
+        self._path_tol = cfg.path_tolerances()
 
     def set_config(self, config: ControllerConfig) -> None:
         """Apply a new snapshot between cycles. Joints, rate and buffer sizes need a new executor."""
@@ -151,21 +181,28 @@ class ChunkExecutor:
         self._set_limits(config)
 
     # ---- inputs ----------------------------------------------------------------------------------
-    def _reject(self, code: str) -> str:
+    def _reject(self, code: str, detail: str = "") -> str:
         self.rejected[code] += 1
+        self.last_rejection = f"{code}: {detail}" if detail else code
         return code
 
     def submit_chunk(self, chunk: ActionChunk) -> str | None:
         """Check a chunk's content and keep it for the next cycle. Returns a rejection code or None.
 
         The safety filter already checked it; these checks are cheap and keep a misrouted message from
-        moving the arm. Time checks need the cycle's clock and happen in ``update``.
+        moving the arm: a point outside the position limits or a segment faster than the velocity limits
+        is refused with a reason (``last_rejection``), not clamped. Time checks need the cycle's clock
+        and happen in ``update``.
         """
         cfg = self.config
         if self.estopped:
             return self._reject("estopped")
         if not self.enabled:
             return self._reject("disabled")
+        if int(chunk.stamp_ns) == 0:
+            return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
+        if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
+            return self._reject("before_reset", f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began")
         names = list(chunk.joint_names)
         if len(set(names)) != len(names):
             return self._reject("duplicate_joint")
@@ -195,15 +232,43 @@ class ChunkExecutor:
                 return self._reject("non_finite")
             vel = np.empty_like(v)
             vel[:, order] = v
+        reason = self._check_limits(mapped, tfs, vel)
+        if reason is not None:
+            return self._reject(*reason)
         if self._pending is not None:
             self.counters["chunks_superseded"] += 1  # two chunks within one period: the newer wins
         self._pending = _Pending(int(chunk.stamp_ns), chunk.point_times_ns(), mapped, vel)
+        return None
+
+    def _check_limits(self, pos: np.ndarray, tfs: np.ndarray, vel: np.ndarray | None) -> tuple[str, str] | None:
+        """(code, detail) for the first point outside the position limits or the first segment (or given
+        velocity) above the velocity limits, in controller joint order; None when the chunk is within them."""
+        names = self.config.joint_names
+        outside = (pos < self._lower - POSITION_CHECK_TOL) | (pos > self._upper + POSITION_CHECK_TOL)  # (H, J)
+        if outside.any():
+            k, j = np.argwhere(outside)[0]
+            return "position_limit", (f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, "
+                                      f"{self._upper[j]:.6g}]")
+        if pos.shape[0] > 1:
+            v = np.diff(pos, axis=0) / np.diff(tfs)[:, None]  # (H-1, J) segment velocities
+            fast = np.abs(v) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
+            if fast.any():
+                k, j = np.argwhere(fast)[0]
+                return "velocity_limit", (f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
+                                          f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)")
+        if vel is not None:
+            fast = np.abs(vel) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
+            if fast.any():
+                k, j = np.argwhere(fast)[0]
+                return "velocity_limit", f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}"
         return None
 
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
             return self._reject("non_finite_joint_state")
+        if self.episode_start_ns is not None and int(stamp_ns) < self.episode_start_ns:
+            return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
         self.q_meas[:] = q
         self.meas_stamp_ns = int(stamp_ns)
         self.meas_received_ns = int(received_ns)
@@ -237,6 +302,67 @@ class ChunkExecutor:
             self.motion = Motion.WAITING  # someone else may have moved the arm: restart from joint states
         return "enabled" + (" (e-stop still latched)" if self.estopped else "")
 
+    # ---- resets ----------------------------------------------------------------------------------
+    def reset_episode(self, stamp_ns: int, episode: str = "") -> bool:
+        """An episode began at ``stamp_ns`` (the simulator's announcement). Drops the plan and any pending
+        chunk; the command re-anchors at the first joint state stamped at or after ``stamp_ns``, where the
+        arm is, without moving it. Returns False for an announcement already handled (a repeat, or the
+        same reset as a clock jump just seen)."""
+        stamp_ns = int(stamp_ns)
+        if (episode, stamp_ns) == (self.episode, self.episode_start_ns):
+            return False
+        first = self.episode is None
+        self.episode, self.episode_start_ns = episode, stamp_ns
+        now = self.now_ns
+        if self._jump_landed_ns is not None and now is not None and stamp_ns <= now + STAMP_GRACE_NS:
+            self._jump_landed_ns = None  # the clock jump that came first was this reset: already re-anchored
+            return False
+        if first:
+            # The current episode, learnt at start-up (transient local): only what predates it goes.
+            if self.active_stamp_ns is not None and self.active_stamp_ns < stamp_ns:
+                self._drop_plan()
+            if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
+                self.meas_stamp_ns = None
+            return True
+        self.counters["resets"] += 1
+        self.counters["resets.announced"] += 1
+        self.last_reset = f"episode {episode or '?'} announced, starting at {stamp_ns * 1e-9:.3f} s"
+        if now is not None and stamp_ns + STAMP_GRACE_NS < now:
+            # Time restarts (reset_clock_on_reset): hold off until the clock has jumped back, so the
+            # command never re-anchors on a joint state of the old timeline.
+            self._await_jump_until_ns = now + RESET_JUMP_WAIT_NS
+        self._drop_plan()
+        if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
+            self.meas_stamp_ns = None  # from the old episode
+        return True
+
+    def _drop_plan(self) -> None:
+        """Back to WAITING: the next cycle with a fresh joint state re-anchors the command there."""
+        self._pending = None
+        self.motion = Motion.WAITING
+        self._output_on = False
+
+    def _check_path(self, now_ns: int) -> None:
+        """Re-anchor when the measured state is further than the path tolerance from every recent command."""
+        stamp = self.meas_stamp_ns
+        if stamp is None or stamp == self._path_checked_ns or not self._output_on or not np.isfinite(self._path_tol).any():
+            return
+        if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9:
+            return  # a stale state says nothing about now
+        self._path_checked_ns = stamp
+        off = np.min(np.abs(self._recent - self.q_meas), axis=0)  # (J,) distance to the nearest recent command
+        over = off > self._path_tol
+        if not over.any():
+            return
+        j = int(np.argmax(np.where(over, off / np.where(np.isfinite(self._path_tol), self._path_tol, 1.0), 0.0)))
+        name = self.config.joint_names[j]
+        self.counters["resets"] += 1
+        self.counters["resets.path_tolerance"] += 1
+        self.last_reset = f"path tolerance: {name} measured {off[j]:.3f} from every command of the last {PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
+        log.warning("%s: re-anchoring at the measured state", self.last_reset)
+        self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
+        self._drop_plan()
+
     # ---- the control cycle -----------------------------------------------------------------------
     def update(self, now_ns: int, period_s: float) -> np.ndarray | None:
         """One cycle at time ``now_ns`` (ROS time, ns), ``period_s`` after the previous one.
@@ -249,9 +375,21 @@ class ChunkExecutor:
         if self._last_ns is not None and now_ns < self._last_ns:
             self.counters["clock_jumps"] += 1
             log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9)
-            self._pending = None
-            self.motion = Motion.WAITING
-            self._output_on = False
+            if self._await_jump_until_ns is not None:
+                self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
+            else:
+                self.counters["resets"] += 1
+                self.counters["resets.clock_jump"] += 1
+                self.last_reset = f"clock jumped back {(self._last_ns - now_ns) * 1e-9:.3f} s"
+                self._jump_landed_ns = now_ns
+                if self.episode_start_ns is not None and self.episode_start_ns > now_ns + STAMP_GRACE_NS:
+                    self.episode_start_ns = None  # that episode's start lies in the discarded future
+            self._drop_plan()
+        elif self._await_jump_until_ns is not None and now_ns > self._await_jump_until_ns:
+            log.warning("an episode reset announced a clock restart that did not come: re-anchoring anyway")
+            self._await_jump_until_ns = None
+        if self._jump_landed_ns is not None and now_ns - self._jump_landed_ns > RESET_JUMP_WAIT_NS:
+            self._jump_landed_ns = None  # too long ago to be the same reset as a late announcement
         self._last_ns = now_ns
         # A late cycle moves the command by what the plan moved meanwhile, but by no more than
         # MAX_STEP_PERIODS periods' worth: after a stall the command catches up at the limits instead of
@@ -259,6 +397,8 @@ class ChunkExecutor:
         dt = period_s if math.isfinite(period_s) and period_s > 0.0 else cfg.period_s
         dt = min(dt, MAX_STEP_PERIODS * cfg.period_s)
 
+        if self.motion is not Motion.WAITING:
+            self._check_path(now_ns)
         if self.motion is Motion.WAITING and not self._start(now_ns):
             return None
         t = (now_ns - self._epoch_ns) * 1e-9
@@ -277,7 +417,7 @@ class ChunkExecutor:
                 self.motion = Motion.STOPPING  # the plan already ends with a stop from the last point
                 self.watchdog = "chunk_expired"
                 self.counters["stops.chunk_expired"] += 1
-            elif now_ns - self.active_stamp_ns > cfg.chunk_timeout_s * 1e9:
+            elif now_ns - self.active_stamp_ns > cfg.max_chunk_age_s * 1e9:
                 self._stop(t, "chunk_stale")
             elif now_ns - self.meas_received_ns > cfg.joint_state_timeout_s * 1e9:
                 self._stop(t, "joint_states_stale")
@@ -287,6 +427,8 @@ class ChunkExecutor:
         self._plan.sample(t, self._p, self._pv)
         self._limit(self.q_cmd, self.v_cmd, self._p, self._pv, dt, count=True)
         self._t_cmd = t
+        self._recent[self._recent_i] = self.q_cmd
+        self._recent_i = (self._recent_i + 1) % self._recent.shape[0]
         if not self.enabled and self.motion is Motion.HOLDING:
             self._output_on = False
             return None
@@ -314,7 +456,7 @@ class ChunkExecutor:
     # ---- internals -------------------------------------------------------------------------------
     def _start(self, now_ns: int) -> bool:
         """Leave WAITING when enabled and a fresh joint state of this timeline is at hand."""
-        if not self.enabled or self.meas_stamp_ns is None:
+        if not self.enabled or self.meas_stamp_ns is None or self._await_jump_until_ns is not None:
             return False
         if self.meas_stamp_ns > now_ns + STAMP_GRACE_NS:
             return False  # from before a backwards clock jump
@@ -325,6 +467,8 @@ class ChunkExecutor:
         self.v_cmd[:] = 0.0
         self._t_cmd = 0.0
         self._plan.set_hold(0.0, self.q_cmd)
+        self._recent[:] = self.q_cmd
+        self._path_checked_ns = self.meas_stamp_ns
         self._covered_until = -math.inf
         self.active_stamp_ns = None
         self.motion = Motion.HOLDING
@@ -334,18 +478,13 @@ class ChunkExecutor:
 
     def _accept(self, c: _Pending, now_ns: int, t: float) -> None:
         cfg = self.config
-        if c.stamp_ns == 0:
-            # joint_trajectory_controller convention: an unstamped trajectory starts when it is received
-            c.times_ns = c.times_ns + now_ns
-            c.stamp_ns = now_ns
-            self.counters["chunks_unstamped"] += 1
         if self.estopped or not self.enabled:
             self._reject("estopped" if self.estopped else "disabled")
         elif c.stamp_ns - now_ns > cfg.max_chunk_future_s * 1e9:
             self._reject("stamp_in_future")
         elif c.times_ns[-1] <= now_ns:
             self._reject("expired")
-        elif now_ns - c.stamp_ns > cfg.chunk_timeout_s * 1e9:
+        elif now_ns - c.stamp_ns > cfg.max_chunk_age_s * 1e9:
             self._reject("stale")
         else:
             self._build_chunk_spline(c, t)

@@ -26,10 +26,25 @@ own thread beside the executor's. On simulated time an rclpy timer runs them, so
 drives the loop. Either way the chunk is sampled at the node's ROS time, and one lock keeps callbacks
 (inputs, services, parameters, diagnostics) from interleaving with a cycle.
 
+Only the safety filter feeds the controller: a chunk is executed only if it can have come from a node
+in ``trusted_publishers`` (default: the ``safety_filter`` of the same namespace), judged per message from
+the ROS graph (``vla_ros.control.sources``: rclpy gives no publisher identity with a message); anything
+else is refused as ``unauthorized_source`` and the offending node is named. Chunks are taken raw and their
+size is read from the bytes first, so an oversized message is refused before it is deserialized. Behind
+the filter, the executor refuses points outside the position limits and segments above the velocity
+limits (defence in depth); its output limiter stays the last line.
+
+Resets: ``/vla/episode_reset`` (the simulator's announcement), a backwards clock jump, or the measured
+state leaving every recent command by more than the path tolerance drop the plan; the command re-anchors
+at the measured state without moving the arm, and chunks stamped before the new episode are refused.
+
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
 (std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
-reports the loop timing (period mean, p50/p99 error, overruns), the mode, the watchdog, the active chunk's
-age, the tracking error and every rejected input by reason.
+reports the loop timing (period mean, p50/p99 error, overruns; on simulated time as information, see
+``control.loop_stats.assess``), the mode, the watchdog, the active chunk's age, the tracking error, every rejected input
+by reason, the inputs' liveness (a watchdog on the steady clock: simulated time, joint states and chunks
+that stop are reported within their timeout) and the accepted parameter changes. Runtime parameter
+changes that loosen a limit or a timeout are refused unless ``allow_runtime_loosening:=true``.
 """
 
 from __future__ import annotations
@@ -45,22 +60,31 @@ import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, Header
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
+from vla_ros.control.loop_stats import assess
 from vla_ros.control.ros2_control import controlled_stop
-from vla_ros.params.controller import PARAMS, config_from_params
+from vla_ros.control.sources import Endpoint, SourceGate, fully_qualified, gid_text, resolve_trusted
+from vla_ros.params.controller import PARAMS, TIGHTENING_RULES, config_from_params
+from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg
 from vla_ros.ros.controller_check import ControllerJointsCheck
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
+from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
+from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
+from vla_ros.ros.trajectory_wire import WireError, trajectory_size
+from vla_ros.ros.watchdog import InputWatch, Watchdog
 
 # Inline mode: callbacks are served only while at least this much time is left before the next deadline, so
 # one that starts late still ends before it (measured: the diagnostics report 1.2 ms, a 50-point chunk
@@ -72,6 +96,9 @@ CALLBACK_GUARD_NS = 2_500_000
 # shorter interval made p99 three times worse than 0.5 ms does.
 GIL_SWITCH_INTERVAL_S = 0.0005
 GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
+# Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
+# timeout plus one check period; a publisher on the chunk topic is seen within one period.
+WATCHDOG_RATE_HZ = 10.0
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
@@ -93,14 +120,22 @@ class ControllerNode(Node):
         self._stop_loop = threading.Event()
         self._loop_thread: threading.Thread | None = None
         super().__init__("controller", **kwargs)
-        p = declare_parameters(self, PARAMS, on_change=self._on_param_change)
+        self.guard = ParamGuard(self, PARAMS, TIGHTENING_RULES)
+        p = declare_parameters(self, PARAMS, on_change=self.guard.on_change)
         self._params = dict(p)
         self.core = ChunkExecutor(config_from_params(p))  # ValueError -> run_node reports, exit 2
+        self.guard.install(self._params, build=config_from_params, apply=self._apply_params, allow_loosening=p["allow_runtime_loosening"])
         cfg = self.core.config
         self._joints = list(cfg.joint_names)
         self._period_s = cfg.period_s
         self.stats = LoopStats(cfg.period_s, p["loop_stats_window"])
         self.diag = Diagnostics(self, hardware_id="controller")
+        self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
+        self.guard.on_changes(self._on_params_changed)
+        self.gate = SourceGate(resolve_trusted(p["trusted_publishers"], self.get_namespace()))  # ValueError -> exit 2
+        self._chunks_deserialized = 0
+        self._foreign_reported = False
+        self._unnamed_before: set[str] = set()
         self._js_index: dict[tuple[str, ...], np.ndarray | None] = {}
         self._last_tick_ns: int | None = None
         self._published = 0
@@ -136,9 +171,13 @@ class ControllerNode(Node):
         self._check = ControllerJointsCheck(self, self._interface, self._pub.topic_name, controller, self._joints,
                                             p["controller_check"], p["controller_check_timeout_s"])
 
-        self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10)
+        # Raw: who may have sent it and how large it is are known before it is deserialized (_on_chunk).
+        self._chunk_sub = self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10, raw=True)
         self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(p["sensor_qos"], 10),
                                  event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
+        self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        self.watchdog = self._make_watchdog()
+        self._last_ros_ns: int | None = None
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/resume", self._on_resume)
         self.create_service(SetBool, "~/enable", self._on_enable)
@@ -158,13 +197,16 @@ class ControllerNode(Node):
                 fifo = self._set_realtime_priority(max(1, p["realtime_priority"] - 1), "executor thread")
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_FIFO_S if fifo else GIL_SWITCH_INTERVAL_S)
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
-        self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME))
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=steady)
+        self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
         loop_desc = {"inline": "one thread, callbacks between cycles", "thread": "loop thread", "timer": "executor timer"}
         self.get_logger().info(
             f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time "
             f"({loop_desc[self._loop_mode]}); "
             f"output {self._interface} on {self._pub.topic_name} in joint order {self._joints} "
-            f"(controller_check {p['controller_check']}); blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s"
+            f"(controller_check {p['controller_check']}); blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s; "
+            f"chunks on {self._chunk_sub.topic_name} only from {', '.join(self.gate.trusted)}"
         )
         if self._loop_mode == "thread":  # last, so a failing constructor never leaves a loop running
             self._loop_thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
@@ -181,28 +223,64 @@ class ControllerNode(Node):
             self.get_logger().warning(f"realtime_priority {priority} not applied ({err}); running with normal scheduling")
             return False
 
+    def _make_watchdog(self) -> Watchdog:
+        p = self._params
+        trusted = " or ".join(self.gate.trusted)
+        watches = {
+            "joint_states": InputWatch(f"joint states on {self.resolve_topic_name('/joint_states')}", p["joint_state_timeout_s"], ERROR,
+                                       "robot driver or simulator dead?"),
+            "chunks": InputWatch(f"chunk from {trusted}", p["chunk_timeout_s"], WARN, "policy or safety filter dead, frozen or refusing?"),
+        }
+        if self._use_sim_time:
+            watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+        return Watchdog(watches)
+
     # ---- parameters ------------------------------------------------------------------------------
-    def _on_param_change(self, name: str, value) -> None:
-        """Accepted runtime changes take effect between two cycles (one consistent snapshot per cycle)."""
-        previous = self._params[name]
-        self._params[name] = value
-        if name == "loop_spin_us":
-            self._spin_ns = value * 1000  # read by the loop thread at its next deadline
-            return
-        try:
-            config = config_from_params(self._params)  # parses the URDF: outside the lock
-            with self._lock:
-                self.core.set_config(config)
-        except ValueError as err:  # the ranges in PARAMS keep this from happening; never let it pass silently
-            self._params[name] = previous
-            self.get_logger().error(f"parameter {name}={value!r} not applied: {err}")
+    def _apply_params(self, config, values: dict, changes: list[ParamChange]) -> None:
+        """A request the guard validated as a whole: takes effect between two cycles (one consistent
+        snapshot per cycle)."""
+        self._params = dict(values)
+        self._spin_ns = values["loop_spin_us"] * 1000  # read by the loop thread at its next deadline
+        with self._lock:
+            self.core.set_config(config)
+        for key, name in (("joint_states", "joint_state_timeout_s"), ("chunks", "chunk_timeout_s"), ("clock", "clock_timeout_s")):
+            if key in self.watchdog.watches:
+                self.watchdog[key].timeout_s = values[name]
+
+    def _on_params_changed(self, changes: list[ParamChange]) -> None:
+        if changes:
+            level = WARN if any(c.loosened for c in changes) else OK
+            self.diag.publish(self.get_clock().now().to_msg(), [
+                ("parameters", level, "changed: " + "; ".join(str(c) for c in changes), self.guard.diagnostic_values())])
 
     # ---- inputs ----------------------------------------------------------------------------------
     def _reject(self, source: str, code: str, detail: str = "") -> None:
-        self.diag.count_rejection(code)
-        self.get_logger().warning(f"rejected {source}: {code} {detail}".rstrip(), throttle_duration_sec=2.0)
+        self.rejections.reject(source, code, detail)
 
-    def _on_chunk(self, msg: JointTrajectory) -> None:
+    def _chunk_publishers(self) -> list[Endpoint]:
+        """Who publishes on the chunk topic now, from the ROS graph (about 0.1 ms)."""
+        return [Endpoint(fully_qualified(i.node_namespace, i.node_name), gid_text(i.endpoint_gid))
+                for i in self.get_publishers_info_by_topic(self._chunk_sub.topic_name)]
+
+    def _on_chunk(self, data: bytes) -> None:
+        """In order, each before any work on the message: its source, its size, then its content."""
+        why = self.gate.admit(self._chunk_publishers(), time.monotonic_ns())
+        if why is not None:
+            self._reject("chunk", "unauthorized_source", why)
+            return
+        self.watchdog["chunks"].seen(time.monotonic_ns(), self.get_clock().now().nanoseconds)
+        limit = self.core.config.max_chunk_points
+        try:
+            _, points = trajectory_size(data)
+        except WireError:
+            points = None  # not plain CDR (every ROS 2 rmw sends plain CDR): deserialize, then count
+        if points is not None and points > limit:
+            with self._lock:
+                self.core.rejected["too_long"] += 1
+            self.rejections.log(f"rejected chunk: too_long: {points} points > max_chunk_points={limit} (not deserialized)", "too_long")
+            return
+        msg = deserialize_message(data, JointTrajectory)
+        self._chunks_deserialized += 1
         try:
             chunk = chunk_from_msg(msg)
         except ChunkError as err:
@@ -210,8 +288,18 @@ class ControllerNode(Node):
             return
         with self._lock:
             code = self.core.submit_chunk(chunk)  # the executor counts its own rejections
+            detail = self.core.last_rejection
         if code is not None:
-            self.get_logger().warning(f"rejected chunk: {code}", throttle_duration_sec=2.0)
+            self.rejections.log(f"rejected chunk: {detail}", code)
+
+    def _on_episode_reset(self, msg: Header) -> None:
+        stamp_ns, episode = reset_from_msg(msg)
+        with self._lock:
+            resets = self.core.counters["resets"]
+            self.core.reset_episode(stamp_ns, "" if episode is None else str(episode))
+            counted = self.core.counters["resets"] > resets  # not the start-up announcement, not a repeat
+        if counted:
+            self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state")
 
     def _joint_index(self, names: tuple[str, ...]) -> np.ndarray | None:
         """Index of each controlled joint in a JointState's name list (cached per name list)."""
@@ -231,12 +319,18 @@ class ControllerNode(Node):
             self._reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
             return
         now_ns = self.get_clock().now().nanoseconds
-        stamp_ns = ns_from_time_msg(msg.header.stamp) or now_ns  # some drivers leave the stamp at zero
+        stamp_ns = ns_from_time_msg(msg.header.stamp)
+        if stamp_ns == 0:  # not "now": a driver that does not stamp cannot be told from one that stalled
+            self._reject("joint state", "joint_state_unstamped", "header.stamp is 0")
+            return
         q = np.asarray(msg.position, dtype=np.float64)[idx]
         with self._lock:
             code = self.core.set_measured(q, stamp_ns, now_ns)
+            detail = self.core.last_rejection
         if code is not None:
-            self.get_logger().warning(f"rejected joint state: {code}", throttle_duration_sec=2.0)
+            self.rejections.log(f"rejected joint state: {detail}", code)
+            return
+        self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)
 
     # ---- services --------------------------------------------------------------------------------
     def _on_estop(self, request, response):
@@ -409,6 +503,48 @@ class ControllerNode(Node):
         if self.context.ok():
             self._diagnostics()
 
+    def _check_inputs(self) -> None:
+        """Steady-clock timer: looks at the chunk topic's publishers (so one that comes and goes between two
+        chunks is still seen) and at the inputs' liveness (simulated time advancing counts as /clock);
+        publishes diagnostics at once when an input stops or comes back, or a stranger appears."""
+        mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
+        foreign = self.gate.observe(self._chunk_publishers(), mono)
+        # An endpoint is unnamed for a moment after discovery (the filter's too, at start-up): the gate
+        # refuses its chunks meanwhile, but it is reported only if it stays unnamed for two checks.
+        unnamed = {e.gid for e in foreign if not e.node}
+        foreign = [e for e in foreign if e.node or e.gid in self._unnamed_before]
+        self._unnamed_before = unnamed
+        if foreign:
+            names = ", ".join(e.label for e in foreign)
+            self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
+                                "chunks are refused while it is there", "source.untrusted")
+        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
+            self._last_ros_ns = ros
+            self.watchdog["clock"].seen(mono, None)
+        stopped, changed = self.watchdog.check(mono, ros)
+        if changed:
+            for key, watch in stopped:
+                self.rejections.log(watch.describe(mono, ros), f"input.{key}")
+        if changed or (foreign and not self._foreign_reported):
+            self._publish_diagnostics()
+        self._foreign_reported = bool(foreign)
+
+    def _inputs_status(self) -> tuple[bytes, str, dict]:
+        """Liveness of /clock, joint states and chunks, and who publishes chunks."""
+        mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
+        values = self.watchdog.values(mono, ros)
+        values["trusted_publishers"] = " ".join(self.gate.trusted)
+        values["chunk_publishers"] = " ".join(e.label for e in self.gate.present) or "none"
+        values["chunks.deserialized"] = self._chunks_deserialized
+        problems = [(w.level, w.describe(mono, ros)) for _, w in self.watchdog.stopped(mono, ros)]
+        recent = self.gate.recent_untrusted(mono)
+        if recent:
+            values["untrusted_publishers"] = " ".join(recent)
+            problems.append((ERROR, f"untrusted publisher {', '.join(recent)} on {self._chunk_sub.topic_name}: chunks refused"))
+        if not problems:
+            return OK, "all inputs arriving", values
+        return max(level for level, _ in problems), "; ".join(text for _, text in problems), values
+
     def _diagnostics(self) -> None:
         ex = self.core
         now_ns = self.get_clock().now().nanoseconds
@@ -421,6 +557,7 @@ class ControllerNode(Node):
             mode, watchdog, estopped, enabled, motion = ex.mode, ex.watchdog, ex.estopped, ex.enabled, ex.motion
             counters = ex.counters.copy()  # a Counter: missing keys read 0
             rejected = self.diag.rejected + ex.rejected
+            last_reset, episode = ex.last_reset, ex.episode
 
         loop_values = {k.replace("period_err_ms_", "period_err_ms.").replace("compute_ms_", "compute_ms."): v for k, v in loop.items()}
         loop_values["rate_hz"] = rate_hz
@@ -430,11 +567,8 @@ class ControllerNode(Node):
             loop_values["skipped_cycles"] = skipped  # deadlines dropped when the loop fell a whole period behind
         if self._loop_mode == "inline":
             loop_values["late_callbacks"] = self._late_callbacks
-        loop_level, loop_msg = OK, "on time"
-        if loop.get("cycles", 0) == 0:
-            loop_level, loop_msg = WARN, "no control cycle yet (waiting for the clock)"
-        elif loop["overruns_window"] > 0 or loop["period_err_ms_p99"] > 0.5e3 * self._period_s:
-            loop_level, loop_msg = WARN, f"late cycles: p99 period error {loop['period_err_ms_p99']:.2f} ms, {loop['overruns_window']} overruns"
+        ok, loop_msg = assess(loop, self._period_s, self._use_sim_time)
+        loop_level = OK if ok else WARN
 
         state = {
             "mode": mode,
@@ -451,8 +585,13 @@ class ControllerNode(Node):
         for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts", "tick_errors"):
             state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = counters[key]
         state.update({k: v for k, v in sorted(counters.items()) if k.startswith("stops.")})
+        state["resets"] = counters["resets"]
+        state.update({k: v for k, v in sorted(counters.items()) if k.startswith("resets.")})
+        state["last_reset"] = last_reset or "none"
+        state["episode"] = episode if episode is not None else "unknown"
         state.update({f"rejected.{k}": v for k, v in sorted(rejected.items())})
         state["rejected.total"] = sum(rejected.values())
+        state.update(self.guard.diagnostic_values())
         if estopped:
             level, message = ERROR, "e-stop latched (call ~/resume)"
         elif motion is Motion.WAITING:
@@ -461,8 +600,9 @@ class ControllerNode(Node):
             level, message = WARN, f"{mode}: watchdog {watchdog}"
         else:
             level, message = OK, mode + (f" ({watchdog})" if watchdog else "")
-        output = ("output", *self._check.status())
-        self.diag.publish(time_msg_from_ns(now_ns), [("loop", loop_level, loop_msg, loop_values), ("state", level, message, state), output])
+        self.diag.publish(time_msg_from_ns(now_ns), [
+            ("loop", loop_level, loop_msg, loop_values), ("state", level, message, state), ("output", *self._check.status()),
+            ("inputs", *self._inputs_status())])
 
 
 def _make_node() -> ControllerNode:

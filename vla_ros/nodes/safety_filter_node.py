@@ -1,16 +1,28 @@
 """safety_filter_node: the only path from the policy's action chunks to the controller.
 
-Subscribes ``/vla/action_chunk`` (JointTrajectory), ``/joint_states`` and ``/robot_description`` (transient
-local; or the ``robot_description_file`` parameter), filters every chunk in its subscription callback with
-the ROS-free ``vla_ros.safety.SafetyFilter`` and publishes what is safe on ``/vla/safe_action_chunk`` with
-the same ``header.stamp``. ``/diagnostics`` carries counts per reason and the check time every
-``diagnostics_period_s`` (wall time, so it also speaks when simulated time stands still) and at once on
-every rejection or truncation. Without a robot model or a recent joint state nothing passes, and the
-diagnostics say so.
+Subscribes ``/vla/action_chunk`` (JointTrajectory), ``/joint_states``, ``/robot_description`` (transient
+local; or the ``robot_description_file`` parameter) and ``/vla/episode_reset``; filters every chunk in its
+subscription callback with the ROS-free ``vla_ros.safety.SafetyFilter`` and publishes what is safe on
+``/vla/safe_action_chunk`` with the same ``header.stamp``. Without a robot model or a recent joint state
+nothing passes, and the diagnostics say so.
 
-Parameters can change at runtime; a change is validated as a whole configuration against the robot's URDF
-(scale factors in (0, 1], clearances >= 0, parseable obstacles, no limit looser than the URDF) and refused
-with the reason otherwise.
+Inputs are validated where they arrive, and every refusal is counted by reason (``rejected.<code>``) and
+logged on one throttle per reason: a chunk's size is read from its serialized bytes before it is
+deserialized (``too_many_points`` costs nothing however large the message); joint states that are
+unstamped, ragged, non-finite, incomplete or from before the current episode are refused on arrival. On an
+episode reset (the simulator's announcement) the cached joint state of the previous episode is dropped and
+chunks stamped before the episode began are refused (``before_reset``), so the first chunk that starts at
+the measured state of the new episode passes.
+
+``/diagnostics`` carries counts per reason, the check time and the inputs' liveness every
+``diagnostics_period_s`` (wall time) and at once on every rejection or truncation, on every accepted
+parameter change, and when an input stops or comes back: a watchdog on the steady clock (simulated time
+stops with a dead simulator) reports stopped joint states, chunks or simulated time within its timeout.
+
+Parameters can change at run time. A change is validated as a whole configuration against the robot's
+URDF before it takes effect, and refused with the reason when it is invalid or when it weakens a check
+(``vla_ros.params.tightening``; unless started with ``allow_runtime_loosening:=true``). Every accepted
+change is logged old -> new and reported on ``/diagnostics``.
 
 Not a certified safety function: it belongs above the robot's own safety controller, never instead of it.
 """
@@ -22,22 +34,28 @@ from collections import Counter, deque
 from typing import Any
 
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
+from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.chunks import ChunkError
-from vla_ros.params.safety_filter import PARAMS, SPECS, config_from_params, lines
+from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
+from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
+from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
+from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
+from vla_ros.ros.trajectory_wire import WireError, trajectory_size
+from vla_ros.ros.watchdog import InputWatch, Watchdog
 from vla_ros.safety import (
     ConfigError,
     FilterReport,
@@ -48,23 +66,37 @@ from vla_ros.safety import (
     load_robot_files,
 )
 
+# Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
+WATCHDOG_RATE_HZ = 10.0
+# Joint states stamped this far after now still count (a simulated /clock may trail the sim's stamps).
+STAMP_GRACE_NS = 100_000_000
+
 
 class SafetyFilterNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("safety_filter", **kwargs)
-        self._params = declare_parameters(self, PARAMS, on_change=self._on_param_change)
-        self.add_on_set_parameters_callback(self._validate_change)  # runs before the table's own checks
+        self.guard = ParamGuard(self, PARAMS, tightening_rules())
+        self._params = declare_parameters(self, PARAMS, on_change=self.guard.on_change)
         self.config = config_from_params(self._params)  # ConfigError (a ValueError): the node does not start
+        self.guard.install(self._params, build=self._build, apply=self._apply, allow_loosening=self._params["allow_runtime_loosening"])
         self.diag = Diagnostics(self, hardware_id="safety_filter")
+        self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
+        self.guard.on_changes(self._on_params_changed)
         self.robot = None
         self.filter: SafetyFilter | None = None
         self._problem = "no robot model yet: waiting for /robot_description"  # why nothing passes, if so
-        self._dirty = False
         self._state: JointStateSample | None = None
+        self._state_mono_ns: int | None = None
         self._verdicts: Counter[str] = Counter()
         self._modified: Counter[str] = Counter()
         self._check_ms: deque[float] = deque(maxlen=1000)
         self._last = ("", "")
+        self._episode: tuple[int, int | None] | None = None  # (start stamp, number) of the current episode
+        self._episode_start_ns: int | None = None
+        self._resets = 0
+        self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        self.watchdog = self._make_watchdog()
+        self._last_ros_ns: int | None = None
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
@@ -78,13 +110,28 @@ class SafetyFilterNode(Node):
             self.create_subscription(String, "/robot_description", self._on_description, latched)
         self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(self._params["sensor_qos"], 10),
                                  event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
-        self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10)
-        self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        # Raw: the chunk's size is read from its bytes before it is deserialized (see _on_chunk).
+        self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10, raw=True)
+        self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
+        self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
         self.get_logger().info(
             "safety filter up: " + (self._summary() if self.filter else self._problem)
             + " (not a certified safety function; keep the robot's own safety controller)"
         )
+
+    def _make_watchdog(self) -> Watchdog:
+        p = self._params
+        watches = {
+            "joint_states": InputWatch(f"joint states on {self.resolve_topic_name('/joint_states')}", p["joint_state_timeout_s"], ERROR,
+                                       "robot driver or simulator dead?"),
+            "chunks": InputWatch(f"chunk on {self.resolve_topic_name('/vla/action_chunk')}", p["chunk_timeout_s"], WARN,
+                                 "policy dead, frozen or idle?"),
+        }
+        if self._use_sim_time:
+            watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+        return Watchdog(watches)
 
     # ---- robot model and configuration -----------------------------------------------------------
     def _summary(self) -> str:
@@ -94,10 +141,10 @@ class SafetyFilterNode(Node):
 
     def _use_robot(self, robot) -> None:
         self.robot = robot
+        self.guard.rules = tightening_rules(robot)  # limit_overrides compared with this URDF's limits
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self._dirty = False
         if self.robot is None:
             return
         try:
@@ -130,57 +177,110 @@ class SafetyFilterNode(Node):
         with open(path) as fh:
             return fh.read()
 
-    def _validate_change(self, params) -> SetParametersResult:
-        """The whole configuration after the change must be valid, and must not loosen the URDF."""
-        candidate = dict(self._params)
-        for p in params:
-            spec = SPECS.get(p.name)
-            if spec is None:
-                continue
-            reason = spec.validate(p.value)  # type and range first, with the table's wording
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-            candidate[p.name] = spec.coerce(p.value)
-        try:
-            config = config_from_params(candidate)
-            if self.robot is not None:
-                SafetyFilter(self.robot, config)  # resolves the limits against the URDF
-        except (ConfigError, ValueError, TypeError) as err:
-            return SetParametersResult(successful=False, reason=str(err))
-        return SetParametersResult(successful=True)
+    def _build(self, values: dict[str, Any]):
+        """The configuration a parameter request would give, and its filter (the limits resolved against
+        the URDF); raises ConfigError (a ValueError) naming the field at fault."""
+        config = config_from_params(values)
+        return config, (SafetyFilter(self.robot, config) if self.robot is not None else None)
 
-    def _on_param_change(self, name: str, value) -> None:
-        self._params[name] = value
-        self._dirty = True  # rebuilt once every parameter of the request is in
+    def _apply(self, built, values: dict[str, Any], changes: list[ParamChange]) -> None:
+        self._params = values
+        self.config, filt = built
+        if filt is not None:
+            self.filter, self._problem = filt, ""
+        for key, name in (("joint_states", "joint_state_timeout_s"), ("chunks", "chunk_timeout_s"), ("clock", "clock_timeout_s")):
+            if key in self.watchdog.watches:
+                self.watchdog[key].timeout_s = values[name]
 
-    def _current_filter(self) -> SafetyFilter | None:
-        if self._dirty:
-            try:
-                self.config = config_from_params(self._params)
-            except ConfigError as err:  # validated before the change; kept as a guard
-                self.get_logger().error(f"configuration rejected after validation: {err}")
-            self._rebuild()
-        return self.filter
+    def _on_params_changed(self, changes: list[ParamChange]) -> None:
+        if changes:
+            level = WARN if any(c.loosened for c in changes) else OK
+            self.diag.publish(self.get_clock().now().to_msg(), [
+                ("parameters", level, "changed: " + "; ".join(str(c) for c in changes), self.guard.diagnostic_values())])
 
     # ---- inputs ------------------------------------------------------------------------------------
-    def _on_joint_state(self, msg: JointState) -> None:
-        stamp = ns_from_time_msg(msg.header.stamp) or self.get_clock().now().nanoseconds
-        self._state = JointStateSample(tuple(msg.name), np.asarray(msg.position, dtype=np.float64), stamp)
+    def _on_episode_reset(self, msg: Header) -> None:
+        stamp_ns, episode = reset_from_msg(msg)
+        if (stamp_ns, episode) == self._episode:
+            return
+        first = self._episode is None
+        now_ns = self.get_clock().now().nanoseconds
+        self._episode, self._episode_start_ns = (stamp_ns, episode), stamp_ns
+        state = self._state
+        # Drop the previous episode's joint state: stamped before the new episode began, or, when time
+        # restarts (the episode begins before now), anything received so far.
+        restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
+        if state is not None and (state.stamp_ns < stamp_ns or restarted):
+            self._state = None
+        if not first:
+            self._resets += 1
+            self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it are refused")
 
-    def _on_chunk(self, msg: JointTrajectory) -> None:
+    def _episode_start(self, now_ns: int) -> int | None:
+        """When the current episode began, or None; forgotten when it lies ahead of now (time restarted
+        without an announcement: every message would otherwise be refused as before the episode)."""
+        if self._episode_start_ns is not None and self._episode_start_ns > now_ns + STAMP_GRACE_NS:
+            self._episode_start_ns = None
+        return self._episode_start_ns
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        stamp = ns_from_time_msg(msg.header.stamp)
+        names = tuple(msg.name)
+        if stamp == 0:
+            self.rejections.reject("joint state", "joint_state_unstamped", "header.stamp is 0")
+            return
+        if len(msg.position) != len(names):
+            self.rejections.reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
+            return
+        start = self._episode_start(self.get_clock().now().nanoseconds)
+        if start is not None and stamp < start:
+            self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
+            return
+        positions = np.asarray(msg.position, dtype=np.float64)
+        needed = self.robot.joint_names if self.robot is not None else names
+        index = {n: i for i, n in enumerate(names)}
+        missing = [n for n in needed if n not in index]
+        if missing:
+            self.rejections.reject("joint state", "joint_state_incomplete", f"lacks {missing}")
+            return
+        bad = [n for n in needed if not np.isfinite(positions[index[n]])]
+        if bad:
+            self.rejections.reject("joint state", "joint_state_non_finite", f"non-finite position of {bad}")
+            return
+        self._state = JointStateSample(names, positions, stamp)
+        self._state_mono_ns = time.monotonic_ns()
+        self.watchdog["joint_states"].seen(self._state_mono_ns, self.get_clock().now().nanoseconds)
+
+    def _on_chunk(self, data: bytes) -> None:
         t0 = time.perf_counter()
         now_ns = self.get_clock().now().nanoseconds
-        filt = self._current_filter()
-        if filt is None:
+        self.watchdog["chunks"].seen(time.monotonic_ns(), now_ns)
+        filt = self.filter
+        msg = None
+        try:
+            _, points = trajectory_size(data)
+        except WireError:
+            points = None  # not plain CDR: deserialize and count the points (every ROS 2 rmw sends plain CDR)
+        if points is not None and points > self.config.max_points:
+            out, report = None, FilterReport.reject(
+                "too_many_points", f"{points} points > max_points={self.config.max_points} (refused before deserializing)", points_in=points)
+        elif filt is None:
             code = "invalid_configuration" if self.robot is not None else "no_robot_model"
-            out, report = None, FilterReport.reject(code, self._problem, points_in=len(msg.points))
+            out, report = None, FilterReport.reject(code, self._problem, points_in=points or 0)
         else:
+            msg = deserialize_message(data, JointTrajectory)
+            stamp_ns = ns_from_time_msg(msg.header.stamp)
             try:
                 chunk = chunk_from_msg(msg)
             except ChunkError as err:
                 out, report = None, FilterReport.reject(err.code, str(err), points_in=len(msg.points))
             else:
-                out, report = filt.filter(chunk, self._state, now_ns)
+                start = self._episode_start(now_ns)
+                if start is not None and 0 < stamp_ns < start:
+                    out, report = None, FilterReport.reject(
+                        "before_reset", f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began", points_in=chunk.horizon)
+                else:
+                    out, report = filt.filter(chunk, self._state, now_ns)
         if out is not None:  # unchanged chunks go out as they came (same message, same stamp)
             self.pub.publish(msg if report.verdict == "pass" else msg_from_chunk(out, msg.header.frame_id))
         self._check_ms.append((time.perf_counter() - t0) * 1e3)
@@ -191,10 +291,34 @@ class SafetyFilterNode(Node):
             self._modified[report.reason] += 1
         if report.verdict in ("rejected", "truncated"):
             self._last = (report.reason, report.detail)
-            self.get_logger().warning(f"chunk {report.verdict}: {report.reason}: {report.detail}", throttle_duration_sec=1.0)
+            self.rejections.log(f"chunk {report.verdict}: {report.reason}: {report.detail}", f"{report.verdict}.{report.reason}")
             self._publish_event(report, now_ns)
 
-    # ---- diagnostics -------------------------------------------------------------------------------
+    # ---- watchdog and diagnostics ------------------------------------------------------------------
+    def _check_inputs(self) -> None:
+        """Steady-clock timer: simulated time advancing counts as /clock arriving; publish at once when an
+        input stops or comes back."""
+        mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
+        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
+            self._last_ros_ns = ros
+            self.watchdog["clock"].seen(mono, None)
+        stopped, changed = self.watchdog.check(mono, ros)
+        if changed:
+            for key, watch in stopped:
+                self.rejections.log(watch.describe(mono, ros), f"input.{key}")
+            self._publish_diagnostics()
+
+    def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
+        mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
+        stopped = self.watchdog.stopped(mono, ros)
+        values = self.watchdog.values(mono, ros)
+        values["resets"] = self._resets
+        values["episode"] = "" if self._episode is None else str(self._episode[1])
+        if not stopped:
+            return OK, "all inputs arriving", values
+        level = max(w.level for _, w in stopped)
+        return level, "; ".join(w.describe(mono, ros) for _, w in stopped), values
+
     def _values(self) -> dict[str, Any]:
         ms = np.array(self._check_ms) if self._check_ms else np.zeros(1)
         values: dict[str, Any] = {f"chunks.{v}": self._verdicts.get(v, 0) for v in ("pass", "modified", "truncated", "rejected")}
@@ -207,7 +331,11 @@ class SafetyFilterNode(Node):
         values["joint_state_age_s"] = (
             (self.get_clock().now().nanoseconds - self._state.stamp_ns) * 1e-9 if self._state else float("inf")
         )
+        values["joint_state_wall_age_s"] = (
+            (time.monotonic_ns() - self._state_mono_ns) * 1e-9 if self._state_mono_ns is not None else float("inf")
+        )
         values["last_reason"], values["last_detail"] = self._last
+        values.update(self.guard.diagnostic_values())
         return values
 
     def _publish_event(self, report: FilterReport, now_ns: int) -> None:
@@ -218,9 +346,11 @@ class SafetyFilterNode(Node):
         self.diag.publish(time_msg_from_ns(now_ns), [(f"chunk {report.verdict}", WARN, f"{report.reason}: {report.detail}", values)])
 
     def _publish_diagnostics(self) -> None:
+        if not self.context.ok():
+            return
         now_ns = self.get_clock().now().nanoseconds
         values = self._values()
-        if self._current_filter() is None:
+        if self.filter is None:
             level, message = ERROR, f"nothing passes: {self._problem}"
         elif self._state is None:
             level, message = WARN, "nothing passes: no joint state received on /joint_states"
@@ -228,7 +358,7 @@ class SafetyFilterNode(Node):
             level, message = WARN, f"nothing passes: joint state is {values['joint_state_age_s']:.2f} s old"
         else:
             level, message = OK, "filtering"
-        self.diag.publish(time_msg_from_ns(now_ns), [("filter", level, message, values)])
+        self.diag.publish(time_msg_from_ns(now_ns), [("filter", level, message, values), ("inputs", *self._inputs_status())])
 
 
 def main(args: list[str] | None = None) -> int:

@@ -5,12 +5,19 @@ from __future__ import annotations
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control import BLEND_MODES, ControllerConfig, bundled_urdf_path
 from vla_ros.params.spec import ParamSpec
+from vla_ros.params.tightening import LOWER, LOWER_NONZERO, OFF
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
 SENSOR_QOS = ("reliable", "best_effort")
 CONTROLLER_CHECKS = ("auto", "require", "disabled")  # not "off": YAML reads off as false
 TRAJECTORY_STAMPS = ("now", "zero")
+
+
+def _check_trusted(names) -> str | None:
+    if not any(n.strip() for n in names):
+        return "trusted_publishers must name at least one node (the safety filter)"
+    return None
 
 
 def _check_joints(names) -> str | None:
@@ -52,7 +59,12 @@ PARAMS = [
     ),
     ParamSpec("blend_horizon_s", 0.2, "time a new chunk takes to take over (stretched if the limits need it)", min_value=0.01, max_value=2.0),
     ParamSpec("freeze_periods", 3, "blend_mode freeze: control periods of the old plan kept unchanged", min_value=0, max_value=50),
-    ParamSpec("chunk_timeout_s", 2.0, "stop when the active chunk's stamp (observation time) is older than this", min_value=0.2, max_value=60.0),
+    ParamSpec(
+        "chunk_timeout_s", 0.5,
+        "no new chunk from a trusted publisher for this long (wall or ROS time) is reported at WARN: the policy or filter is dead, "
+        "frozen or refusing everything (the running chunk still ends with a stop)",
+        min_value=0.05, max_value=60.0,
+    ),
     ParamSpec("max_chunk_future_s", 0.5, "reject chunks stamped further ahead of the node's clock", min_value=0.001, max_value=10.0),
     ParamSpec("joint_state_timeout_s", 0.5, "stop when no joint state arrived for this long", min_value=0.02, max_value=10.0),
     ParamSpec(
@@ -104,13 +116,51 @@ PARAMS = [
         "zero = stamp 0, JTC starts each message on arrival (immune to a clock offset between machines, not to jitter)",
         read_only=True, choices=TRAJECTORY_STAMPS,
     ),
+    ParamSpec("max_chunk_age_s", 2.0, "refuse a chunk, or stop executing it, once its stamp (observation time) is older than this",
+              min_value=0.02, max_value=60.0),
+    ParamSpec(
+        "path_tolerance_rad", 0.3,
+        "revolute joints: a measured position further than this from every command of the last 0.25 s drops the plan and "
+        "re-anchors at the measured state (the arm was reset or moved by someone else); 0 = not checked",
+        min_value=0.0, max_value=3.2,
+    ),
+    ParamSpec("path_tolerance_m", 0.0, "prismatic joints: as path_tolerance_rad, in metres; 0 = not checked (a gripper closed on an object)",
+              min_value=0.0, max_value=1.0),
+    ParamSpec("clock_timeout_s", 0.5, "on simulated time: /clock silent for this long (wall time) is reported at ERROR (simulator dead?)",
+              min_value=0.05, max_value=60.0),
+    ParamSpec(
+        "trusted_publishers", ["safety_filter"],
+        "nodes whose chunks are executed (fully qualified, or relative to the controller's namespace); a chunk that can have come "
+        "from any other publisher is refused as unauthorized_source",
+        read_only=True, check=_check_trusted,
+    ),
+    ParamSpec(
+        "allow_runtime_loosening", False,
+        "allow runtime parameter changes that loosen a limit or a timeout (logged at WARN); false: only tightening is accepted",
+        read_only=True,
+    ),
 ]  # fmt: skip
 
 # Parameters that map one-to-one onto ControllerConfig fields.
 _CONFIG_FIELDS = (
-    "rate_hz", "blend_mode", "blend_horizon_s", "freeze_periods", "chunk_timeout_s", "max_chunk_future_s",
-    "joint_state_timeout_s", "use_chunk_velocities", "max_chunk_points",
+    "rate_hz", "blend_mode", "blend_horizon_s", "freeze_periods", "max_chunk_age_s", "max_chunk_future_s",
+    "joint_state_timeout_s", "use_chunk_velocities", "max_chunk_points", "path_tolerance_rad", "path_tolerance_m",
 )
+
+# Runtime changes that would loosen a limit or a timeout are refused unless allow_runtime_loosening.
+TIGHTENING_RULES = {
+    "velocity_scale": LOWER,
+    "max_acceleration": LOWER,
+    "max_acceleration_prismatic": LOWER,
+    "chunk_timeout_s": LOWER,
+    "max_chunk_age_s": LOWER,
+    "max_chunk_future_s": LOWER,
+    "joint_state_timeout_s": LOWER,
+    "clock_timeout_s": LOWER,
+    "path_tolerance_rad": LOWER_NONZERO,
+    "path_tolerance_m": LOWER_NONZERO,
+    "use_chunk_velocities": OFF,
+}
 
 
 def config_from_params(p: dict) -> ControllerConfig:

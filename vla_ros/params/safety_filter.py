@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from vla_ros.params.spec import ParamSpec
+from vla_ros.params.tightening import HIGHER, LOWER, ON
 from vla_ros.safety import ConfigError, LimitOverride, Obstacle, SafetyConfig
 from vla_ros.safety.config import MODES
 
@@ -73,8 +75,106 @@ PARAMS = [
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics (wall time)", read_only=True, min_value=0.1, max_value=60.0),
     ParamSpec("sensor_qos", "reliable", "/joint_states subscription: reliable, or best_effort for drivers publishing with SensorDataQoS",
               read_only=True, choices=("reliable", "best_effort")),
+    ParamSpec(
+        "allow_runtime_loosening", False,
+        "allow runtime parameter changes that weaken a check (logged at WARN); false: disabling a check, lowering a clearance or "
+        "margin, raising a scale, limit or tolerance, or removing an obstacle is refused",
+        read_only=True,
+    ),
+    ParamSpec("joint_state_timeout_s", 0.5, "joint states silent for this long (wall or ROS time) are reported at ERROR", min_value=0.02, max_value=60.0),
+    ParamSpec("chunk_timeout_s", 0.5, "no chunk from the policy for this long (wall or ROS time) is reported at WARN (policy dead or frozen?)",
+              min_value=0.05, max_value=60.0),
+    ParamSpec("clock_timeout_s", 0.5, "on simulated time: /clock silent for this long (wall time) is reported at ERROR (simulator dead?)",
+              min_value=0.05, max_value=60.0),
 ]
 SPECS = {s.name: s for s in PARAMS}
+
+
+# ---- runtime changes may only tighten (see vla_ros.params.tightening) ------------------------------------
+def _box_rule(side: str):
+    """workspace_min_m may only move up, workspace_max_m only down, while the workspace check is on."""
+    def rule(old, new, old_values, new_values) -> str | None:
+        if not (old_values["workspace_enabled"] and new_values["workspace_enabled"]):
+            return None  # switching the check on is tightening; switching it off has its own rule
+        grows = [i for i in range(3) if (new[i] < old[i] if side == "min" else new[i] > old[i])]
+        if grows:
+            axes = ", ".join("xyz"[i] for i in grows)
+            return f"workspace_{side}_m: {list(old)} -> {list(new)} enlarges the workspace box along {axes}"
+        return None
+    return rule
+
+
+def _shape(o: Obstacle) -> tuple:
+    return (o.kind, o.center_m, o.size_m, o.rpy_rad, o.radius_m, o.normal, o.offset_m)
+
+
+def _obstacles_rule(old, new, old_values, new_values) -> str | None:
+    """Obstacles may be added, never removed, moved or shrunk (compared by shape, whatever their names)."""
+    try:
+        kept = {_shape(Obstacle.parse(line, i)) for i, line in enumerate(lines(new))}
+        gone = [line for i, line in enumerate(lines(old)) if _shape(Obstacle.parse(line, i)) not in kept]
+    except ConfigError:
+        return None  # the value's own check reports it
+    return f"obstacles: removing or changing {gone} loosens the collision check" if gone else None
+
+
+def _effective_overrides(values, robot) -> dict[tuple[str, str], float]:
+    """(joint, key) -> the limit limit_overrides sets for it, with the URDF's value where it sets none
+    (unknown without a robot: +-inf) and the default acceleration where it gives none."""
+    try:
+        overrides = {o.joint: o for o in (LimitOverride.parse(line) for line in lines(values["limit_overrides"]))}
+    except ConfigError:
+        return {}
+    joints = list(robot.joint_names) if robot is not None else list(overrides)
+    out = {}
+    for j in joints:
+        o = overrides.get(j)
+        if robot is not None and j in robot.joint_names:
+            i = robot.joint_names.index(j)
+            urdf = {"lower": float(robot.lower[i]), "upper": float(robot.upper[i]), "velocity": float(robot.velocity[i])}
+            accel = values["default_acceleration_m_s2"] if robot.prismatic[i] else values["default_acceleration_rad_s2"]
+        else:  # conservative: the URDF could allow anything, the default could be the larger one
+            urdf = {"lower": -math.inf, "upper": math.inf, "velocity": math.inf}
+            accel = max(values["default_acceleration_m_s2"], values["default_acceleration_rad_s2"])
+        out[(j, "lower")] = max(urdf["lower"], o.lower) if o and o.lower is not None else urdf["lower"]
+        out[(j, "upper")] = min(urdf["upper"], o.upper) if o and o.upper is not None else urdf["upper"]
+        out[(j, "velocity")] = min(urdf["velocity"], o.velocity) if o and o.velocity is not None else urdf["velocity"]
+        out[(j, "acceleration")] = o.acceleration if o and o.acceleration is not None else accel
+    return out
+
+
+def _overrides_rule(robot):
+    def rule(old, new, old_values, new_values) -> str | None:
+        before, after = _effective_overrides(old_values, robot), _effective_overrides(new_values, robot)
+        looser = []
+        for (joint, key), was in before.items():
+            now = after.get((joint, key))
+            if now is None and robot is None:
+                now = {"lower": -math.inf, "upper": math.inf}.get(key, math.inf)
+            if now is None:
+                continue
+            if (now < was) if key == "lower" else (now > was):
+                looser.append(f"{joint} {key} {was:g} -> {now:g}")
+        return f"limit_overrides: loosens {', '.join(looser)}" if looser else None
+    return rule
+
+
+def tightening_rules(robot=None) -> dict:
+    """The direction each parameter may move at run time; ``robot`` (a RobotModel, once known) lets
+    limit_overrides be compared with the URDF's limits instead of conservatively."""
+    return {
+        "clearance_m": HIGHER, "self_clearance_m": HIGHER, "position_margin_rad": HIGHER, "position_margin_m": HIGHER,
+        "tracking_tolerance_rad": LOWER, "tracking_tolerance_m": LOWER, "position_clamp_rad": LOWER, "position_clamp_m": LOWER,
+        "velocity_scale": LOWER, "acceleration_scale": LOWER,
+        "default_acceleration_rad_s2": LOWER, "default_acceleration_m_s2": LOWER,
+        "limit_overrides": _overrides_rule(robot),
+        "max_time_scale": LOWER, "max_chunk_age_s": LOWER, "max_future_stamp_s": LOWER, "max_state_age_s": LOWER,
+        "max_horizon_s": LOWER, "max_points": LOWER, "max_joint_step_rad": LOWER, "max_joint_step_m": LOWER,
+        "table_enabled": ON, "table_height_m": HIGHER,
+        "workspace_enabled": ON, "workspace_min_m": _box_rule("min"), "workspace_max_m": _box_rule("max"),
+        "obstacles": _obstacles_rule, "check_stopping": ON,
+        "joint_state_timeout_s": LOWER, "chunk_timeout_s": LOWER, "clock_timeout_s": LOWER,
+    }  # fmt: skip
 
 
 def config_from_params(p: dict[str, Any]) -> SafetyConfig:

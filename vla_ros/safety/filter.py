@@ -4,8 +4,8 @@
 
 1. Reject malformed input: empty, ragged, non-finite values, unknown / missing / repeated joints,
    negative or non-increasing times (at the messages' nanosecond resolution), too long a horizon or too
-   many points; a stale chunk (stamp older than ``max_chunk_age_s``) or one stamped in the future; no,
-   stale or incomplete joint state.
+   many points; an unstamped chunk (stamp 0), a stale one (stamp older than ``max_chunk_age_s``) or one
+   stamped in the future; no, stale or incomplete joint state.
 2. Drop points whose time has already passed (the controller would skip them; the motion it executes
    starts at the measured state now and goes to the first future point).
 3. Position limits with a margin: the first point outside them is unsafe.
@@ -45,8 +45,8 @@ MALFORMED_REASONS = (
     "empty_chunk", "size_mismatch", "too_many_points", "non_finite", "unknown_joint", "missing_joint",
     "duplicate_joint", "negative_time", "non_increasing_time", "horizon_too_long",
 )
-INPUT_REASONS = ("stale_chunk", "future_stamp", "no_robot_model", "invalid_configuration", "no_joint_state",
-                 "stale_joint_state", "joint_state_incomplete")
+INPUT_REASONS = ("stale_chunk", "future_stamp", "unstamped", "before_reset", "no_robot_model", "invalid_configuration",
+                 "no_joint_state", "stale_joint_state", "joint_state_incomplete")
 POINT_REASONS = (
     "unreachable_first_point", "position_limit", "velocity_limit", "acceleration_limit", "self_collision",
     "table_collision", "workspace_bounds", "obstacle_collision", "stopping_distance",
@@ -246,6 +246,8 @@ class SafetyFilter:
         if bad is not None:
             return None, bad
         H = chunk.horizon
+        if int(chunk.stamp_ns) == 0:
+            return None, FilterReport.reject("unstamped", "header.stamp is 0: a chunk must carry its observation time", points_in=H)
         q_meas, bad = self._measured(state, now_ns, H)
         if bad is not None:
             return None, bad

@@ -10,7 +10,8 @@ Loaded once per robot description and shared read-only; every filter owns its ow
 * Meshes are replaced by their convex hulls (computed with the qhull bundled in MuJoCo, then verified to
   contain every vertex). A hull contains the mesh, so distances to it are never larger than distances to
   the mesh: conservative, and GJK on a convex shape is exact and fast.
-* Joint names, position limits and velocity limits come from the URDF. Mimic joints (``<mimic>``) are
+* Joint names come from the URDF; position and velocity limits through ``vla_ros.urdf_limits``, the reader
+  the controller uses too. Mimic joints (``<mimic>``) are
   filled from their leaders, so a chunk commands only the actuated joints.
 * Collision pairs: every pair of links, minus those an SRDF disables; without an SRDF, minus adjacent links
   (connected by a joint, skipping links without collision geometry) and pairs already touching in the
@@ -37,6 +38,8 @@ from urllib.parse import unquote
 import coal
 import numpy as np
 import pinocchio as pin
+
+from vla_ros.urdf_limits import read_joint_limits
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +265,12 @@ class RobotModel:
         self.joint_names = tuple(names)
         self.q_index = np.array(q_idx, dtype=np.intp)
         self.prismatic = np.array(prismatic, dtype=bool)
-        self.lower = model.lowerPositionLimit[self.q_index].copy()
-        self.upper = model.upperPositionLimit[self.q_index].copy()
-        self.velocity = model.velocityLimit[self.q_index].copy()
+        # The URDF's limits through the reader the controller uses too (not Pinocchio's copy of them), so
+        # the filter and the controller can never disagree about a limit.
+        urdf_limits = read_joint_limits(root)
+        self.lower = np.array([urdf_limits[n].lower for n in names], dtype=np.float64)
+        self.upper = np.array([urdf_limits[n].upper for n in names], dtype=np.float64)
+        self.velocity = np.array([urdf_limits[n].velocity for n in names], dtype=np.float64)
         bad = [n for n, lo, hi, v in zip(names, self.lower, self.upper, self.velocity)
                if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi and np.isfinite(v) and v > 0)]
         if bad:

@@ -139,7 +139,7 @@ def _watch(args) -> dict:
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for st in msg.status:
             values = {kv.key: kv.value for kv in st.values}
-            if st.name.startswith("safety_filter:"):
+            if st.name.startswith("safety_filter:") and "chunks.pass" in values:  # not its inputs or parameters status
                 rec["safety"] = {k: int(v) for k, v in values.items() if k.startswith("chunks.")}
             if st.name.startswith("sim:") and "rejected.total" in values:
                 rec["sim_rejected"] = int(values["rejected.total"])
