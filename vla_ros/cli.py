@@ -1,7 +1,7 @@
 """``vla-ros <verb>``: one command for everything that is not a node (like ``ros2 <verb>``).
 
 Verbs that exist today: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the
-simulated demo), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
+simulated demo), ``demo-two-hosts`` (the demo split over two simulated computers), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
 Each verb's ``--help`` ends with a runnable example.
 """
 
@@ -98,9 +98,16 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
+def _demo_two_hosts(argv: list[str]) -> int:
+    from vla_ros.tools import two_hosts
+
+    return two_hosts.main(argv)
+
+
 VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
+    "demo-two-hosts": (_demo_two_hosts, "policy on a GPU host, robot side on another (namespaces, root): vla-ros demo-two-hosts"),
     "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
