@@ -176,8 +176,8 @@ class Run:
         return fh
 
     def _spawn(self, host: str | None, argv: list[str], log: str, **kwargs) -> subprocess.Popen:
-        kwargs.setdefault("stdout", self._log(log))
-        kwargs.setdefault("stderr", subprocess.STDOUT)
+        if "stdout" not in kwargs:
+            kwargs["stdout"], kwargs["stderr"] = self._log(log), subprocess.STDOUT
         if host is None:  # the root namespace: DDS stays on loopback
             env = {**os.environ, **LOOPBACK_ENV}
             return subprocess.Popen(argv, env=env, start_new_session=True, **kwargs)
@@ -209,8 +209,8 @@ class Run:
     def start_watch(self) -> None:
         argv = [sys.executable, "-m", "vla_ros.tools.robot_watch", "--color", self.color]
         host = None if self.pair is None else self.pair.robot
-        proc = self._spawn(host, argv, "watch", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=self._log("watch"), text=True, bufsize=1)
+        proc = self._spawn(host, argv, "watch", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log("watch"),
+                           text=True, bufsize=1)
         self.watch = Watch(proc)
 
     def alive(self) -> list[tuple[str, subprocess.Popen | None]]:
