@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     node = Node("robot_watch", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
     rec: dict = {"commands": [], "safe": [], "chunks": [], "diag": [], "status": [], "t0": None, "episode0": None,
                  "lifted_at": None}
-    live = {"episode": None, "lifted": None, "joint_states": 0, "still": 0, "controller": None,
+    live = {"episode": None, "lifted": None, "joint_states": 0, "controller": None,
             "filter": None, "policy": None}
     last_cmd: list[list[float]] = []
 
@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_command(msg: Float64MultiArray) -> None:
         q = list(msg.data)
-        live["still"] = live["still"] + 1 if last_cmd and np.allclose(q, last_cmd[-1], atol=1e-9, rtol=0) else 0
-        last_cmd[:] = (last_cmd + [q])[-11:]
+        last_cmd[:] = (last_cmd + [q])[-11:]  # the newest 11: the speed over the last ~0.1 s
         rec["commands"].append([now_s(), time.monotonic(), *q])
 
     def on_chunk(key: str):
