@@ -47,6 +47,6 @@ setup(
     maintainer_email="vla-ros@example.com",
     description="Vision-language-action Transformer policy for ROS 2 robot arms, with a MuJoCo simulation.",
     license="Apache-2.0",
-    tests_require=["pytest"],
+    extras_require={"test": ["pytest"]},
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

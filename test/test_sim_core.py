@@ -1,5 +1,7 @@
 """The ROS-free simulation core: determinism, timing, commands, rendering, the scripted pick."""
 
+import math
+
 import numpy as np
 import pytest
 from image_checks import assert_cups_visible
@@ -183,3 +185,82 @@ def test_config_errors_quote_the_values(kwargs, fragment):
 def test_missing_urdf_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="robot description not found"):
         ArmSim(urdf_path=tmp_path / "nope.urdf")
+
+
+def test_monotonic_reset_starts_the_new_episode_strictly_after_every_old_sample(sim):
+    """The episode-reset announcement's stamp: every sample of the old episode (even one on the very
+    step before the reset) is stamped before it, every one of the new episode at or after it."""
+    sim.reset(0)
+    assert (sim.episode_start_ns, sim.time_ns) == (0, 0)
+    for _ in range(math.lcm(sim.config.steps_per_frame, sim.config.steps_per_joint_state)):  # the last step: both
+        sim.step()
+    assert sim.is_joint_state_step() and sim.is_frame_step()
+    last_old_ns, episode = sim.time_ns, sim.episode
+    sim.reset(1, restart_clock=False)
+    assert sim.episode == episode + 1
+    assert sim.episode_start_ns == sim.time_ns > last_old_ns
+    sim.step()
+    assert sim.time_ns > sim.episode_start_ns
+    sim.reset(2)  # the default restarts the clock (evaluation, data collection)
+    assert (sim.episode_start_ns, sim.time_ns) == (0, 0)
+
+
+def test_pacing_applies_a_new_factor_from_the_change_on():
+    """Issue 14: lowering the factor 1.0 -> 0.5 after 160 s of paced simulation asked for a 160 s wait (the
+    old anchor); from the change on, 0.5 means 0.5 simulated seconds per wall second, and 0 means none."""
+    from vla_ros.sim.pacing import Pacing
+
+    pacing = Pacing(1.0)
+    assert pacing.delay_s(0.0, 1000.0) == 0.0  # first call anchors
+    assert pacing.delay_s(160.0, 1159.99) == pytest.approx(0.01)
+    pacing.set_factor(0.5)
+    assert pacing.delay_s(160.0, 1160.0) == 0.0  # re-anchored at the change
+    assert pacing.delay_s(160.5, 1160.0) == pytest.approx(1.0)  # 0.5 s simulated = 1 s wall at 0.5
+    assert pacing.delay_s(161.0, 1162.0) == 0.0
+    pacing.set_factor(0.0)  # as fast as possible: never waits
+    assert [pacing.delay_s(161.0 + k, 1162.0) for k in range(3)] == [0.0, 0.0, 0.0]
+    pacing.set_factor(2.0)
+    assert pacing.delay_s(163.0, 1162.0) == 0.0
+    assert pacing.delay_s(164.0, 1162.0) == pytest.approx(0.5)
+    # a stall (more than max_lag_s behind) re-anchors instead of bursting; so does a clock restart
+    assert pacing.delay_s(164.0, 1170.0) == 0.0 and pacing.reanchors == 1
+    assert pacing.delay_s(165.0, 1170.0) == pytest.approx(0.5)
+    assert pacing.delay_s(0.0, 1170.5) == 0.0 and pacing.reanchors == 2
+    assert pacing.delay_s(0.2, 1170.5) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="-1"):
+        pacing.set_factor(-1.0)
+
+
+def test_reset_hold_refuses_commands_from_before_the_reset_until_one_starts_at_the_reset_pose(sim):
+    """Commands still in flight when a ROS graph resets were computed for the old episode: applied, they
+    would yank the arm from the reset pose back towards the old one. With a hold, far ones are refused
+    until a command at the reset pose (a controller re-anchored there) arrives, or the hold ends."""
+    from vla_ros.sim.arm_sim import RESET_HOLD_TOLERANCE
+
+    home = np.array(HOME_Q)
+    old = home + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, -0.02])
+    sim.reset(3, hold_s=0.5)
+    with pytest.raises(CommandError) as err:
+        sim.command_positions(None, old)
+    assert err.value.code == "before_reset" and "wrist_roll_joint" in str(err.value)  # the farthest joint, named
+    run(sim, 0.1)
+    np.testing.assert_allclose(sim.commanded_positions(), home)  # nothing applied, the arm held
+    assert np.abs(sim.command_joint_positions() - home).max() < 0.01
+    near = home - RESET_HOLD_TOLERANCE / 2  # (the gripper is open at HOME: only closing is inside its limits)
+    sim.command_positions(None, near)  # the re-anchored controller: accepted ...
+    sim.command_positions(None, old)  # ... and from then on everything is
+    np.testing.assert_allclose(sim.commanded_positions(), old)
+    # the hold ends by itself after hold_s (a controller that never re-anchors behaves as without it)
+    sim.reset(3, restart_clock=False, hold_s=0.5)
+    run(sim, 0.5)
+    sim.command_positions(None, old)
+    # a trajectory stamped before the episode began is refused; stamp 0 (on arrival) is not
+    sim.reset(4, restart_clock=False)
+    start_s = sim.episode_start_ns * 1e-9
+    stale = PositionTrajectory.from_points(sim.limits.names, [0.5], [old], sim.limits, stamp_s=start_s - 0.01)
+    with pytest.raises(CommandError, match="before the episode began") as err:
+        sim.command_trajectory(stale)
+    assert err.value.code == "before_reset"
+    sim.command_trajectory(PositionTrajectory.from_points(sim.limits.names, [0.5], [old], sim.limits))
+    sim.reset(5)  # no hold: the default for in-process use (evaluation, data collection)
+    sim.command_positions(None, old)

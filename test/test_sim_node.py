@@ -4,6 +4,7 @@ One launched graph serves the whole module (starting MuJoCo and DDS discovery co
 """
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -13,12 +14,13 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from image_checks import assert_cups_visible
 from ros_helpers import LaunchedGraph, Probe
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg
 from vla_ros.sim import HOME_Q, ArmSim
 
@@ -34,7 +36,7 @@ def graph(tmp_path_factory):
     log = tmp_path_factory.mktemp("launch") / "sim.log"
     with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", log_path=log) as g:
         probe = Probe("sim_test_probe")
-        rec = {"js": [], "img": [], "info": [], "diag": [], "status": None, "description": None}
+        rec = {"js": [], "img": [], "info": [], "diag": [], "status": None, "description": None, "resets": []}
         n = probe.node
         n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
         n.create_subscription(Image, "/camera/image_raw", lambda m: rec["img"].append(m), 50)
@@ -42,10 +44,11 @@ def graph(tmp_path_factory):
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 50)
         n.create_subscription(String, "/vla/episode_status", lambda m: rec.__setitem__("status", json.loads(m.data)), LATCHED)
         n.create_subscription(String, "/robot_description", lambda m: rec.__setitem__("description", m.data), LATCHED)
+        n.create_subscription(Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)), episode_reset_qos())
         probe.rec = rec
         probe.pub_cmd = n.create_publisher(Float64MultiArray, "/forward_position_controller/commands", 10)
         probe.pub_traj = n.create_publisher(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", 10)
-        assert probe.spin_until(lambda: len(rec["js"]) > 5 and rec["status"] is not None, 90), log.read_text()[-3000:]
+        assert probe.spin_until(lambda: len(rec["js"]) > 5 and rec["status"] is not None and rec["resets"], 90), log.read_text()[-3000:]
         yield probe
         probe.close()
     assert g.proc.returncode == 0, log.read_text()[-3000:]
@@ -174,3 +177,195 @@ def test_invalid_parameter_change_is_refused_with_a_reason(graph):
     ro = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=64)
     result = graph.call(client, SetParameters.Request(parameters=[ParameterMsg(name="image_width", value=ro)]))
     assert not result.results[0].successful  # read-only: needs a restart
+
+
+def _set_param(probe, name: str, value) -> None:
+    from rclpy.parameter import Parameter
+
+    client = probe.node.create_client(SetParameters, "/sim/set_parameters")
+    result = probe.call(client, SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
+    assert result.results[0].successful, result.results[0].reason
+
+
+def test_start_up_announces_the_current_episode_to_a_late_subscriber(graph):
+    """The announcement is latched: the probe, started after the sim, got the current episode's."""
+    assert graph.spin_until(lambda: graph.rec["resets"] and graph.rec["resets"][-1][1] == graph.rec["status"]["episode"], 30)
+    stamp_ns, episode = graph.rec["resets"][-1]
+    assert stamp_ns * 1e-9 <= graph.rec["status"]["time_s"] + 1e-6  # (the status rounds to microseconds)
+
+
+def _stamp_ns(m) -> int:
+    return ns_from_time_msg(m.header.stamp)
+
+
+def _q(m) -> np.ndarray:
+    pos = dict(zip(m.name, m.position))
+    return np.array([pos[j] for j in COMMAND_JOINTS])
+
+
+def _pixels(m) -> np.ndarray:
+    return np.frombuffer(bytes(m.data), np.uint8).astype(np.float32)
+
+
+def _drive_and_reset(graph, restart: bool, resets: int = 3):
+    """Hold the arm at a pose far from HOME, reset (a new seed each time, so the cups move too), wait 0.3 s
+    of the new episode; ``resets`` times. Returns the targets, the replies and what arrived meanwhile."""
+    _set_param(graph, "reset_clock_on_reset", restart)
+    reset = graph.node.create_client(Trigger, "/sim/reset")
+    js, img = [], []
+    subs = [graph.node.create_subscription(JointState, "/joint_states", js.append, 500),
+            graph.node.create_subscription(Image, "/camera/image_raw", img.append, 100)]
+    targets, replies = [], []
+    try:
+        for k in range(resets):
+            target = np.array(HOME_Q) + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, 0.0]) * (1 if k % 2 else -1)
+            target[6] -= 0.02  # the gripper's stroke ends at HOME's "open"
+            graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))  # starts at the reset pose (reset_hold_s)
+            graph.pub_cmd.publish(Float64MultiArray(data=target.tolist()))
+            assert graph.spin_until(lambda: js and np.abs(_q(js[-1]) - target).max() < 0.01, 120), _q(js[-1]) - target
+            reached_ns = _stamp_ns(js[-1])
+            assert graph.spin_until(lambda: _stamp_ns(js[-1]) >= reached_ns + 300_000_000, 60)  # steady, with frames
+            _set_param(graph, "seed", 40 + k)
+            last_old_ns = _stamp_ns(js[-1])
+            n_before = len(js)
+            reply = json.loads(graph.call(reset, Trigger.Request()).message)
+            # 0.3 s of the new episode: stamps from its start on (with a restarted clock: after the jump back)
+            assert graph.spin_until(lambda: any(
+                _stamp_ns(m) >= reply["start_ns"] + 300_000_000 and (not restart or _stamp_ns(m) < last_old_ns)
+                for m in js[n_before:]), 60)
+            assert graph.spin_until(lambda: graph.rec["resets"][-1][1] == reply["episode"], 30)
+            targets.append(target)
+            replies.append(reply)
+    finally:
+        for sub in subs:
+            graph.node.destroy_subscription(sub)
+        _set_param(graph, "reset_clock_on_reset", False)
+    return targets, replies, js, img
+
+
+def _assert_exact_split(before: list, after: list, is_old, is_new) -> None:
+    """Every message on the old side shows the old episode, every one on the new side the new one."""
+    assert before and after, (len(before), len(after))
+    assert all(is_old(m) for m in before), [_stamp_ns(m) for m in before if not is_old(m)]
+    assert all(is_new(m) for m in after), [_stamp_ns(m) for m in after if not is_new(m)]
+
+
+def _near(q_ref):
+    return lambda m: np.abs(_q(m) - q_ref).max() < 0.02
+
+
+def _closer_to(frame, other):
+    """A classifier of frames: closer to ``frame`` than to ``other`` (mean absolute pixel difference)."""
+    a, b = _pixels(frame), _pixels(other)
+    assert np.abs(a - b).mean() > 1.0, "the reset must change the picture (arm pose, cup layout)"
+    return lambda m: np.abs(_pixels(m) - a).mean() < np.abs(_pixels(m) - b).mean()
+
+
+WINDOW_NS = 250_000_000  # of each episode next to a reset, checked message by message
+
+
+def test_reset_is_announced_and_splits_every_sensor_stream_exactly_by_stamp(graph):
+    """Monotonic clock: joint states and frames stamped before the announced stamp show the old episode (arm
+    at the commanded pose), those stamped at or after it the new one (arm at HOME, cups moved), whatever
+    order they arrive in; the announcement's stamp and number match the reply and /vla/episode_status."""
+    targets, replies, js, img = _drive_and_reset(graph, restart=False)
+    announced = {ep: stamp for stamp, ep in graph.rec["resets"]}
+    for k, (target, reply) in enumerate(zip(targets, replies)):
+        start = reply["start_ns"]
+        assert announced[reply["episode"]] == start
+        if k:
+            assert reply["episode"] == replies[k - 1]["episode"] + 1 and start > replies[k - 1]["start_ns"]
+        before = [m for m in js if start - WINDOW_NS <= _stamp_ns(m) < start]
+        after = [m for m in js if start <= _stamp_ns(m) < start + WINDOW_NS]
+        _assert_exact_split(before, after, _near(target), _near(np.array(HOME_Q)))
+        frames_before = [m for m in img if start - WINDOW_NS <= _stamp_ns(m) < start]
+        frames_after = [m for m in img if start <= _stamp_ns(m) < start + WINDOW_NS]
+        new_ref = next(m for m in img if _stamp_ns(m) >= start + WINDOW_NS)
+        old_ref = frames_before[0]
+        _assert_exact_split(frames_before, frames_after, _closer_to(old_ref, new_ref), _closer_to(new_ref, old_ref))
+    assert graph.spin_until(lambda: graph.rec["status"]["episode"] == replies[-1]["episode"], 30)
+
+
+def test_reset_with_a_restarted_clock_is_announced_at_zero_and_splits_at_the_jump(graph):
+    """reset_clock_on_reset: the announcement is stamped 0; each stream jumps back exactly once per reset,
+    everything after the jump (stamped >= 0) is the new episode, everything before it the old one."""
+    targets, replies, js, img = _drive_and_reset(graph, restart=True)
+    assert [r["start_ns"] for r in replies] == [0] * len(replies)
+    assert graph.rec["resets"][-len(replies):] == [(0, r["episode"]) for r in replies]
+    for stream in (js, img):
+        stamps = np.array([_stamp_ns(m) for m in stream])
+        jumps = list(np.flatnonzero(np.diff(stamps) < 0) + 1)  # the first message after each jump back
+        assert len(jumps) == len(replies), [stamps[i - 1 : i + 1] for i in jumps]
+        bounds = [0, *jumps, len(stream)]
+        for k, i in enumerate(jumps):
+            old_episode, new_episode = stream[bounds[k] : i], stream[i : bounds[k + 2]]
+            before = [m for m in old_episode if _stamp_ns(m) >= stamps[i - 1] - WINDOW_NS]
+            after = [m for m in new_episode if _stamp_ns(m) < WINDOW_NS]
+            if stream is js:
+                _assert_exact_split(before, after, _near(targets[k]), _near(np.array(HOME_Q)))
+            else:
+                new_ref = next(m for m in new_episode if _stamp_ns(m) >= WINDOW_NS)
+                _assert_exact_split(before, after, _closer_to(before[0], new_ref), _closer_to(new_ref, before[0]))
+
+
+def test_commands_from_before_a_reset_do_not_yank_the_arm_back(graph):
+    """After ~/reset, a position command far from the reset pose (one still in flight from the old episode)
+    is refused with reason before_reset and the arm stays put, until a command at the reset pose arrives
+    (a controller re-anchored there); then commands apply as before."""
+    reset = graph.node.create_client(Trigger, "/sim/reset")
+    far = np.array(HOME_Q) + np.array([0.4, -0.2, 0.3, 0.5, -0.3, 0.6, -0.02])
+    _set_param(graph, "reset_hold_s", 60.0)  # longer than any wall-clock delay here: the test is not a race
+    try:
+        graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))  # (the tests before ended with a reset)
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))
+        assert graph.spin_until(lambda: np.abs(latest_q(graph) - far).max() < 0.01, 120), latest_q(graph) - far
+        graph.call(reset, Trigger.Request())
+        graph.rec["diag"].clear()
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))  # the old episode's target, late
+        def dropped():
+            return [(s.level, {v.key: v.value for v in s.values}) for a in graph.rec["diag"] for s in a.status
+                    if s.name.endswith("command dropped")]
+
+        assert graph.spin_until(dropped, 60), _rejections(graph)
+        level, values = dropped()[0]
+        assert values["reason"] == "before_reset" and "taken for a command sent before the reset" in values["detail"]
+        assert level == b"\x00" and int(values["commands.before_reset"]) >= 1  # counted, and not as bad input
+        assert "before_reset" not in _rejections(graph)
+        graph.spin_for_sim(0.5)
+        assert np.abs(latest_q(graph) - np.array(HOME_Q)).max() < 0.02, latest_q(graph)
+        graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))
+        graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))
+        assert graph.spin_until(lambda: np.abs(latest_q(graph) - far).max() < 0.01, 120), latest_q(graph) - far
+    finally:
+        _set_param(graph, "reset_hold_s", 0.5)
+
+
+def _advance_within(graph, sim_s: float, wall_timeout_s: float = 20.0) -> bool:
+    t0 = graph.now_s()
+    return graph.spin_until(lambda: graph.now_s() >= t0 + sim_s, wall_timeout_s)
+
+
+def _rate(graph, wall_s: float) -> float:
+    """Simulated seconds per wall second over about ``wall_s`` (from /clock as it arrives here)."""
+    t0, w0 = graph.now_s(), time.monotonic()
+    graph.spin_until(lambda: time.monotonic() - w0 >= wall_s, wall_s + 5.0)
+    return (graph.now_s() - t0) / (time.monotonic() - w0)
+
+
+def test_real_time_factor_changes_take_effect_at_once_both_ways(graph):
+    """Issue 14: 1.0 -> 0.5 froze simulated time for as long as it had run since the pacing last
+    re-anchored, and 1.0 again did not wake it. Each change must apply at once: simulated time advances
+    (a frozen sim fails the generous 20 s) and never faster than the new factor allows."""
+    graph.rec["img"].clear()
+    try:
+        for factor, hold_s in ((1.0, 4.0), (0.5, 4.0), (0.05, 0.0), (1.0, 0.0), (0.0, 0.0), (1.0, 4.0)):
+            _set_param(graph, "real_time_factor", factor)
+            need = 0.05 if factor == 0.05 else 0.2
+            assert _advance_within(graph, need), f"simulated time stuck at {graph.now_s():.3f} s after real_time_factor {factor}"
+            if hold_s:
+                rate = _rate(graph, hold_s)
+                assert rate <= 1.6 * factor, (factor, rate)  # paced: not faster than asked (slower may be load)
+            graph.rec["img"].clear()
+            graph.rec["js"].clear()
+    finally:
+        _set_param(graph, "real_time_factor", 1.0)

@@ -13,7 +13,8 @@ from std_msgs.msg import String
 from ros_helpers import REPO, LaunchedGraph, Probe
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.data.dataset import make_stream, replay, samples
-from vla_ros.data.mcap_io import McapEpisodeWriter, read_messages, summary
+from vla_ros.data.bag import info
+from vla_ros.data.mcap_io import McapEpisodeWriter, read_messages
 from vla_ros.data.msgdefs import full_definition
 from vla_ros.ros.recorder import KNOWN_TOPICS, message_class
 from vla_ros.tokens import Kind, Observation, StreamConfig, TokenizerConfig, TokenStream
@@ -130,7 +131,7 @@ def recorded_sim_episode(tmp_path_factory, encoder):
     the same topics into tokens online."""
     tmp = tmp_path_factory.mktemp("record")
     log = tmp / "sim.log"
-    path = tmp / "episode.mcap"
+    path = tmp / "episode"  # a bag folder, as ros2 bag record -o writes
     with LaunchedGraph("sim.launch.xml", "policy:=scripted", "seed:=2", log_path=log):
         probe = Probe("tokens_probe")
         online = TokenStream(TOKENIZER, LIVE_STREAM, encoder)
@@ -163,17 +164,23 @@ def test_recorded_sim_episode_is_standard_ros2_mcap(recorded_sim_episode):
     path, _online, _windows = recorded_sim_episode
     from mcap.reader import make_reader
 
-    with open(path, "rb") as f:
+    assert sorted(p.name for p in path.iterdir()) == ["episode_0.mcap", "metadata.yaml"]
+    with open(path / "episode_0.mcap", "rb") as f:
         reader = make_reader(f)
         assert reader.get_header().profile == "ros2"
         s = reader.get_summary()
     assert {sc.encoding for sc in s.schemas.values()} == {"ros2msg"}
     assert {ch.message_encoding for ch in s.channels.values()} == {"cdr"}
-    info = summary(path)
-    assert 1.9 < info["duration_s"] < 2.3
-    assert info["topics"]["/joint_states"]["count"] >= 190  # 100 Hz of simulated time
-    assert info["topics"]["/camera/image_raw"]["count"] >= 57  # 30 Hz
-    assert info["topics"]["/vla/instruction"]["count"] == 1
+    summary = info(path)
+    topics = {t["name"]: t for t in summary["topics"]}
+    assert 1.9 < summary["duration_s"] < 2.3
+    assert topics["/joint_states"]["count"] >= 190  # 100 Hz of simulated time
+    assert topics["/camera/image_raw"]["count"] >= 57  # 30 Hz
+    assert topics["/vla/instruction"]["count"] == 1
+    # the sim's latched episode status and the recorder's latched instruction stay latched in the bag
+    for latched in ("/vla/instruction", "/vla/episode_status"):
+        assert [q["durability"] for q in topics[latched]["offered_qos"]] == ["transient_local"], topics[latched]
+    assert topics["/joint_states"]["offered_qos"][0]["durability"] == "volatile"
 
 
 def test_recorded_sim_episode_reads_back_as_the_online_tokens(recorded_sim_episode, encoder):

@@ -1,7 +1,8 @@
 """``vla-ros <verb>``: one command for everything that is not a node (like ``ros2 <verb>``).
 
-Verbs that exist today: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the
-simulated demo), ``demo-two-hosts`` (the demo split over two simulated computers), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
+Verbs: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the simulated demo),
+``demo-two-hosts`` (the demo split over two simulated computers), ``record``/``bag``/``collect``/``train``/``eval``
+(data and training), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
 Each verb's ``--help`` ends with a runnable example.
 """
 
@@ -68,6 +69,12 @@ def _collect(argv: list[str]) -> int:
     return collect.main(argv)
 
 
+def _bag(argv: list[str]) -> int:
+    from vla_ros.tools import bag
+
+    return bag.main(argv)
+
+
 def _export_onnx(argv: list[str]) -> int:
     from vla_ros.model import export_onnx
 
@@ -108,7 +115,8 @@ VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
     "demo-two-hosts": (_demo_two_hosts, "policy on a GPU host, robot side on another (namespaces, root): vla-ros demo-two-hosts"),
-    "record": (_record, "record topics to MCAP: vla-ros record --use-sim-time --duration 5 --out ep.mcap"),
+    "record": (_record, "record topics to a bag folder: vla-ros record --use-sim-time --duration 5 --out runs/ep"),
+    "bag": (_bag, "what a bag holds: vla-ros bag info runs/ep --json"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
     "eval": (_eval, "closed-loop success rate in the sim: vla-ros eval --model models/vla_cups --episodes 50 --json"),

@@ -10,6 +10,10 @@ observation's time (often a joint state that arrived before the frame), exactly 
 Targets come from the commands the robot was given (``/forward_position_controller/commands``, what a
 policy outputs) when the bag has them, else from the measured joint states. Commands are better where
 they differ: a closed gripper squeezing a cup measures the cup's width but was commanded shut.
+
+A bag is a rosbag2 bag folder or one MCAP file (:mod:`vla_ros.data.bag`); :class:`Topics` says which of
+its topics are the camera, joint states, commands and instruction (another robot's names, not only the
+sim's), and an instruction can be given for bags that carry none.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from vla_ros.data.bag import find_bags
 from vla_ros.data.mcap_io import read_messages, read_metadata
 from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenizerConfig, TokenStream
 
@@ -39,8 +45,17 @@ class Topics:
     commands: str = "/forward_position_controller/commands"
     episode_status: str = "/vla/episode_status"
 
+    @classmethod
+    def for_robot(cls, camera: str | None = None, joint_states: str | None = None, commands: str | None = None,
+                  instruction: str | None = None) -> "Topics":
+        """The defaults with a user's topic names; ``camera`` may carry Image or CompressedImage."""
+        d = cls()
+        return cls(image=camera or d.image, compressed_image=camera or d.compressed_image,
+                   joint_states=joint_states or d.joint_states, commands=commands or d.commands,
+                   instruction=instruction or d.instruction)
+
     def observation_topics(self) -> list[str]:
-        return [self.image, self.compressed_image, self.joint_states, self.instruction]
+        return list(dict.fromkeys([self.image, self.compressed_image, self.joint_states, self.instruction]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +95,9 @@ class Episode:
     status: dict | None  # the last episode status (JSON) in the bag, if any
     lifted: str | None = None  # the cup a status reported lifted at any time in the bag
     statuses: list = dataclasses.field(default_factory=list)  # (t_s, status dict), after the first observation
+    joint_names_seen: Counter = dataclasses.field(default_factory=Counter)  # name lists of the joint states
+    skipped_topics: Counter = dataclasses.field(default_factory=Counter)  # "<topic>: <reason>" -> messages
+    topic_counts: Counter = dataclasses.field(default_factory=Counter)  # messages read per selected topic
 
     @property
     def success(self) -> bool | None:
@@ -95,12 +113,14 @@ def replay(
     topics: Topics = Topics(),
     command_joint_names: tuple[str, ...] | None = None,
     keep_windows: bool = True,
+    instruction: str | None = None,
 ) -> Episode:
-    """Feed one bag through ``stream``; keeps the window at every accepted frame.
+    """Feed one bag (folder or MCAP file) through ``stream``; keeps the window at every accepted frame.
 
     ``command_joint_names``: the joint order of the Float64MultiArray commands (the sim's canonical order,
     which is the tokenizer's default order); commands are reordered to the tokenizer's joint order.
     ``keep_windows``: False skips the per-frame windows (training uses ``observations`` instead).
+    ``instruction``: the task of the whole bag; the bag's instruction topic is then not read.
     """
     path = Path(path)
     joint_names = stream.tokenizer.joint_names
@@ -113,8 +133,15 @@ def replay(
     lifted = None  # the first cup any status reported lifted (it may slip later in the recording)
     statuses: list[tuple[float, dict]] = []
     wanted = topics.observation_topics() + [topics.commands, topics.episode_status]
+    if instruction is not None:
+        wanted.remove(topics.instruction)
+        stream.set_instruction(instruction, 0)
     generation = stream.generation
-    for m in read_messages(path, wanted):
+    joint_names_seen: Counter = Counter()
+    skipped: Counter = Counter()
+    topic_counts: Counter = Counter()
+    for m in read_messages(path, wanted, skipped=skipped):
+        topic_counts[m.topic] += 1
         if m.topic == topics.commands:
             data = np.asarray(m.message.data, dtype=np.float64)
             if cmd_index is not None and data.shape == (len(cmd_names),) and np.all(np.isfinite(data)):
@@ -130,6 +157,8 @@ def replay(
             except ValueError:
                 log.warning("%s: unreadable episode status", path.name)
             continue
+        if m.topic == topics.joint_states and hasattr(m.message, "name"):
+            joint_names_seen[tuple(m.message.name)] += 1
         result = stream.add_message(m.type_name, m.message, m.log_time_ns, m.topic)
         if stream.generation != generation:  # a clock jump inside the bag: earlier windows are another timeline
             log.warning("%s: clock jumped back; keeping only what follows", path.name)
@@ -157,6 +186,9 @@ def replay(
         status=status,
         lifted=lifted,
         statuses=statuses,
+        joint_names_seen=joint_names_seen,
+        skipped_topics=skipped,
+        topic_counts=topic_counts,
     )
 
 
@@ -211,7 +243,6 @@ def make_stream(tokenizer: TokenizerConfig, stream: StreamConfig, encode_text=No
 
 
 def episode_paths(data_dir: str | Path) -> list[Path]:
-    paths = sorted(Path(data_dir).rglob("*.mcap"))
-    if not paths:
-        raise FileNotFoundError(f"no .mcap files under {data_dir}")
-    return paths
+    """One path per episode: each bag folder and loose MCAP file under ``data_dir`` (or ``data_dir`` itself).
+    BagError (a ValueError with a one-line message) when there is none."""
+    return find_bags(data_dir)

@@ -2,13 +2,15 @@
 
 The top-level .msg text comes first, then every type it uses (recursively), each after a line of 80 ``=``
 and a ``MSG: pkg/msg/Type`` line. The .msg files are found where every ROS install keeps them
-(``<prefix>/share/<pkg>/msg/``): through the ament index when sourced, else next to the Python
-interpreter (pip mode, where the message wheels install ``share/``).
+(``<prefix>/share/<pkg>/msg/``): through the ament index when sourced, else in the prefix that holds
+the message package's Python module, else next to the Python interpreter (pip mode, where the message
+wheels install ``share/``).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import sys
@@ -21,8 +23,17 @@ PRIMITIVES = {
 SEPARATOR = "=" * 80
 
 
-def _share_dirs() -> list[Path]:
+def _module_share_dirs(pkg: str) -> list[Path]:
+    """``<prefix>/share`` above where ``pkg``'s Python module lives (<prefix>/lib/pythonX.Y/site-packages/pkg)."""
+    spec = importlib.util.find_spec(pkg) if pkg.isidentifier() else None
+    if spec is None or not spec.origin:
+        return []
+    return [parent / "share" for parent in Path(spec.origin).resolve().parents if (parent / "share" / pkg).is_dir()][:1]
+
+
+def _share_dirs(pkg: str = "") -> list[Path]:
     dirs = [Path(p) / "share" for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    dirs.extend(_module_share_dirs(pkg) if pkg else [])
     dirs.append(Path(sys.prefix) / "share")
     dirs.extend(sorted(Path("/opt/ros").glob("*/share")))
     return dirs
@@ -32,7 +43,7 @@ def msg_file(type_name: str) -> Path:
     """'sensor_msgs/msg/Image' or 'sensor_msgs/Image' -> path of Image.msg; FileNotFoundError naming where it looked."""
     pkg, _, name = _split(type_name)
     tried = []
-    for share in _share_dirs():
+    for share in _share_dirs(pkg):
         path = share / pkg / "msg" / f"{name}.msg"
         tried.append(str(path))
         if path.is_file():
@@ -84,3 +95,18 @@ def full_definition(type_name: str) -> str:
         parts.append(f"{SEPARATOR}\nMSG: {dep}\n{text.rstrip(chr(10))}")
         queue.extend(_field_types(text, dep.split("/")[0]))
     return "\n".join(parts) + "\n"
+
+
+@functools.lru_cache(maxsize=64)
+def type_hash(type_name: str) -> str:
+    """The type's RIHS01 hash from the ``.json`` type description installed next to its ``.msg`` (Iron and
+    newer), as rosbag2 writes it in ``type_description_hash``; "" where there is none (Humble)."""
+    import json
+
+    try:
+        description = json.loads(msg_file(type_name).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return ""
+    pkg, _, name = _split(type_name)
+    wanted = f"{pkg}/msg/{name}"
+    return next((h["hash_string"] for h in description.get("type_hashes", []) if h.get("type_name") == wanted), "")

@@ -6,7 +6,9 @@ Follows the ``ros2 launch`` command line: ``FILE`` or ``PKG FILE`` (looked
 up in the package's share directory), ``name:=value`` launch arguments,
 ``-s/--show-args`` to list declared arguments in the same format, and
 ``-p/--print`` which here prints the resolved command lines (upstream prints
-the launch description tree instead).
+the launch description tree instead). All three walk the file with the same
+resolver (:mod:`.parser`), so a file that --print or --show-args accepts is
+one a run accepts.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from . import packages
 from .errors import LaunchError
-from .model import LaunchArgument, LaunchPlan
+from .model import LaunchArgument, LaunchPlan, LogMessage, ProcessSpec, ShutdownRequest
 from .parser import describe_arguments, parse_launch_file
 from .supervisor import Supervisor
 
@@ -28,7 +30,7 @@ from .supervisor import Supervisor
 # is the source tree, which may hold a virtualenv and build outputs.
 _SKIP_DIRS = {'build', 'install', 'log', 'node_modules', '__pycache__'}
 # Launch configurations upstream reads without an <arg> declaring them.
-_IMPLICIT_ARGS = {'sigterm_timeout', 'sigkill_timeout'}
+_IMPLICIT_ARGS = {'sigterm_timeout', 'sigkill_timeout', 'launch-prefix', 'launch-prefix-filter', 'emulate_tty'}
 
 
 def find_launch_file(package: str, file_name: str) -> Path:
@@ -52,36 +54,48 @@ def find_launch_file(package: str, file_name: str) -> Path:
 
 
 def format_plan(plan: LaunchPlan) -> str:
-    """Render the plan as commented, copy-pasteable shell command lines."""
+    """Render the plan as commented, copy-pasteable shell command lines, in execution order."""
     lines = []
-    for spec in plan.processes:
-        notes = []
-        if spec.node is not None:
-            ns = spec.node.namespace or ''
-            notes.append(f"node {ns.rstrip('/')}/{spec.node.name}" if spec.node.name
-                         else f'node {spec.node.executable}')
-        if spec.on_exit_shutdown:
-            notes.append('on_exit=shutdown')
-        if spec.respawn:
-            notes.append(f'respawn (delay {spec.respawn_delay:g} s)')
-        lines.append(f'# [{spec.label}] {spec.source}' + (f" ({', '.join(notes)})" if notes
-                                                           else ''))
-        prefix = []
-        removed = sorted(k for k in os.environ if k not in spec.env)
-        changed = {k: v for k, v in spec.env.items() if os.environ.get(k) != v}
-        if removed or changed:
-            prefix.append('env')
-            for name in removed:
-                prefix += ['-u', name]
-            prefix += [f'{k}={v}' for k, v in changed.items()]
-        if spec.shell:  # the command is shell syntax already: do not quote it
-            command = ' '.join([shlex.join(prefix)] * bool(prefix) + spec.cmd)
-        else:
-            command = shlex.join(prefix + spec.cmd)
-        if spec.cwd:
-            command = f'cd {shlex.quote(spec.cwd)} && {command}'
-        lines.append(command)
+    for item in plan.items:
+        after = f' (after {item.delay_s:g} s)' if item.delay_s else ''
+        if isinstance(item, LogMessage):
+            lines.append(f'# [log]{after} {item.message}')
+            continue
+        if isinstance(item, ShutdownRequest):
+            lines.append(f'# [shutdown]{after} {item.reason} ({item.source})')
+            continue
+        lines.extend(_format_process(item, after))
     return '\n'.join(lines)
+
+
+def _format_process(spec: ProcessSpec, after: str) -> List[str]:
+    notes = []
+    if spec.node is not None:
+        ns = spec.node.namespace or ''
+        notes.append(f"node {ns.rstrip('/')}/{spec.node.name}" if spec.node.name
+                     else f'node {spec.node.executable}')
+    if spec.on_exit_shutdown:
+        notes.append('on_exit=shutdown')
+    if spec.respawn:
+        notes.append(f'respawn (delay {spec.respawn_delay:g} s)')
+    if spec.output != 'log':
+        notes.append(f'output={spec.output}')
+    header = f'# [{spec.label}]{after} {spec.source}' + (f" ({', '.join(notes)})" if notes else '')
+    prefix = []
+    removed = sorted(k for k in os.environ if k not in spec.env)
+    changed = {k: v for k, v in spec.env.items() if os.environ.get(k) != v}
+    if removed or changed:
+        prefix.append('env')
+        for name in removed:
+            prefix += ['-u', name]
+        prefix += [f'{k}={v}' for k, v in changed.items()]
+    if spec.shell:  # the command is shell syntax already: do not quote it
+        command = ' '.join([shlex.join(prefix)] * bool(prefix) + spec.cmd)
+    else:
+        command = shlex.join(prefix + spec.cmd)
+    if spec.cwd:
+        command = f'cd {shlex.quote(spec.cwd)} && {command}'
+    return [header, command]
 
 
 def format_arguments(arguments: Sequence[LaunchArgument]) -> str:
@@ -120,7 +134,7 @@ def run_launch_file(path: Union[str, os.PathLike], launch_args: Optional[Mapping
         print(format_plan(plan))
         return 0
     try:
-        return Supervisor(plan.processes).run()
+        return Supervisor(plan.items, log_dir=plan.log_dir).run()
     finally:
         plan.cleanup()
 

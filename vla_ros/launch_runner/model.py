@@ -3,9 +3,11 @@
 """Data model of a resolved launch file: a flat, ordered list of process specs.
 
 Upstream ``launch`` keeps an action tree that is executed lazily; the runner
-instead resolves every action up front (conditions, includes, groups,
+instead resolves every action up front (conditions, includes, groups, timers,
 substitutions) so the result can be printed, inspected by tests, and handed
-to the supervisor as plain data.
+to the supervisor as plain data: an ordered list of items (processes, log
+messages, shutdown requests), each due ``delay_s`` after the launch starts
+(non-zero inside ``<timer>``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 
 @dataclass
@@ -34,6 +36,26 @@ class LaunchArgument:
 
 
 @dataclass
+class LogMessage:
+    """``<log message>``: printed as ``[INFO] [launch.user]: message`` when its turn comes."""
+
+    message: str
+    delay_s: float = 0.0
+    source: str = ''
+
+
+@dataclass
+class ShutdownRequest:
+    """``<shutdown reason>``: ends the launch when its turn comes."""
+
+    reason: str
+    delay_s: float = 0.0
+    source: str = ''
+    #: False when the timer it is in was declared with cancel_on_shutdown="false".
+    cancel_on_shutdown: bool = True
+
+
+@dataclass
 class ParamFile:
     """One ``--params-file`` of a node, in command-line order."""
 
@@ -42,6 +64,8 @@ class ParamFile:
     generated: bool = False
     #: For generated files from inline params: the flat ``{dotted.name: value}`` written.
     values: Dict[str, Any] = field(default_factory=dict)
+    #: True for a ``-p name:=value`` argument (``<set_parameter>``) instead of a file.
+    rule: bool = False
 
 
 @dataclass
@@ -53,6 +77,7 @@ class NodeInfo:
     name: Optional[str]
     #: Absolute namespace after composing pushed namespaces; None when none was given.
     namespace: Optional[str]
+    #: ``--params-file`` files and ``-p`` rules in command-line order.
     params_files: List[ParamFile] = field(default_factory=list)
     remappings: List[Tuple[str, str]] = field(default_factory=list)
 
@@ -76,7 +101,13 @@ class ProcessSpec:
     env: Dict[str, str]
     cwd: Optional[str] = None
     shell: bool = False
+    #: ``screen``, ``log``, ``both``, ``own_log`` or ``full`` (launch.logging's aliases).
     output: str = 'log'
+    emulate_tty: bool = False
+    #: Seconds after the launch starts (``<timer>``).
+    delay_s: float = 0.0
+    #: False when the timer it is in was declared with cancel_on_shutdown="false".
+    cancel_on_shutdown: bool = True
     #: ``on_exit="shutdown"``: this process ending ends the whole launch.
     on_exit_shutdown: bool = False
     respawn: bool = False
@@ -90,12 +121,16 @@ class ProcessSpec:
     source: str = ''
 
 
+PlanItem = Union[ProcessSpec, LogMessage, ShutdownRequest]
+
+
 @dataclass
 class LaunchPlan:
     """Result of :func:`parse_launch_file`."""
 
     launch_file: Path
-    processes: List[ProcessSpec] = field(default_factory=list)
+    #: Everything the launch does, in the order upstream executes it (timers last, by firing time).
+    items: List[PlanItem] = field(default_factory=list)
     #: Declared arguments in visiting order (first declaration of a name wins).
     arguments: List[LaunchArgument] = field(default_factory=list)
     #: Launch configurations of the top-level file once parsing finished.
@@ -104,6 +139,12 @@ class LaunchPlan:
     warnings: List[str] = field(default_factory=list)
     #: Directory holding generated parameter files (None when none were needed).
     params_dir: Optional[Path] = None
+    #: The launch log directory a run writes (created when the run starts).
+    log_dir: Optional[Path] = None
+
+    @property
+    def processes(self) -> List[ProcessSpec]:
+        return [item for item in self.items if isinstance(item, ProcessSpec)]
 
     def cleanup(self) -> None:
         """Delete generated parameter files."""

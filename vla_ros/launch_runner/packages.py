@@ -11,8 +11,12 @@ checkout or a virtualenv and is not in any ament index:
 * ``vla_ros`` itself falls back to the source tree root (the directory holding
   ``package.xml``, two levels above this file), for both share and prefix
   (or to ``<sys.prefix>/share/vla_ros`` after a non-editable pip install);
-* node executables fall back to a console script in the directory of
-  ``sys.executable`` (the virtualenv's ``bin``), then to ``$PATH``.
+* its node executables fall back to the console scripts next to
+  ``sys.executable`` (the virtualenv's ``bin``).
+
+Any other package must be in the ament index, as under ``ros2 launch``: a
+``<node pkg>`` never falls back to ``$PATH`` (a same-named binary of another
+package would start instead).
 """
 
 from __future__ import annotations
@@ -93,32 +97,32 @@ def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_node_executable(package: Optional[str], executable: str,
-                         search_path: Optional[str] = None) -> str:
-    """Return the absolute path of a node's executable.
+def find_node_executable(package: str, executable: str) -> str:
+    """Return the absolute path of *package*'s *executable* (``$(exec-in-pkg)``, ``<node pkg exec>``).
 
-    Order: ``<prefix>/lib/<package>/<executable>`` when *package* is in the
-    ament index, then a console script next to ``sys.executable`` (pip mode),
-    then ``$PATH`` (*search_path* when given). Raises :class:`LaunchError`
-    listing the places searched when nothing matches.
+    As launch_ros' ExecutableInPackage: ``<prefix>/lib/<package>/<executable>`` of the package in the
+    ament index. Pip mode only: vla_ros's own console scripts next to ``sys.executable``. Raises
+    :class:`LaunchError` naming the places searched.
     """
-    searched = []
-    if package:
-        prefix = _ament_lookup(package, 'prefix')
-        if prefix is not None:
-            candidate = prefix / 'lib' / package / executable
-            if _is_executable(candidate):
-                return str(candidate)
-            searched.append(str(candidate))
+    prefix = _ament_lookup(package, 'prefix')
+    if prefix is not None:
+        libexec = prefix / 'lib' / package
+        if not libexec.is_dir():
+            raise LaunchError(f"package '{package}' found at '{prefix}', but libexec directory "
+                              f"'{libexec}' does not exist")
+        found = shutil.which(executable, path=str(libexec))
+        if found is None:
+            raise LaunchError(f"executable '{executable}' not found in the libexec directory '{libexec}' "
+                              f"of package '{package}'")
+        return found
+    if package != SOURCE_PACKAGE:
+        raise LaunchError(
+            f"executable '{executable}' of package '{package}' not found: the package is not in the ament "
+            f"index (AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})")
     # Deliberately not resolved: a venv's python is a symlink to the base
     # interpreter, and the console scripts live next to the symlink.
     venv_candidate = Path(sys.executable).parent / executable
     if _is_executable(venv_candidate):
         return str(venv_candidate)
-    searched.append(str(venv_candidate))
-    on_path = shutil.which(executable, path=search_path)
-    if on_path is not None:
-        return on_path
-    searched.append('$PATH')
-    what = f"executable '{executable}'" + (f" of package '{package}'" if package else '')
-    raise LaunchError(f"{what} not found (searched: {', '.join(searched)})")
+    raise LaunchError(f"executable '{executable}' of package '{package}' not found "
+                      f"(searched: {venv_candidate}; pip mode: is vla_ros installed in this environment?)")

@@ -1,39 +1,42 @@
 # Copyright 2025 The vla_ros authors
 # SPDX-License-Identifier: Apache-2.0
-"""Typing of ``<param>`` values and the parameter files given to nodes.
+"""Typing of ``<param>`` / ``<set_parameter>`` values and the parameter files given to nodes.
 
-Follows ``launch_ros``:
+Follows ``launch_ros`` (``Node.parse_nested_parameters``, ``evaluate_parameter_dict``):
 
-* a value without ``type`` is read with YAML rules ("1" -> int, "1.0" ->
-  float, "true" -> bool, "[1, 2]" -> list, anything else -> str); lists must
-  be non-empty with items of one type (bool, int, float or str);
+* a literal value without ``type`` is read with YAML rules ("1" -> int, "1.0" -> float, "true" -> bool,
+  "[1, 2]" -> list, "'7'" -> the string 7, anything unreadable -> the text), then ``\\x`` escapes in a
+  resulting string are resolved; a value holding substitutions is evaluated first and the result is
+  read with YAML rules (an empty result is the empty string);
 * with ``value-sep`` the raw value is split first and each item typed alone;
-* ``type`` may force str, int, float, bool, list_of_str/int/float/bool or yaml;
+* ``type`` forces str, int, float, bool, list_of_str/int/float/bool or yaml (list_of_str keeps the
+  items as written);
+* lists must be non-empty with items of one type (bool, int, float or str); YAML null and mappings are
+  refused (nested ``<param>`` tags make mappings);
 * nested ``<param>`` names are joined with dots;
-* inline values reach the node through a generated YAML file keyed
-  ``/**: {ros__parameters: {...}}`` (upstream uses the node's full name when
-  it is fully specified; ``/**`` is equivalent for a single-node process).
-
-Unlike upstream, consecutive inline ``<param>`` tags share one generated file
-instead of one file each; files and inline values keep document order, so the
-override order seen by the node is the same.
+* each inline ``<param>`` reaches the node through its own generated YAML file, keyed by the node's
+  full name when name and namespace are known, else ``/**``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional
 
 import yaml
 
 from .errors import LaunchError
-from .model import ParamFile
+from .substitutions import has_substitutions, parse_template
 
 _SCALAR_TYPES = {'str': str, 'int': int, 'float': float, 'bool': bool}
-_LIST_TYPES = {'list_of_str': str, 'list_of_int': int, 'list_of_float': float,
-               'list_of_bool': bool}
+_LIST_TYPES = {'list_of_str': str, 'list_of_int': int, 'list_of_float': float, 'list_of_bool': bool}
 TYPE_NAMES = ('yaml', *_SCALAR_TYPES, *_LIST_TYPES)
 _VALID_ITEM_TYPES = (bool, int, float, str)
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r'\\(.)', r'\1', text)
 
 
 def _yaml_load(text: str) -> Any:
@@ -48,29 +51,20 @@ def _uniform(items: list, text: object) -> list:
         raise LaunchError(f'{text!r}: an empty list has no parameter type; give a type')
     item_types = {type(item) for item in items}
     if len(item_types) > 1 or not issubclass(item_types.pop(), _VALID_ITEM_TYPES):
-        raise LaunchError(
-            f'{text!r}: list items must all have the same type (bool, int, float or str)')
+        raise LaunchError(f'{text!r}: list items must all have the same type (bool, int, float or str)')
     return items
 
 
-def _yaml_value(text: str) -> Any:
-    if text == '':
-        return ''
-    loaded = _yaml_load(text)
-    if isinstance(loaded, _VALID_ITEM_TYPES):
-        return loaded
-    if isinstance(loaded, list):
-        return _uniform(loaded, text)
-    if loaded is None:
+def _check(value: Any, text: str) -> Any:
+    if isinstance(value, _VALID_ITEM_TYPES):
+        return value
+    if isinstance(value, list):
+        return _uniform(value, text)
+    if value is None:
         raise LaunchError(f"{text!r} is YAML null, which is not a parameter value")
-    if isinstance(loaded, dict):
+    if isinstance(value, dict):
         raise LaunchError(f'{text!r} is a YAML mapping; use nested <param> tags instead')
     return text  # e.g. dates: keep what was written
-
-
-def _yaml_item(text: str) -> Any:
-    loaded = _yaml_load(text) if text else ''
-    return loaded if isinstance(loaded, _VALID_ITEM_TYPES) else text
 
 
 def _coerce(item: Any, kind: type) -> Any:
@@ -97,59 +91,62 @@ def _coerce(item: Any, kind: type) -> Any:
         raise LaunchError(f'{item!r} is not of type {kind.__name__}') from None
 
 
-def typed_value(value: Union[str, List[str]], type_name: Optional[str] = None) -> Any:
-    """Type an evaluated ``<param>`` value (a list when ``value-sep`` split it)."""
-    if type_name in (None, 'yaml'):
-        if isinstance(value, list):
-            return _uniform([_yaml_item(item) for item in value], value)
-        return _yaml_value(value)
+def _typed(text: str, type_name: Optional[str], substituted: bool) -> Any:
+    """One scalar (or YAML list) value from its text."""
     if type_name in _SCALAR_TYPES:
-        if isinstance(value, list):
-            raise LaunchError(f"type '{type_name}' cannot be used with value-sep")
-        return _coerce(value, _SCALAR_TYPES[type_name])
+        return _coerce(text, _SCALAR_TYPES[type_name])
     if type_name in _LIST_TYPES:
-        items = value
-        if isinstance(value, str):
-            items = _yaml_load(value)
-            if not isinstance(items, list):
-                raise LaunchError(f"{value!r} is not a list (type '{type_name}')")
+        items = _yaml_load(text)
+        if not isinstance(items, list):
+            raise LaunchError(f"{text!r} is not a list (type '{type_name}')")
         return [_coerce(item, _LIST_TYPES[type_name]) for item in items]
-    raise LaunchError(f"unknown param type '{type_name}' (expected one of "
-                      f"{', '.join(TYPE_NAMES)})")
+    if text == '':
+        return ''
+    loaded = _yaml_load(text)
+    if isinstance(loaded, str) and not substituted:
+        loaded = _unescape(loaded)
+    return _check(loaded, text)
 
 
-def write_params_file(path: Path, values: Dict[str, Any]) -> None:
-    """Write flat ``{dotted.name: value}`` parameters as a ROS 2 params file for any node."""
-    document = {'/**': {'ros__parameters': dict(values)}}
+def param_value(raw: str, evaluate: Callable[[list], str], separator: Optional[str] = None,
+                type_name: Optional[str] = None, substituted: bool = False) -> Any:
+    """The typed value of a ``value`` attribute as written (``raw``), evaluating substitutions.
+
+    ``substituted=True`` evaluates the whole text first (``<set_parameter>``, whose value upstream
+    always treats as substitutions).
+    """
+    if type_name is not None and type_name not in TYPE_NAMES:
+        raise LaunchError(f"unknown param type '{type_name}' (expected one of {', '.join(TYPE_NAMES)})")
+    if type_name == 'yaml':
+        type_name = None
+    if separator is None:
+        template = parse_template(raw)
+        if substituted or has_substitutions(template):
+            return _typed(evaluate(template), type_name, substituted=True)
+        return _typed(raw, type_name, substituted=False)
+    if type_name in _SCALAR_TYPES:
+        raise LaunchError(f"type '{type_name}' cannot be used with value-sep")
+    items: List[Any] = []
+    for item in raw.split(separator):
+        template = parse_template(item)
+        if has_substitutions(template):
+            text, literal = evaluate(template), False
+        else:
+            text, literal = item, True
+        if type_name in _LIST_TYPES:
+            items.append(_coerce(_unescape(text) if literal else text, _LIST_TYPES[type_name]))
+        else:
+            value = _yaml_load(text) if text else ''
+            if isinstance(value, str) and literal:
+                value = _unescape(value)
+            items.append(value if isinstance(value, _VALID_ITEM_TYPES) else text)
+    return _uniform(items, raw)
+
+
+def write_params_file(path: Path, values: Dict[str, Any], node_key: str = '/**') -> None:
+    """Write flat ``{dotted.name: value}`` parameters as a ROS 2 params file for ``node_key``."""
+    document = {node_key: {'ros__parameters': dict(values)}}
     with open(path, 'w', encoding='utf-8') as handle:
         yaml.safe_dump(document, handle, default_flow_style=False, sort_keys=False)
 
 
-#: A node's parameter sources in order: inline values or an existing/generated file.
-ParamItem = Union[Dict[str, Any], ParamFile]
-
-
-def build_params_files(items: Sequence[ParamItem],
-                       write: Callable[[Dict[str, Any]], str]) -> List[ParamFile]:
-    """Turn ordered parameter sources into ``--params-file`` arguments.
-
-    Runs of inline values are merged (a later value of the same name wins) and
-    written with *write*, which returns the path of the file it wrote.
-    """
-    files: List[ParamFile] = []
-    pending: Dict[str, Any] = {}
-
-    def flush() -> None:
-        nonlocal pending
-        if pending:
-            files.append(ParamFile(write(pending), generated=True, values=pending))
-            pending = {}
-
-    for item in items:
-        if isinstance(item, ParamFile):
-            flush()
-            files.append(item)
-        else:
-            pending.update(item)
-    flush()
-    return files

@@ -2,23 +2,22 @@
 # SPDX-License-Identifier: Apache-2.0
 """Parsing and evaluation of ``$(name arg ...)`` substitutions in attribute values.
 
-Follows the ROS 2 launch frontend grammar (``launch/frontend/grammar.lark``):
+Parsing follows the ROS 2 launch frontend grammar (``launch/share/launch/frontend/grammar.lark``):
 
-* outside a substitution, ``\\x`` escapes any character (so ``\\$(`` is a
-  literal ``$(``); a ``$`` not followed by ``(`` is plain text;
-* arguments are separated by spaces; an argument is a run of plain
-  characters and nested substitutions, or a ``'single'`` / ``"double"``
-  quoted string that may itself contain substitutions. Parentheses inside an
-  unquoted argument must be escaped (``\\(``) or the argument quoted.
+* outside a substitution any text is literal; ``\\x`` stands for ``x`` (so ``\\$(`` is a literal ``$(``);
+  a ``$`` not followed by ``(`` is plain text;
+* ``$(NAME)`` or ``$(NAME ARG ARG ...)``: NAME is a letter then letters, digits, ``_`` or ``-``; arguments
+  are separated by exactly one space; an argument is either a run of unquoted characters and nested
+  substitutions (no space, quote, ``(`` or ``)`` unless escaped with ``\\``) or one whole ``'single'`` or
+  ``"double"`` quoted string, which may hold spaces, parentheses and substitutions.
 
-The substitutions and their semantics follow ``launch`` and ``launch_ros``:
-var, env, find-pkg-share, find-pkg-prefix, find-exec, exec-in-pkg, dirname,
-filename, anon, eval, command, not, and, or, any, all, equals, not-equals, if;
-plus ``optenv`` from ROS 1 (an ``env`` that never fails). ``eval`` is
-restricted (see :func:`_safe_eval`), unlike upstream's plain ``eval``.
+Evaluation follows ``launch`` and ``launch_ros``; the substitutions are exactly upstream's set (an unknown
+name is refused when the file is loaded, as upstream's parser does): var, env, anon, eval, command,
+dirname, filename, find-exec, file-content, not, and, or, any, all, equals, not-equals, if, log_dir,
+launch_log_dir (launch); find-pkg-share, find-pkg-prefix, exec-in-pkg, param (launch_ros). ``eval`` is
+restricted (see :func:`_safe_eval`).
 
-:func:`split_command_line` turns a ``cmd``/``args`` template into argv the
-way ExecuteProcess does (see its docstring for the one difference).
+:func:`split_command_line` turns a ``cmd``/``args`` template into argv by upstream's rules.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, MutableMapping, Optional, Union
+from typing import Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 
 import yaml
 
@@ -59,35 +58,24 @@ Template = List[Part]
 
 @dataclass
 class EvalContext:
-    """What substitutions can see while evaluating one attribute."""
+    """What substitutions can see while evaluating one attribute (upstream's launch context)."""
 
-    configurations: Mapping[str, str]
-    environment: Mapping[str, str]
+    #: Launch configurations; ``$(anon)`` stores its names here too, as upstream does.
+    configurations: MutableMapping[str, object]
+    environment: MutableMapping[str, str]
     launch_file: Optional[Path] = None
-    #: Shared by the whole launch so ``$(anon x)`` is stable everywhere (as upstream).
-    anon_names: MutableMapping[str, str] = field(default_factory=dict)
+    #: Returns the launch's log directory (``$(log_dir)``); None outside a run.
+    log_dir: Optional[Callable[[], Path]] = None
+    #: Where ``$(command ... warn)`` reports (the runner's warning list).
+    warn: Callable[[str], None] = field(default=lambda message: print(f'[WARNING] [launch]: {message}',
+                                                                       file=sys.stderr))
 
 
 # --------------------------------------------------------------------------- parsing
 
 _IDENTIFIER = re.compile(r'[A-Za-z][A-Za-z0-9_-]*')
-_ARG_SEPARATORS = ' \t\n\r'
-
-
-class _Builder:
-    """Accumulates parts, merging adjacent text so templates stay short."""
-
-    def __init__(self) -> None:
-        self.parts: Template = []
-
-    def text(self, chars: str) -> None:
-        if self.parts and isinstance(self.parts[-1], str):
-            self.parts[-1] += chars
-        else:
-            self.parts.append(chars)
-
-    def sub(self, substitution: Substitution) -> None:
-        self.parts.append(substitution)
+# Characters an unquoted substitution argument may not hold unless escaped (UNQUOTED_RSTRING).
+_UNQUOTED_STOP = ' \'"()$'
 
 
 class _Reader:
@@ -108,30 +96,30 @@ class _Reader:
         return LaunchError(f'{message} (at column {self.pos + 1} of {self.text!r})')
 
 
-def parse_template(text: str) -> Template:
-    """Parse an attribute value into literal text and substitutions."""
-    reader = _Reader(text)
-    out = _Builder()
-    while not reader.at_end():
-        _consume_one(reader, out)
-    return out.parts
-
-
-def _consume_one(reader: _Reader, out: _Builder) -> None:
-    """One step of template text: an escaped character, a whole substitution, or a literal character."""
-    text = reader.text
-    char = reader.peek()
-    if char == '\\' and reader.pos + 1 < len(text):
-        out.text(text[reader.pos + 1])
-        reader.pos += 2
-    elif reader.starts_substitution():
-        out.sub(_parse_substitution(reader))
+def _append_text(parts: Template, text: str) -> None:
+    if parts and isinstance(parts[-1], str):
+        parts[-1] += text
     else:
-        out.text(char)
-        reader.pos += 1
+        parts.append(text)
 
 
-def _parse_substitution(reader: _Reader) -> Substitution:
+def parse_template(text: str) -> Template:
+    """Parse an attribute value into literal text and substitutions (names and arity are checked)."""
+    reader = _Reader(text)
+    parts: Template = []
+    while not reader.at_end():
+        if reader.starts_substitution():
+            parts.append(_parse_substitution(reader, quote=None))
+        elif reader.peek() == '\\' and reader.pos + 1 < len(text):
+            _append_text(parts, text[reader.pos + 1])
+            reader.pos += 2
+        else:
+            _append_text(parts, reader.peek())
+            reader.pos += 1
+    return parts or ['']
+
+
+def _parse_substitution(reader: _Reader, quote: Optional[str]) -> Substitution:
     start = reader.pos
     reader.pos += 2  # '$('
     match = _IDENTIFIER.match(reader.text, reader.pos)
@@ -147,46 +135,50 @@ def _parse_substitution(reader: _Reader) -> Substitution:
         char = reader.peek()
         if char == ')':
             reader.pos += 1
-            return Substitution(name, tuple(args))
-        if char not in _ARG_SEPARATORS:
+            break
+        if char != ' ':
             raise reader.fail(f"expected ' ' or ')' in '$({name} ...)'")
-        # Upstream accepts exactly one space between arguments; any run of
-        # whitespace is accepted here (XML turns newlines into spaces anyway).
-        while not reader.at_end() and reader.peek() in _ARG_SEPARATORS:
-            reader.pos += 1
-        if not reader.at_end() and reader.peek() != ')':
-            args.append(_parse_argument(reader))
+        reader.pos += 1  # exactly one space separates arguments
+        args.append(_parse_argument(reader, quote))
+    check_arity(name, len(args))
+    return Substitution(name, tuple(args))
 
 
-def _parse_argument(reader: _Reader) -> Template:
-    out = _Builder()
+def _parse_argument(reader: _Reader, quote: Optional[str]) -> Template:
+    """One argument: unquoted parts, or one whole quoted template (inside a quote: unquoted only)."""
     text = reader.text
+    if not reader.at_end() and reader.peek() in '\'"' and quote is None:
+        return _parse_quoted(reader)
+    parts: Template = []
+    stop = _UNQUOTED_STOP if quote is None else _UNQUOTED_STOP.replace('"' if quote == "'" else "'", '')
     while not reader.at_end():
         char = reader.peek()
-        if char in _ARG_SEPARATORS or char == ')':
-            break
-        if char == '\\' and reader.pos + 1 < len(text):
-            out.text(text[reader.pos + 1])
+        if reader.starts_substitution():
+            parts.append(_parse_substitution(reader, quote))
+        elif char == '\\' and reader.pos + 1 < len(text):
+            _append_text(parts, text[reader.pos + 1])
             reader.pos += 2
-        elif reader.starts_substitution():
-            out.sub(_parse_substitution(reader))
-        elif char in '\'"':
-            _parse_quoted(reader, char, out)
-        elif char == '(':
-            raise reader.fail("unescaped '(' in a substitution argument: quote the argument "
-                              "or write '\\('")
+        elif char in stop:
+            if char == '(':
+                raise reader.fail("unescaped '(' in a substitution argument: quote the argument or write '\\('")
+            if char == '$':  # a '$' not starting a substitution is text
+                _append_text(parts, char)
+                reader.pos += 1
+                continue
+            break
         else:
-            out.text(char)
+            _append_text(parts, char)
             reader.pos += 1
-    if not out.parts:
-        out.text('')  # a quoted empty string
-    return out.parts
+    if not parts:
+        raise reader.fail('empty substitution argument (use quotes for an empty string)')
+    return parts
 
 
-def _parse_quoted(reader: _Reader, quote: str, out: _Builder) -> None:
+def _parse_quoted(reader: _Reader) -> Template:
+    quote = reader.peek()
     start = reader.pos
     reader.pos += 1
-    out.text('')  # '' is a real (empty) argument
+    parts: Template = ['']  # '' is a real (empty) argument
     while True:
         if reader.at_end():
             reader.pos = start
@@ -194,12 +186,24 @@ def _parse_quoted(reader: _Reader, quote: str, out: _Builder) -> None:
         char = reader.peek()
         if char == quote:
             reader.pos += 1
-            return
-        _consume_one(reader, out)
+            return parts
+        if reader.starts_substitution():
+            parts.append(_parse_substitution(reader, quote))
+        elif char == '\\' and reader.pos + 1 < len(reader.text):
+            _append_text(parts, reader.text[reader.pos + 1])
+            reader.pos += 2
+        else:
+            _append_text(parts, char)
+            reader.pos += 1
 
 
 def has_substitutions(template: Template) -> bool:
     return any(isinstance(part, Substitution) for part in template)
+
+
+def unescape(text: str) -> str:
+    """Plain-text attributes (``<arg name>``, ``description``, ``<choice value>``): ``\\x`` -> ``x``."""
+    return re.sub(r'\\(.)', r'\1', text)
 
 
 # ------------------------------------------------------------------------ evaluation
@@ -215,23 +219,21 @@ def substitute(text: str, ctx: EvalContext) -> str:
 
 
 def perform(sub: Substitution, ctx: EvalContext) -> str:
-    handler = _HANDLERS.get(sub.name)
-    if handler is None:
-        raise LaunchError(
-            f"unknown substitution '$({sub.name})' (known: {', '.join(sorted(_HANDLERS))})")
-    return handler(ctx, list(sub.args))
+    return _HANDLERS[sub.name][0](ctx, list(sub.args))
 
 
-def _nargs(name: str, args: list, low: int, high: Optional[int] = None) -> None:
-    high = low if high is None else high
-    if not low <= len(args) <= high:
-        expected = str(low) if low == high else f'{low} to {high}'
-        raise LaunchError(
-            f"substitution '$({name})' expects {expected} argument(s), got {len(args)}")
+def check_arity(name: str, count: int) -> None:
+    """Refuse an unknown substitution or a wrong argument count (upstream fails when parsing)."""
+    if name not in _HANDLERS:
+        raise LaunchError(f"unknown substitution '$({name})' (known: {', '.join(sorted(_HANDLERS))})")
+    _fn, low, high = _HANDLERS[name]
+    if count < low or (high is not None and count > high):
+        expected = str(low) if low == high else (f'{low} to {high}' if high is not None else f'{low} or more')
+        raise LaunchError(f"substitution '$({name})' expects {expected} argument(s), got {count}")
 
 
 def to_bool(value: str, what: str) -> bool:
-    """Boolean coercion used by not/and/or/any/all/if (YAML rules, plus '1'/'0')."""
+    """Boolean coercion of launch's typed substitutions: YAML booleans, plus '1'/'0'."""
     text = value.strip()
     if text in ('1', '0'):
         return text == '1'
@@ -248,16 +250,13 @@ def _bool_text(value: bool) -> str:
     return 'true' if value else 'false'
 
 
-def _lookup(kind: str, table: dict, ctx: EvalContext, args: list, missing: str | None) -> str:
-    """Shared body of var/env/optenv: the value by name, else the default, else ``missing``."""
-    _nargs(kind, args, 1, 2)
+def _lookup(kind: str, table, ctx: EvalContext, args: list, missing: str) -> str:
+    """Shared body of var/env: the value by name, else the default, else an error."""
     name = evaluate(args[0], ctx)
     if name in table:
-        return table[name]
+        return str(table[name])
     if len(args) == 2:
         return evaluate(args[1], ctx)
-    if missing is None:
-        return ''
     raise LaunchError(missing.format(name=name))
 
 
@@ -269,23 +268,15 @@ def _env(ctx: EvalContext, args: list) -> str:
     return _lookup('env', ctx.environment, ctx, args, "environment variable '{name}' does not exist")
 
 
-def _optenv(ctx: EvalContext, args: list) -> str:
-    # ROS 1 compatibility: like env, but an unset variable without default is ''.
-    return _lookup('optenv', ctx.environment, ctx, args, None)
-
-
 def _find_pkg_share(ctx: EvalContext, args: list) -> str:
-    _nargs('find-pkg-share', args, 1)
     return str(packages.find_package_share(evaluate(args[0], ctx)))
 
 
 def _find_pkg_prefix(ctx: EvalContext, args: list) -> str:
-    _nargs('find-pkg-prefix', args, 1)
     return str(packages.find_package_prefix(evaluate(args[0], ctx)))
 
 
 def _find_exec(ctx: EvalContext, args: list) -> str:
-    _nargs('find-exec', args, 1)
     name = evaluate(args[0], ctx)
     found = shutil.which(name, path=ctx.environment.get('PATH'))
     if found is None:
@@ -294,9 +285,8 @@ def _find_exec(ctx: EvalContext, args: list) -> str:
 
 
 def _exec_in_pkg(ctx: EvalContext, args: list) -> str:
-    _nargs('exec-in-pkg', args, 2)
     executable, package = evaluate(args[0], ctx), evaluate(args[1], ctx)
-    return packages.find_node_executable(package, executable, ctx.environment.get('PATH'))
+    return packages.find_node_executable(package, executable)
 
 
 def _launch_file(ctx: EvalContext, name: str) -> Path:
@@ -306,23 +296,49 @@ def _launch_file(ctx: EvalContext, name: str) -> Path:
 
 
 def _dirname(ctx: EvalContext, args: list) -> str:
-    _nargs('dirname', args, 0)
     return str(_launch_file(ctx, 'dirname').parent)
 
 
 def _filename(ctx: EvalContext, args: list) -> str:
-    _nargs('filename', args, 0)
     return str(_launch_file(ctx, 'filename'))
 
 
 def _anon(ctx: EvalContext, args: list) -> str:
-    _nargs('anon', args, 1)
+    # Upstream keeps the name as the launch configuration 'anon<name>': stable within its scope (a
+    # scoped <group> forgets it, an include shares it) and visible to $(var anon<name>).
     name = evaluate(args[0], ctx)
-    if name not in ctx.anon_names:
+    key = 'anon' + name
+    if key not in ctx.configurations:
         raw = f'{name}_{socket.gethostname()}_{os.getpid()}_{random.randint(0, sys.maxsize)}'
-        # Same character clean-up as upstream so the result is a valid node name.
-        ctx.anon_names[name] = re.sub(r'[.:-]', '_', raw)
-    return ctx.anon_names[name]
+        ctx.configurations[key] = re.sub(r'[.:-]', '_', raw)
+    return str(ctx.configurations[key])
+
+
+def _file_content(ctx: EvalContext, args: list) -> str:
+    path = evaluate(args[0], ctx)
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise LaunchError(f'File not found: {path}') from None
+    except OSError as exc:
+        raise LaunchError(f'cannot read {path}: {exc.strerror}') from None
+
+
+def _param(ctx: EvalContext, args: list) -> str:
+    # launch_ros: the first <set_parameter> of that name in scope, as Python's str() of its typed value.
+    name = evaluate(args[0], ctx)
+    for item in ctx.configurations.get('global_params', []) or []:
+        if isinstance(item, tuple) and item[0] == name:
+            return str(item[1])
+    if len(args) == 2:
+        return evaluate(args[1], ctx)
+    raise LaunchError(f"parameter '{name}' not found")
+
+
+def _log_dir(ctx: EvalContext, args: list) -> str:
+    if ctx.log_dir is None:
+        raise LaunchError('$(log_dir) is only known when the launch runs')
+    return str(ctx.log_dir())
 
 
 # Builtins that cannot reach the file system, the network or interpreter internals.
@@ -363,7 +379,6 @@ def _safe_eval(expression: str, modules: List[str]) -> object:
 
 
 def _eval(ctx: EvalContext, args: list) -> str:
-    _nargs('eval', args, 1, 2)
     modules = []
     if len(args) == 2:
         modules = [m.strip() for m in evaluate(args[1], ctx).split(',') if m.strip()]
@@ -371,7 +386,6 @@ def _eval(ctx: EvalContext, args: list) -> str:
 
 
 def _command(ctx: EvalContext, args: list) -> str:
-    _nargs('command', args, 1, 2)
     command = evaluate(args[0], ctx)
     on_stderr = evaluate(args[1], ctx) if len(args) == 2 else 'fail'
     if on_stderr not in ('fail', 'ignore', 'warn', 'capture'):
@@ -389,23 +403,19 @@ def _command(ctx: EvalContext, args: list) -> str:
     if result.stderr and on_stderr == 'fail':
         raise LaunchError(f'command {command!r} wrote to stderr: {result.stderr.strip()}')
     if result.stderr and on_stderr == 'warn':
-        print(f'[WARNING] [launch]: command {command!r} wrote to stderr:\n{result.stderr}',
-              file=sys.stderr)
+        ctx.warn(f'command {command!r} wrote to stderr:\n{result.stderr}')
     return result.stdout
 
 
 def _not(ctx: EvalContext, args: list) -> str:
-    _nargs('not', args, 1)
     return _bool_text(not to_bool(evaluate(args[0], ctx), 'not'))
 
 
 def _and(ctx: EvalContext, args: list) -> str:
-    _nargs('and', args, 2)
     return _bool_text(all([to_bool(evaluate(a, ctx), 'and') for a in args]))
 
 
 def _or(ctx: EvalContext, args: list) -> str:
-    _nargs('or', args, 2)
     return _bool_text(any([to_bool(evaluate(a, ctx), 'or') for a in args]))
 
 
@@ -429,103 +439,90 @@ def _values_equal(left: str, right: str) -> bool:
 
 
 def _equals(ctx: EvalContext, args: list) -> str:
-    _nargs('equals', args, 2)
     return _bool_text(_values_equal(evaluate(args[0], ctx), evaluate(args[1], ctx)))
 
 
 def _not_equals(ctx: EvalContext, args: list) -> str:
-    _nargs('not-equals', args, 2)
     return _bool_text(not _values_equal(evaluate(args[0], ctx), evaluate(args[1], ctx)))
 
 
 def _if(ctx: EvalContext, args: list) -> str:
-    _nargs('if', args, 2, 3)
     if to_bool(evaluate(args[0], ctx), 'if'):
         return evaluate(args[1], ctx)
     return evaluate(args[2], ctx) if len(args) == 3 else ''
 
 
-_HANDLERS: Dict[str, Callable[[EvalContext, list], str]] = {
-    'var': _var,
-    'env': _env,
-    'optenv': _optenv,
-    'find-pkg-share': _find_pkg_share,
-    'find-pkg-prefix': _find_pkg_prefix,
-    'find-exec': _find_exec,
-    'exec-in-pkg': _exec_in_pkg,
-    'dirname': _dirname,
-    'filename': _filename,
-    'anon': _anon,
-    'eval': _eval,
-    'command': _command,
-    'not': _not,
-    'and': _and,
-    'or': _or,
-    'any': _any,
-    'all': _all,
-    'equals': _equals,
-    'not-equals': _not_equals,
-    'if': _if,
+# name -> (handler, min args, max args or None for no limit), as upstream's parse methods check them.
+_HANDLERS: Dict[str, Tuple[Callable[[EvalContext, list], str], int, Optional[int]]] = {
+    'var': (_var, 1, 2),
+    'env': (_env, 1, 2),
+    'anon': (_anon, 1, 1),
+    'eval': (_eval, 1, 2),
+    'command': (_command, 1, 2),
+    'dirname': (_dirname, 0, 0),
+    'filename': (_filename, 0, 0),
+    'find-exec': (_find_exec, 1, 1),
+    'file-content': (_file_content, 1, 1),
+    'not': (_not, 1, 1),
+    'and': (_and, 2, 2),
+    'or': (_or, 2, 2),
+    'any': (_any, 1, None),
+    'all': (_all, 1, None),
+    'equals': (_equals, 2, 2),
+    'not-equals': (_not_equals, 2, 2),
+    'if': (_if, 2, 3),
+    'log_dir': (_log_dir, 0, 0),
+    'launch_log_dir': (_log_dir, 0, 0),
+    'find-pkg-share': (_find_pkg_share, 1, 1),
+    'find-pkg-prefix': (_find_pkg_prefix, 1, 1),
+    'exec-in-pkg': (_exec_in_pkg, 2, 2),
+    'param': (_param, 1, 2),
 }
-
-# ---------------------------------------------------------------------- command lines
-
-def split_command_line(template: Template, ctx: EvalContext) -> List[str]:
-    """Split a ``cmd``/``args`` attribute into arguments.
-
-    Like upstream, literal text is split shell-style while a substitution's
-    result is never split (``$(dirname)/x.py`` stays one argument even with
-    spaces in the path). Unlike upstream's per-fragment ``shlex.split``, quotes
-    may span substitutions: ``'$(var a) $(var b)'`` is one argument.
-    """
-    args: List[str] = []
-    current: List[str] = []
-    in_arg = False
-    quote: Optional[str] = None
-    for part in template:
-        if isinstance(part, Substitution):
-            current.append(perform(part, ctx))
-            in_arg = True
-            continue
-        i = 0
-        while i < len(part):
-            char = part[i]
-            if quote == "'":
-                if char == "'":
-                    quote = None
-                else:
-                    current.append(char)
-            elif quote == '"':
-                if char == '"':
-                    quote = None
-                elif char == '\\' and i + 1 < len(part) and part[i + 1] in '"\\$`':
-                    current.append(part[i + 1])
-                    i += 1
-                else:
-                    current.append(char)
-            elif char.isspace():
-                if in_arg:
-                    args.append(''.join(current))
-                    current, in_arg = [], False
-            elif char in '\'"':
-                quote, in_arg = char, True
-            elif char == '\\' and i + 1 < len(part):
-                current.append(part[i + 1])
-                in_arg = True
-                i += 1
-            else:
-                current.append(char)
-                in_arg = True
-            i += 1
-    if quote is not None:
-        raise LaunchError(f'unterminated {quote} quote in command line')
-    if in_arg:
-        args.append(''.join(current))
-    return args
-
 
 #: Names of all supported substitutions.
 SUBSTITUTIONS = tuple(sorted(_HANDLERS))
+
+# ---------------------------------------------------------------------- command lines
+
+
+def split_command_line(template: Template, ctx: EvalContext) -> List[str]:
+    """Split a ``cmd``/``args``/``ros_args`` attribute into arguments, by upstream's rules.
+
+    Each literal text fragment is split shell-style on its own (so a quote cannot span a
+    substitution); a substitution's value is never split and joins the literal text it touches:
+    ``$(find-pkg-share p)/cfg.yaml`` is one argument, ``exec $(var a)`` two. A fragment that is only
+    white space ends the current argument (even an empty one, as upstream does).
+    """
+    args: List[List[str]] = []
+    current: List[str] = []
+    for part in template:
+        if isinstance(part, Substitution):
+            current.append(perform(part, ctx))
+            continue
+        if not part:
+            continue
+        try:
+            tokens = shlex.split(part)
+        except ValueError as exc:
+            raise LaunchError(f'{exc} in {part!r} (quotes cannot span a substitution)') from None
+        if not tokens:
+            args.append(current)
+            current = []
+            continue
+        if part[0].isspace() and current:
+            args.append(current)
+            current = []
+        current.append(tokens[0])
+        if len(tokens) > 1:
+            args.append(current)
+            args.extend([token] for token in tokens[1:-1])
+            current = [tokens[-1]]
+        if part[-1].isspace():
+            args.append(current)
+            current = []
+    if current:
+        args.append(current)
+    return [''.join(arg) for arg in args]
 
 
 def evaluate_condition(value: str) -> bool:

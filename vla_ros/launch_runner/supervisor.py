@@ -4,8 +4,19 @@
 
 Follows ``launch``'s ExecuteProcess behaviour as ``ros2 launch`` shows it:
 
-* processes start in document order; every output line is prefixed with
-  ``[<label>]`` (stdout to stdout, stderr to stderr);
+* items start in plan order, each when its delay (``<timer>``) has passed:
+  processes, ``<log>`` messages (``[INFO] [launch.user]: ...``) and
+  ``<shutdown>`` requests;
+* every output line is prefixed with ``[<label>]``; where it goes follows the
+  process's ``output`` (launch.logging's aliases): ``screen`` both streams to
+  the screen; ``log`` (the default) both to the launch log file and stderr
+  also to the screen; ``both`` screen and log file; ``own_log`` both streams to
+  ``<label>-stdout.log``, ``<label>-stderr.log`` and ``<label>.log``; ``full``
+  all of these. The screen is stdout, as upstream's screen handler. The
+  launch log file is ``launch.log`` in a folder per launch under
+  ``$ROS_LOG_DIR`` (else ``$ROS_HOME/log``, else ``~/.ros/log``), with a
+  ``latest`` link, and also gets the runner's own messages;
+* ``emulate_tty`` gives the process a pseudo-terminal for stdout and stderr;
 * shutdown sends SIGINT, then SIGTERM after ``sigterm_timeout`` (default 5 s),
   then SIGKILL after ``sigkill_timeout`` (default 5 s);
 * ``on_exit="shutdown"`` ends the launch when that process exits;
@@ -22,6 +33,8 @@ Choices of this runner (upstream has no exit-code contract):
   whole group; when a child exits, what is left of its group is killed, so
   nothing is orphaned. A second SIGINT/SIGTERM skips to the next signal;
 * children get ``PYTHONUNBUFFERED=1`` so Python output is not held back;
+* ``<timer>`` items not yet due when the launch shuts down are dropped
+  (cancel_on_shutdown, upstream's default);
 * a process that ends the launch is never respawned.
 
 The loop is single-threaded: one selector watches every pipe plus a wake-up
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pty
 import selectors
 import shlex
 import signal
@@ -39,12 +53,21 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Dict, List, Optional
+from pathlib import Path
+from typing import IO, Dict, List, Optional, Sequence
 
-from .model import ProcessSpec
+from .model import LogMessage, PlanItem, ProcessSpec, ShutdownRequest
 
 _POLL_INTERVAL = 0.05
 _MAX_LINE = 65536
+# launch.logging's output aliases -> destinations of (stdout, stderr): screen, log (launch.log), own.
+_ROUTES = {
+    'screen': ({'screen'}, {'screen'}),
+    'log': ({'log'}, {'log', 'screen'}),
+    'both': ({'log', 'screen'}, {'log', 'screen'}),
+    'own_log': ({'own'}, {'own'}),
+    'full': ({'screen', 'log', 'own'}, {'screen', 'log', 'own'}),
+}
 
 
 def _exit_status(returncode: int) -> int:
@@ -74,16 +97,22 @@ class _Managed:
         self.stage = 0
         self.deadline: Optional[float] = None
         self.partial: Dict[int, bytes] = {}
+        self.streams: Dict[int, bool] = {}  # open read fds -> is stderr
+        self.own_logs: Dict[str, IO[str]] = {}
 
 
 class Supervisor:
-    """Runs the processes of a plan until they are done or shut down."""
+    """Runs the items of a plan until they are done or shut down."""
 
-    def __init__(self, processes: List[ProcessSpec], *,
-                 stdout: Optional[IO[str]] = None, stderr: Optional[IO[str]] = None) -> None:
-        self._procs = [_Managed(spec) for spec in processes]
+    def __init__(self, items: Sequence[PlanItem], *, stdout: Optional[IO[str]] = None,
+                 log_dir: Optional[Path] = None) -> None:
+        self._pending: List[PlanItem] = list(items)  # in plan order; delays never decrease
+        self._procs: List[_Managed] = []
+        self._managed = {id(item): _Managed(item) for item in items if isinstance(item, ProcessSpec)}
         self._stdout = stdout
-        self._stderr = stderr
+        self._log_dir = log_dir
+        self._launch_log: Optional[IO[str]] = None
+        self._t0 = 0.0
         # Created by run(), so a Supervisor that never runs holds no descriptors.
         self._selector: Optional[selectors.BaseSelector] = None
         self._wake_w: Optional[int] = None
@@ -100,14 +129,13 @@ class Supervisor:
 
     # ---- output -------------------------------------------------------------
 
-    def _out(self, is_err: bool) -> IO[str]:
+    def _screen(self) -> IO[str]:
         # Looked up late so pytest's capsys (which swaps sys.stdout) sees output.
-        if is_err:
-            return self._stderr or sys.stderr
         return self._stdout or sys.stdout
 
-    def _write(self, is_err: bool, text: str) -> None:
-        stream = self._out(is_err)
+    def _write(self, stream: Optional[IO[str]], text: str) -> None:
+        if stream is None:
+            return
         try:
             stream.write(text)
             stream.flush()
@@ -115,17 +143,35 @@ class Supervisor:
             pass
 
     def _log(self, level: str, who: str, message: str) -> None:
-        self._write(True, f'[{level}] [{who}]: {message}\n')
+        text = f'[{level}] [{who}]: {message}\n'
+        self._write(self._screen(), text)
+        self._write(self._launch_log, f'{time.time():.7f} {text}')
+
+    def _own_log(self, proc: _Managed, name: str) -> Optional[IO[str]]:
+        if self._log_dir is None:
+            return None
+        if name not in proc.own_logs:
+            proc.own_logs[name] = open(self._log_dir / name, 'a', encoding='utf-8')
+        return proc.own_logs[name]
 
     def _emit(self, proc: _Managed, is_err: bool, line: bytes) -> None:
-        text = line.decode('utf-8', errors='replace').rstrip('\r')
-        self._write(is_err, f'[{proc.spec.label}] {text}\n')
+        text = f"[{proc.spec.label}] {line.decode('utf-8', errors='replace').rstrip(chr(13))}\n"
+        routes = _ROUTES[proc.spec.output][is_err]
+        if 'screen' in routes:
+            self._write(self._screen(), text)
+        if 'log' in routes:
+            self._write(self._launch_log, f'{time.time():.7f} {text}')
+        if 'own' in routes:
+            label = proc.spec.label
+            self._write(self._own_log(proc, f"{label}-{'stderr' if is_err else 'stdout'}.log"), text)
+            self._write(self._own_log(proc, f'{label}.log'), text)
 
     def _read(self, proc: _Managed, fd: int, is_err: bool, *, drain: bool = False) -> bool:
         """Forward what is available on *fd*; False once it reached EOF.
 
         Reads a bounded amount unless *drain*, so one chatty process cannot
         starve the others (the selector calls back while data is left).
+        A pseudo-terminal whose child is gone reads as EIO: that is EOF too.
         """
         for _ in itertools.count() if drain else range(16):
             try:
@@ -147,21 +193,21 @@ class Supervisor:
                 return False
         return True
 
-    def _close_pipes(self, proc: _Managed) -> None:
-        assert proc.popen is not None
-        for pipe, is_err in ((proc.popen.stdout, False), (proc.popen.stderr, True)):
-            if pipe is None or pipe.closed:
-                continue
-            fd = pipe.fileno()
+    def _close_streams(self, proc: _Managed) -> None:
+        for fd, is_err in list(proc.streams.items()):
             self._read(proc, fd, is_err, drain=True)  # whatever the process left behind
             rest = proc.partial.pop(fd, b'')
             if rest:
                 self._emit(proc, is_err, rest)
-            try:
-                self._sel.unregister(fd)
-            except KeyError:  # already unregistered at EOF
-                pass
-            pipe.close()
+            self._forget(proc, fd)
+
+    def _forget(self, proc: _Managed, fd: int) -> None:
+        try:
+            self._sel.unregister(fd)
+        except KeyError:  # already unregistered at EOF
+            pass
+        proc.streams.pop(fd, None)
+        os.close(fd)
 
     # ---- signals ------------------------------------------------------------
 
@@ -182,7 +228,7 @@ class Supervisor:
         while self._stops_handled < self._stop_requests:
             self._stops_handled += 1
             if not self._shutting_down:
-                self._log('INFO', 'launch', 'user interrupted, shutting down')
+                self._log('INFO', 'launch', 'user interrupted with ctrl-c (SIGINT)')
                 self._user_shutdown = True
                 self._begin_shutdown()
             else:  # asked again: stop waiting for graceful exits
@@ -205,21 +251,29 @@ class Supervisor:
         env = dict(spec.env)
         env.setdefault('PYTHONUNBUFFERED', '1')
         cmd = ' '.join(spec.cmd) if spec.shell else spec.cmd  # upstream joins for shell=True
+        if spec.emulate_tty:
+            (out_r, out_w), (err_r, err_w) = pty.openpty(), pty.openpty()
+        else:
+            (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         try:
             popen = subprocess.Popen(
                 cmd, cwd=spec.cwd, env=env, shell=spec.shell, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                stdout=out_w, stderr=err_w, start_new_session=True)
         except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
             self._log('ERROR', spec.label, f'failed to start {shlex.join(spec.cmd)}: {exc}')
             if self._exit_code is None:
                 self._exit_code = 1
             self._begin_shutdown()
             return
+        os.close(out_w)
+        os.close(err_w)
         proc.popen, proc.starts, proc.stage, proc.deadline = popen, proc.starts + 1, 0, None
-        for pipe, is_err in ((popen.stdout, False), (popen.stderr, True)):
-            assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
-            self._sel.register(pipe.fileno(), selectors.EVENT_READ, (proc, is_err))
+        for fd, is_err in ((out_r, False), (err_r, True)):
+            os.set_blocking(fd, False)
+            proc.streams[fd] = is_err
+            self._sel.register(fd, selectors.EVENT_READ, (proc, is_err))
         self._log('INFO', spec.label, f'process started with pid [{popen.pid}]')
 
     def _exited(self, proc: _Managed) -> Optional[int]:
@@ -247,7 +301,7 @@ class Supervisor:
             if returncode is None:
                 continue
             pid = proc.popen.pid
-            self._close_pipes(proc)
+            self._close_streams(proc)
             proc.popen, proc.returncode, proc.deadline = None, returncode, None
             if returncode == 0:
                 self._log('INFO', proc.spec.label, f'process has finished cleanly [pid {pid}]')
@@ -278,6 +332,9 @@ class Supervisor:
         if self._shutting_down:
             return
         self._shutting_down = True
+        # Timers still waiting are cancelled (cancel_on_shutdown="true", the default); the others fire
+        # into a launch that is shutting down, where upstream starts nothing new either.
+        self._pending = []
         now = time.monotonic()
         for proc in self._procs:
             proc.respawn_at = None
@@ -307,11 +364,31 @@ class Supervisor:
                 self._log('INFO', proc.spec.label, 'respawning')
                 self._start(proc)
 
+    def _run_due(self, now: float) -> None:
+        """Run the plan items whose delay has passed, in order."""
+        while self._pending and not self._shutting_down and self._pending[0].delay_s <= now - self._t0:
+            self._handle_stop_requests()
+            if self._shutting_down:
+                return
+            item = self._pending.pop(0)
+            if isinstance(item, LogMessage):
+                self._log('INFO', 'launch.user', item.message)
+            elif isinstance(item, ShutdownRequest):
+                self._log('INFO', 'launch', f'shutdown requested: {item.reason}')
+                if self._exit_code is None:
+                    self._exit_code = 0
+                self._begin_shutdown()
+            else:
+                proc = self._managed[id(item)]
+                self._procs.append(proc)
+                self._start(proc)
+
     # ---- main loop ----------------------------------------------------------
 
     def _timeout(self, now: float) -> float:
         deadlines = [p.respawn_at for p in self._procs if p.respawn_at is not None]
         deadlines += [p.deadline for p in self._procs if p.deadline is not None]
+        deadlines += [self._t0 + self._pending[0].delay_s] if self._pending else []
         return max(0.0, min([_POLL_INTERVAL, *(d - now for d in deadlines)]))
 
     def _step(self) -> None:
@@ -324,16 +401,17 @@ class Supervisor:
             else:
                 proc, is_err = key.data
                 if not self._read(proc, key.fd, is_err):
-                    # EOF while the process may still run (it closed the pipe).
-                    self._sel.unregister(key.fd)
+                    # EOF while the process may still run (it closed the stream).
+                    self._forget(proc, key.fd)
         self._handle_stop_requests()
         self._reap()
         now = time.monotonic()
+        self._run_due(now)
         self._respawn(now)
         self._escalate(now)
 
     def _finished(self) -> bool:
-        return all(p.popen is None and p.respawn_at is None for p in self._procs)
+        return not self._pending and all(p.popen is None and p.respawn_at is None for p in self._procs)
 
     def _result(self) -> int:
         if self._exit_code is not None:
@@ -341,6 +419,21 @@ class Supervisor:
         if self._user_shutdown:
             return 0
         return 0 if all(p.returncode in (0, None) for p in self._procs) else 1
+
+    def _open_launch_log(self) -> None:
+        if self._log_dir is None:
+            return
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        latest = self._log_dir.parent / 'latest'
+        try:  # upstream renews a 'latest' link next to the launch folders
+            if latest.is_symlink():
+                latest.unlink()
+            if not latest.exists():
+                latest.symlink_to(self._log_dir, target_is_directory=True)
+        except OSError:
+            pass
+        self._launch_log = open(self._log_dir / 'launch.log', 'a', encoding='utf-8')
+        self._log('INFO', 'launch', f'All log files can be found below {self._log_dir}')
 
     def run(self) -> int:
         """Run everything; return the launch's exit code (see module docstring)."""
@@ -354,11 +447,9 @@ class Supervisor:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 restore[signum] = signal.signal(signum, self._on_signal)
         try:
-            for proc in self._procs:
-                self._handle_stop_requests()
-                if self._shutting_down:
-                    break
-                self._start(proc)
+            self._open_launch_log()
+            self._t0 = time.monotonic()
+            self._run_due(self._t0)
             while not self._finished():
                 self._step()
             return self._result()
@@ -372,6 +463,9 @@ class Supervisor:
             wake_w, self._wake_w = self._wake_w, None
             os.close(wake_r)
             os.close(wake_w)
+            for handle in [self._launch_log, *(f for p in self._procs for f in p.own_logs.values())]:
+                if handle is not None:
+                    handle.close()
 
     def _kill_leftovers(self) -> None:
         # Only reached with live children when the loop raised (a bug or a
@@ -380,7 +474,7 @@ class Supervisor:
             if proc.popen is not None:
                 self._signal_group(proc, signal.SIGKILL)
                 proc.popen.wait()
-                for pipe in (proc.popen.stdout, proc.popen.stderr):
-                    if pipe is not None and not pipe.closed:
-                        pipe.close()
+                for fd in list(proc.streams):
+                    os.close(fd)
+                proc.streams.clear()
                 proc.popen = None

@@ -4,14 +4,15 @@
 
 ``xml.etree`` drops line numbers, and upstream ``launch_xml`` reports errors
 without them; pyexpat gives them for free, so every element remembers its
-file and line. Text content and comments are ignored, as in launch_xml.
+file and line. Text content and comments are ignored, as in launch_xml. XML attribute-value
+normalization (a newline or tab in an attribute becomes a space) is expat's, as it is ElementTree's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 from xml.parsers import expat
 
 from .errors import LaunchError
@@ -24,6 +25,8 @@ class Element:
     file: Path
     line: int
     children: List['Element'] = field(default_factory=list)
+    #: Parsed attribute values (templates, typed literals), filled by :func:`schema.check_file`.
+    values: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def where(self) -> str:

@@ -5,7 +5,14 @@ at 100 Hz, ``/camera/image_raw`` + ``/camera/camera_info`` at 30 Hz, ``/robot_de
 local) and accepts the two ros2_control command interfaces: a forward position controller
 (``/<position_controller>/commands``, Float64MultiArray) and a joint trajectory controller
 (``/<trajectory_controller>/joint_trajectory``, JointTrajectory). Physics runs in its own thread, paced by
-``real_time_factor`` (0 = as fast as possible); ROS callbacks only validate and hand over commands.
+``real_time_factor`` (0 = as fast as possible; a change applies at once); ROS callbacks only validate and
+hand over commands.
+
+``~/reset`` (std_srvs/Trigger) starts a new episode and announces it on ``/vla/episode_reset``
+(``vla_ros.ros.episode``; also once at start-up): the stamp is the new episode's first simulated time,
+taken under the same lock the physics thread builds its messages under, so every sensor message of the
+new episode is stamped at or after it and every message of the old one before it. Commands still in
+flight from before the reset do not yank the arm back (``reset_hold_s``, ``ArmSim.reset``).
 """
 
 from __future__ import annotations
@@ -20,17 +27,19 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.params.sim import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_msg, episode_reset_qos
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
+from vla_ros.sim.pacing import Pacing
 
 
 class SimNode(Node):
@@ -50,14 +59,18 @@ class SimNode(Node):
             urdf_path=p["robot_description_file"] or None,
             seed=p["seed"],
         )
-        self._rtf = p["real_time_factor"]
+        self._rtf = p["real_time_factor"]  # as requested; the physics thread applies it through _pacing
+        self._pacing = Pacing(self._rtf)
+        self._wake = threading.Event()  # ends the physics thread's pacing wait early when the factor changes
         self._frame_id = p["camera_frame_id"]
         self._publish_clock = p["publish_clock"]
         self._status_every = max(1, round(self.sim.config.physics_rate_hz / p["episode_status_rate_hz"]))
         self.diag = Diagnostics(self, hardware_id="mujoco")
         self._lock = threading.Lock()  # serialises the physics thread and ROS callbacks
         self._stop = threading.Event()
-        self._stats = {"render_ms": [], "step_us": [], "commands_accepted": 0, "trajectories_accepted": 0, "last_rejection": ""}
+        self._stats = {"render_ms": [], "step_us": [], "commands_accepted": 0, "trajectories_accepted": 0, "last_rejection": "",
+                       "commands_before_reset": 0}
+        self._last_log: dict[str, float] = {}  # reason -> monotonic time of its last log line
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub_description = self.create_publisher(String, "/robot_description", latched)
@@ -66,12 +79,14 @@ class SimNode(Node):
         self.pub_image = self.create_publisher(Image, "/camera/image_raw", 5)
         self.pub_info = self.create_publisher(CameraInfo, "/camera/camera_info", 5)
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
+        self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
         self.create_subscription(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", self._on_trajectory, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
 
         self.pub_description.publish(String(data=self.sim.urdf_xml))
-        self._publish_status()
+        self.pub_reset.publish(episode_reset_msg(self.sim.episode_start_ns, self.sim.episode))
+        self.pub_status.publish(self._status_msg())
         self._thread = threading.Thread(target=self._run, name="physics", daemon=True)
         self._thread.start()
         self.get_logger().info(
@@ -83,15 +98,31 @@ class SimNode(Node):
     def _on_param_change(self, name: str, value) -> None:
         if name == "real_time_factor":
             self._rtf = float(value)
+            self._pacing.set_factor(self._rtf)  # re-anchored at the change, not measured from the old anchor
+            self._wake.set()  # a wait computed at the old factor (seconds at a low one) must not hold it up
 
     # ---- commands --------------------------------------------------------------------------------
     def _reject(self, source: str, err: CommandError) -> None:
-        self.diag.count_rejection(err.code)
-        self._stats["last_rejection"] = f"{source}: {err}"
-        self.get_logger().warning(f"rejected {source}: {err}", throttle_duration_sec=1.0)
+        """Count, log (throttled per reason) and report a refused command. Commands sent before a reset
+        (``before_reset``) are expected at every reset: counted apart, as dropped, not as bad input."""
+        dropped = err.code == "before_reset"
+        if dropped:
+            self._stats["commands_before_reset"] += 1
+        else:
+            self.diag.count_rejection(err.code)
+            self._stats["last_rejection"] = f"{source}: {err}"
+        now = time.monotonic()
+        if now - self._last_log.get(err.code, -1e9) >= 1.0:  # one throttled stream per reason
+            self._last_log[err.code] = now
+            if dropped:  # (two call sites: rclpy refuses one call site logging at two severities)
+                self.get_logger().info(f"dropped {source}: {err}")
+            else:
+                self.get_logger().warning(f"rejected {source}: {err}")
         values = {"source": source, "reason": err.code, "detail": str(err)}
         values.update(self.diag.rejection_values())
-        self.diag.publish(time_msg_from_ns(self.sim.time_ns), [("command rejected", WARN, str(err), values)])
+        values["commands.before_reset"] = self._stats["commands_before_reset"]
+        status = ("command dropped", OK) if dropped else ("command rejected", WARN)
+        self.diag.publish(time_msg_from_ns(self.sim.time_ns), [(status[0], status[1], str(err), values)])
 
     def _on_commands(self, msg: Float64MultiArray) -> None:
         try:
@@ -119,22 +150,26 @@ class SimNode(Node):
     def _on_reset(self, request, response):
         seed = self.get_parameter("seed").value
         restart = self.get_parameter("reset_clock_on_reset").value
+        hold_s = float(self.get_parameter("reset_hold_s").value)
         with self._lock:
-            step_before = self.sim.step_count
-            cups = self.sim.reset(seed)
-            if not restart:
-                self.sim.step_count = step_before  # keep simulated time monotonic across episodes
-        self._publish_status()
+            cups = self.sim.reset(seed, restart_clock=restart, hold_s=hold_s)
+            start_ns, episode = self.sim.episode_start_ns, self.sim.episode
+            # Published under the lock: before any message of the new episode is even built (the physics
+            # thread builds them under this lock), so it is out before all of them.
+            self.pub_reset.publish(episode_reset_msg(start_ns, episode))
+            self.pub_status.publish(self._status_msg())
         response.success = True
-        response.message = json.dumps({"seed": seed, "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()}})
-        self.get_logger().info(f"episode {self.sim.episode} reset with seed {seed}")
+        response.message = json.dumps({
+            "seed": seed, "episode": episode, "start_ns": start_ns,
+            "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()},
+        })
+        self.get_logger().info(f"episode {episode} reset with seed {seed}, starts at {start_ns * 1e-9:.6f} s")
         return response
 
     # ---- physics thread --------------------------------------------------------------------------
     def _run(self) -> None:
         cfg = self.sim.config
-        wall_anchor, sim_anchor = time.perf_counter(), self.sim.time_s
-        window_wall, window_sim = wall_anchor, sim_anchor
+        window_wall, window_sim = time.perf_counter(), self.sim.time_s
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -146,17 +181,12 @@ class SimNode(Node):
                     publish()
                 if self.sim.step_count % cfg.steps_per_clock:
                     continue
-                # Pace simulated time against wall time; re-anchor after a stall instead of bursting.
-                now = time.perf_counter()
-                rtf = self._rtf
-                if rtf > 0.0:
-                    ahead_s = (self.sim.time_s - sim_anchor) / rtf - (now - wall_anchor)
-                    if ahead_s > 0.0:
-                        time.sleep(ahead_s)
-                    elif ahead_s < -0.25:
-                        wall_anchor, sim_anchor = now, self.sim.time_s
-                else:
-                    wall_anchor, sim_anchor = now, self.sim.time_s
+                # Pace simulated time against wall time (vla_ros.sim.pacing). Cleared before the delay is
+                # computed, so a factor change after this point ends the wait at once.
+                self._wake.clear()
+                delay_s = self._pacing.delay_s(self.sim.time_s, time.perf_counter())
+                if delay_s > 0.0:
+                    self._wake.wait(delay_s)
                 if self.sim.step_count % cfg.physics_rate_hz == 0:  # once per simulated second
                     elapsed = time.perf_counter() - window_wall
                     self._publish_diagnostics((self.sim.time_s - window_sim) / max(elapsed, 1e-9))
@@ -171,7 +201,7 @@ class SimNode(Node):
             self.sim.close()  # the GL context is current in this thread, so it is released here
 
     def _collect_outputs(self) -> list:
-        """Build the messages due at this step (under the lock); publishing happens outside it."""
+        """Build the messages due at this step (under the lock); sensor messages are published outside it."""
         out = []
         sim = self.sim
         stamp = time_msg_from_ns(sim.time_ns)
@@ -189,11 +219,14 @@ class SimNode(Node):
             info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
             out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
         if sim.step_count % self._status_every == 0:
-            out.append(self._publish_status)
+            # Published here, under the lock, like the reset's: the topic is latched, and an old episode's
+            # status published after the new episode's would be what a late subscriber gets.
+            self.pub_status.publish(self._status_msg())
         return out
 
-    def _publish_status(self) -> None:
-        self.pub_status.publish(String(data=json.dumps(self.sim.status())))
+    def _status_msg(self) -> String:
+        """/vla/episode_status of the current state (call under the lock: one consistent state)."""
+        return String(data=json.dumps(self.sim.status()))
 
     def _publish_diagnostics(self, achieved_rtf: float) -> None:
         render = self._stats["render_ms"] or [0.0]
@@ -205,9 +238,12 @@ class SimNode(Node):
             "physics_step_us.p50": float(np.median(step)),
             "sim_time_s": self.sim.time_s,
             "episode": self.sim.episode,
+            "episode_start_s": self.sim.episode_start_ns * 1e-9,
+            "pacing.reanchors": self._pacing.reanchors,
             "seed": self.sim.seed,
             "commands.accepted": self._stats["commands_accepted"],
             "trajectories.accepted": self._stats["trajectories_accepted"],
+            "commands.before_reset": self._stats["commands_before_reset"],
             "last_rejection": self._stats["last_rejection"],
         }
         values.update(self.diag.rejection_values())

@@ -20,4 +20,7 @@ PARAMS = [
     ParamSpec("position_controller", "forward_position_controller", "forward controller name: commands on /<name>/commands", read_only=True),
     ParamSpec("trajectory_controller", "joint_trajectory_controller", "trajectory controller name: /<name>/joint_trajectory", read_only=True),
     ParamSpec("episode_status_rate_hz", 10.0, "rate of /vla/episode_status in simulated time", read_only=True, min_value=0.1, max_value=100.0),
+    ParamSpec("reset_hold_s", 0.5, "after ~/reset, for this long (simulated) position commands more than 0.05 rad/m from the reset pose "
+              "are refused until one within it arrives (commands sent before the reset must not yank the arm back); 0 = off",
+              min_value=0.0, max_value=60.0),
 ]

@@ -8,11 +8,49 @@ No rclpy import: offline tools (evaluation, benchmarks, docs) read the tables wi
 
 from __future__ import annotations
 
+import array
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 Validator = Callable[[Any], "str | None"]
+
+# What each type means, for refusals a person can read ("expects double[] (a list of numbers), got ...").
+TYPE_WORDS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "double": "a number",
+    "string": "text",
+    "bool[]": "a list of true/false values",
+    "int[]": "a list of integers",
+    "double[]": "a list of numbers",
+    "string[]": "a list of strings",
+}
+_SCALAR_TYPES = {"bool": bool, "int": int, "double": float, "string": str}
+
+
+def _is_type(value: Any, type_name: str) -> bool:
+    """``value`` (already coerced) is a ``type_name``; a bool is never an int, an int never a double."""
+    if type_name.endswith("[]"):
+        return isinstance(value, list) and all(_is_type(v, type_name[:-2]) for v in value)
+    return type(value) is _SCALAR_TYPES[type_name]  # noqa: E721  (exact: bool is a subclass of int)
+
+
+def describe_value(value: Any) -> str:
+    """A value with its type in words, as ROS 2 would name it: ``string 'abc'``, ``double[] [1.0, 2.0]``."""
+    if value is None:
+        return "no value (the parameter was unset)"
+    if isinstance(value, (list, tuple, array.array)):
+        items = list(value)
+        kinds = {describe_value(v).split(" ", 1)[0] for v in items}
+        kind = f"{kinds.pop()}[]" if len(kinds) == 1 else "a list" if not items else "a mixed list"
+        return f"{kind} {items!r}"
+    for name, cls in _SCALAR_TYPES.items():
+        if type(value) is cls:
+            return f"{name} {value!r}"
+    if isinstance(value, bytes):
+        return f"byte {value!r}"
+    return f"{type(value).__name__} {value!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,28 +90,49 @@ class ParamSpec:
         raise TypeError(f"parameter {self.name}: unsupported default {d!r}")
 
     def coerce(self, value: Any) -> Any:
-        """Integers are accepted for double parameters (``rate:=2`` on a command line is an int)."""
-        if self.type_name == "double" and isinstance(value, int) and not isinstance(value, bool):
+        """The value as the node uses it: integers are accepted for doubles (``rate:=2`` on a command line is
+        an int, ``[-1, -1, 0]`` in YAML an int[]), and arrays come as lists (rclpy hands a double[] set at
+        run time over as ``array('d', ...)``, an int[] as ``array('q', ...)``)."""
+        if isinstance(value, (tuple, array.array)):
+            value = list(value)
+        if self.type_name == "double" and type(value) is int:
             return float(value)
+        if self.type_name == "double[]" and isinstance(value, list) and all(type(v) in (int, float) for v in value):
+            return [float(v) for v in value]
         return value
+
+    def type_reason(self, value: Any) -> str | None:
+        """None when ``value`` has this parameter's type (after ``coerce``), else the reason in words."""
+        if _is_type(self.coerce(value), self.type_name):
+            return None
+        return f"{self.name} expects {self.type_name} ({TYPE_WORDS[self.type_name]}), got {describe_value(value)}"
 
     def validate(self, value: Any) -> str | None:
         """None when ``value`` is acceptable, else a reason naming the parameter and the value."""
+        reason = self.type_reason(value)
+        if reason:
+            return reason
         value = self.coerce(value)
-        expected = {"bool": bool, "int": int, "double": float, "string": str}.get(self.type_name, (list, tuple))
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            return f"{self.name} must be of type {self.type_name}, got {value!r}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if value != value:  # NaN compares unequal to itself
-                return f"{self.name} must be a number, got NaN"
-            if self.min_value is not None and value < self.min_value:
-                return f"{self.name}={value} is below the minimum {self.min_value}"
-            if self.max_value is not None and value > self.max_value:
-                return f"{self.name}={value} is above the maximum {self.max_value}"
-        if self.choices is not None and value not in self.choices:
-            return f"{self.name}={value!r} is not one of {list(self.choices)}"
+        for item in value if isinstance(value, list) else [value]:
+            reason = self._item_reason(item, value)
+            if reason:
+                return reason
         if self.check is not None:
             return self.check(value)
+        return None
+
+    def _item_reason(self, item: Any, value: Any) -> str | None:
+        """Range and choices of one value (or of each element of an array ``value``)."""
+        at = f"{self.name}={value!r}" if item is value else f"{self.name} element {item!r}"
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            if item != item:  # NaN compares unequal to itself
+                return f"{self.name} must be a number, got NaN" if item is value else f"{self.name} must hold numbers, got NaN in {value!r}"
+            if self.min_value is not None and item < self.min_value:
+                return f"{at} is below the minimum {self.min_value}"
+            if self.max_value is not None and item > self.max_value:
+                return f"{at} is above the maximum {self.max_value}"
+        if self.choices is not None and item not in self.choices:
+            return f"{at} is not one of {list(self.choices)}"
         return None
 
 

@@ -10,38 +10,50 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vla_ros.params.spec import ParamSpec, validate_all  # noqa: F401  (re-exported for the node shells)
+from vla_ros.params.spec import TYPE_WORDS, ParamSpec, validate_all  # noqa: F401  (re-exported for the node shells)
 
 
 class ParameterError(ValueError):
     """An initial parameter value (from a YAML file or the command line) failed validation."""
 
 
+# ParameterType constants (rcl_interfaces/msg/ParameterType) of each table type.
+_ROS_TYPES = {"bool": 1, "int": 2, "double": 3, "string": 4, "bool[]": 6, "int[]": 7, "double[]": 8, "string[]": 9}
+
+
 def declare_parameters(
-    node, specs: Sequence[ParamSpec], on_change: Callable[[str, Any], None] | None = None
+    node,
+    specs: Sequence[ParamSpec],
+    on_change: Callable[[str, Any], None] | None = None,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> dict[str, Any]:
     """Declare ``specs`` on ``node`` with descriptors, validate initial values, install the on-set check.
 
-    ``on_change(name, value)`` is called for each parameter of an accepted runtime change, only after
-    every parameter in the request has passed validation (so a rejected request changes nothing).
+    A runtime change (``ros2 param set``, the SetParameters service) takes effect only once the whole
+    request has passed: each value's type (named in words), range and choices, then ``check(values)`` on
+    every parameter's value as it would be after the change (cross-field rules, e.g. building the node's
+    configuration; it returns a reason or None). Only then ``on_change(name, value)`` is called for each
+    parameter of the request, with the value coerced (ints for doubles, arrays as lists), so a refused
+    request changes nothing.
+
+    Every parameter is declared with dynamic typing and typed by the table instead of by rclpy: rclpy's
+    own refusal reads "Wrong parameter type, expected '8' got '4'" and its static typing refuses the int
+    ``[-1, -1, 0]`` for a double[]; ours says "workspace_min_m expects double[] (a list of numbers), got
+    string 'abc'". Descriptors still carry the table's type, so ``ros2 param describe`` shows it.
 
     Returns the current values by name. Raises ParameterError naming every bad initial value, so a node
     refuses to start on a bad configuration instead of running with it.
     """
     from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
-    from rclpy.exceptions import InvalidParameterValueException
+    from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 
     by_name = {s.name: s for s in specs}
     values: dict[str, Any] = {}
     reasons: list[str] = []
     for s in specs:
-        desc = ParameterDescriptor(description=s.description, read_only=s.read_only)
+        desc = ParameterDescriptor(description=s.description, read_only=s.read_only, dynamic_typing=True)
         if s.choices:
             desc.additional_constraints = "one of: " + ", ".join(s.choices)
-        if s.type_name == "double":
-            # rclpy would refuse an integer override (`real_time_factor:=0`) for a double parameter;
-            # dynamic typing lets it through and validate()/coerce() check the type themselves.
-            desc.dynamic_typing = True
         # Ranges go into the descriptor so tools show them; rclpy also enforces them on set.
         if s.type_name == "double" and s.min_value is not None and s.max_value is not None:
             desc.floating_point_range = [FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)]
@@ -50,33 +62,58 @@ def declare_parameters(
         default = list(s.default) if isinstance(s.default, tuple) else s.default
         try:
             param = node.declare_parameter(s.name, default, desc)
-        except InvalidParameterValueException as err:
+        except InvalidParameterTypeException as err:  # not with dynamic typing; kept readable all the same
+            reasons.append(f"{s.name} expects {s.type_name} ({TYPE_WORDS[s.type_name]}): {err}")
+            continue
+        except InvalidParameterValueException as err:  # rclpy's range check: names the field, the range, the value
             reasons.append(f"{s.name}: {err}")
             continue
-        except Exception as err:  # rclpy raises InvalidParameterTypeException etc. for a wrong YAML type
-            reasons.append(f"{s.name}: expected {s.type_name}: {err}")
-            continue
-        value = s.coerce(param.value)
-        reason = s.validate(value)
+        finally:
+            _keep_table_type(node, s)
+        reason = s.validate(param.value)
         if reason:
             reasons.append(reason)
-        values[s.name] = value
+        values[s.name] = s.coerce(param.value)
     if reasons:
         raise ParameterError("invalid parameters: " + "; ".join(reasons))
+    if check is not None:
+        reason = check(dict(values))
+        if reason:
+            raise ParameterError(f"invalid parameters: {reason}")
+    current = dict(values)
 
     def on_set(params) -> SetParametersResult:
-        for p in params:
-            spec = by_name.get(p.name)
-            if spec is None:
-                continue
-            reason = spec.validate(p.value)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        if on_change is not None:
+        try:
+            candidate = dict(current)
+            for p in params:
+                spec = by_name.get(p.name)
+                if spec is None:
+                    continue
+                reason = spec.validate(p.value)
+                if reason:
+                    return SetParametersResult(successful=False, reason=reason)
+                candidate[p.name] = spec.coerce(p.value)
+            if check is not None:
+                reason = check(dict(candidate))
+                if reason:
+                    return SetParametersResult(successful=False, reason=reason)
             for p in params:
                 if p.name in by_name:
-                    on_change(p.name, by_name[p.name].coerce(p.value))
-        return SetParametersResult(successful=True)
+                    current[p.name] = candidate[p.name]
+                    if on_change is not None:
+                        on_change(p.name, candidate[p.name])
+            return SetParametersResult(successful=True)
+        finally:
+            for p in params:
+                if p.name in by_name:
+                    _keep_table_type(node, by_name[p.name])
 
     node.add_on_set_parameters_callback(on_set)
     return values
+
+
+def _keep_table_type(node, spec: ParamSpec) -> None:
+    """Put the table's type back into the descriptor: with dynamic typing rclpy sets it to the type of
+    every value offered, before any callback can refuse it (and to int for an accepted int double)."""
+    if node.has_parameter(spec.name):
+        node.describe_parameter(spec.name).type = _ROS_TYPES[spec.type_name]

@@ -16,7 +16,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from vla_ros.sim.commands import JointLimits, validate_position_command
+from vla_ros.sim.commands import CommandError, JointLimits, validate_position_command
 from vla_ros.sim.scene import (
     CAMERA_NAME,
     CUP_COLORS,
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 # forearm_roll, wrist_pitch, wrist_roll, left_finger); pitch angles sum to pi so the tool points down.
 HOME_Q = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
 LIFT_HEIGHT_M = 0.05  # a cup counts as lifted when its bottom is this far above the table
+# After a reset with a hold, the first position command must be this close (rad or m, every joint) to the
+# pose the reset put the arm in: a controller that re-anchors there sends exactly that pose, while a command
+# computed before the reset (still in flight) is wherever the old episode was.
+RESET_HOLD_TOLERANCE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,15 +152,24 @@ class ArmSim:
         self.seed = 0
         self.episode = 0
         self._trajectory: PositionTrajectory | None = None
+        self._hold: tuple[np.ndarray, int] | None = None  # (reset pose, until time_ns): see reset()
         self.reset(seed)
 
     # ---- episode -----------------------------------------------------------------------------------
-    def reset(self, seed: int, arm_noise_rad: float = 0.0) -> dict[str, np.ndarray]:
+    def reset(self, seed: int, arm_noise_rad: float = 0.0, restart_clock: bool = True, hold_s: float = 0.0) -> dict[str, np.ndarray]:
         """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions.
 
         ``arm_noise_rad`` > 0 perturbs the arm's start pose (uniform, per arm joint) with draws taken after
         the cups', so the cup layout of a seed never depends on it (data collection varies the start).
+        ``restart_clock`` False keeps time monotonic: the new episode begins one physics step after the
+        last state of the one before, so every sample of the new episode is stamped strictly later than
+        every sample of the old one, and ``episode_start_ns`` splits the two by stamp alone.
+        ``hold_s`` > 0 guards the new episode against commands sent before it (a ROS graph has some in flight):
+        for that long in simulated time, a position command farther than RESET_HOLD_TOLERANCE from the reset
+        pose is refused (``before_reset``) until one within it arrives, and a trajectory stamped before the
+        episode began is refused always.
         """
+        next_step = self.step_count + 1 if self.episode > 0 else 0
         rng = np.random.default_rng(int(seed))
         mujoco.mj_resetData(self.model, self.data)
         cup_xy = self._sample_cup_xy(rng)
@@ -169,7 +182,9 @@ class ArmSim:
             adr = self._cup_qpos_adr[color]
             self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
         mujoco.mj_forward(self.model, self.data)
-        self.step_count = 0
+        self.step_count = 0 if restart_clock else next_step
+        self.episode_start_ns = self.time_ns  # the new episode's first simulated time
+        self._hold = (start_q.copy(), self.time_ns + round(hold_s * 1e9)) if hold_s > 0.0 else None
         self.seed = int(seed)
         self.episode += 1
         self._trajectory = None
@@ -241,14 +256,40 @@ class ArmSim:
     def command_positions(self, names: list[str] | tuple[str, ...], positions) -> np.ndarray:
         """Set position targets (forward-controller semantics). Raises CommandError; then nothing moves."""
         q = validate_position_command(names, positions, self.limits)
+        self._check_hold(q)
         self._trajectory = None
         self.data.ctrl[self._cmd_actuators] = q
         return q
 
     def command_trajectory(self, trajectory: PositionTrajectory) -> None:
-        """Follow a validated trajectory (joint-trajectory-controller semantics), replacing any other."""
+        """Follow a validated trajectory (joint-trajectory-controller semantics), replacing any other.
+        Raises CommandError for one stamped before the current episode began."""
+        stamp_ns = round(trajectory.stamp_s * 1e9)
+        if 0 < stamp_ns < self.episode_start_ns:
+            raise CommandError("before_reset", f"trajectory stamped {stamp_ns * 1e-9:.6f} s, before the episode began "
+                                               f"at {self.episode_start_ns * 1e-9:.6f} s")
+        self._hold = None  # it starts from the commanded pose (the reset's): no jump
         trajectory.bind_start(self.time_s, self.commanded_positions())
         self._trajectory = trajectory
+
+    def _check_hold(self, q: np.ndarray) -> None:
+        """Refuse a position command far from the reset pose while the reset's hold lasts (see reset)."""
+        if self._hold is None:
+            return
+        pose, until_ns = self._hold
+        if self.time_ns >= until_ns:
+            self._hold = None
+            return
+        offset = np.abs(q - pose)
+        i = int(np.argmax(offset))
+        if offset[i] > RESET_HOLD_TOLERANCE:
+            raise CommandError(
+                "before_reset",
+                f"target for {self.limits.names[i]} is {offset[i]:.3g} from the pose the reset put it in (more than "
+                f"{RESET_HOLD_TOLERANCE}): taken for a command sent before the reset; for {(until_ns - self.time_ns) * 1e-9:.2f} s "
+                "more the first command must start at that pose",
+            )
+        self._hold = None
 
     def commanded_positions(self) -> np.ndarray:
         return self.data.ctrl[self._cmd_actuators].copy()

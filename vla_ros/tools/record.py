@@ -1,7 +1,10 @@
-"""``vla-ros record``: record topics to a rosbag2-compatible MCAP file (pip mode has no ``ros2 bag``).
+"""``vla-ros record``: record topics to a rosbag2 bag folder (metadata.yaml + MCAP), as ``ros2 bag record -s mcap``.
 
-Stops on Ctrl-C, after ``--duration`` seconds of the node's clock (simulated time with ``--use-sim-time``),
-or, with ``--until-lifted``, shortly after the sim's episode status reports a lifted cup.
+Pip mode has no ``ros2 bag``; the folder this writes is what rosbag2 writes, so ``ros2 bag info/play`` and
+other rosbag2 readers open it. Each topic is subscribed when its first publisher appears, with a QoS
+adapted to the publishers (best-effort drivers are recorded; latched topics stay latched). Stops on
+Ctrl-C, after ``--duration`` seconds of the node's clock (simulated time with ``--use-sim-time``), or,
+with ``--until-lifted``, shortly after the sim's episode status reports a lifted cup.
 """
 
 from __future__ import annotations
@@ -11,20 +14,23 @@ import datetime
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 EXAMPLE = (
     "example: vla-ros record --use-sim-time --duration 5 --instruction 'pick up the red cup' "
-    "--out runs/record/episode.mcap"
+    "--out runs/record/episode"
 )
+_WAIT_NOTE_S = 5.0  # tell the user what is missing when nothing has started after this long (wall time)
 
 
 def parse_args(argv: list[str] | None):
     from vla_ros.ros.recorder import DEFAULT_TOPICS
 
     parser = argparse.ArgumentParser(prog="vla-ros record", description=__doc__.splitlines()[0], epilog=EXAMPLE)
-    parser.add_argument("--out", default="", help="output .mcap (default runs/record-<date>/episode.mcap)")
-    parser.add_argument("--topics", nargs="+", default=list(DEFAULT_TOPICS), help="topics, or topic:pkg/msg/Type")
+    parser.add_argument("--out", default="", help="bag folder to create (default runs/record-<date>)")
+    parser.add_argument("--topics", nargs="+", default=list(DEFAULT_TOPICS),
+                        help="topics; the type comes from the publishers (or give topic:pkg/msg/Type)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds on the node's clock; 0 = until Ctrl-C")
     parser.add_argument("--until-lifted", action="store_true", help="stop 1 s after /vla/episode_status says a cup is lifted")
     parser.add_argument("--use-sim-time", action="store_true", help="stamp log times with /clock (simulated time)")
@@ -35,17 +41,30 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from vla_ros import __version__
+    from vla_ros.data.bag import BagError, info
+    from vla_ros.data.mcap_io import BagWriter
+
+    out = Path(args.out or f"runs/record-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    topics = list(args.topics)
+    if args.instruction and "/vla/instruction" not in topics:
+        topics.append("/vla/instruction")
+    try:
+        writer = BagWriter(out, metadata={"recorder": f"vla_ros {__version__}", "instruction": args.instruction,
+                                          "topics": " ".join(topics)})
+    except (BagError, OSError) as exc:
+        print(f"vla-ros record: {exc}", file=sys.stderr)
+        return 2
+
     import rclpy
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.serialization import deserialize_message
     from std_msgs.msg import String
 
-    from vla_ros import __version__
-    from vla_ros.data.mcap_io import McapEpisodeWriter, summary
     from vla_ros.ros.recorder import Recorder
 
-    out = Path(args.out or f"runs/record-{datetime.datetime.now():%Y%m%d-%H%M%S}/episode.mcap")
     rclpy.init()
     node = Node("vla_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, args.use_sim_time)])
     state = {"start_ns": None, "lifted_ns": None, "stop": False}
@@ -54,26 +73,23 @@ def main(argv: list[str] | None = None) -> int:
         if state["start_ns"] is None and topic == args.wait_for:
             state["start_ns"] = now_ns
         if args.until_lifted and topic == "/vla/episode_status" and state["lifted_ns"] is None:
-            from rclpy.serialization import deserialize_message
-
             status = json.loads(deserialize_message(cdr, String).data)
             if status.get("lifted"):
                 state["lifted_ns"] = now_ns
 
-    topics = list(args.topics)
-    if args.instruction and "/vla/instruction" not in topics:
-        topics.append("/vla/instruction")
-    writer = McapEpisodeWriter(out, metadata={"recorder": f"vla_ros {__version__}", "instruction": args.instruction, "topics": " ".join(topics)})
-    Recorder(node, writer, topics, on_message)
-    if args.instruction:
+    if args.instruction:  # before the recorder looks for publishers, so it finds this one too
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         pub = node.create_publisher(String, "/vla/instruction", latched)
+    recorder = Recorder(node, writer, topics, on_message)
     signal.signal(signal.SIGTERM, lambda *_: state.update(stop=True))
-    print(f"recording {len(topics)} topics to {out}", file=sys.stderr)
-    published = False
+    print(f"recording {len(topics)} topics to {out}/", file=sys.stderr)
+    published, t_wall0, noted, last_poll = False, time.monotonic(), False, 0.0
     try:
         while rclpy.ok() and not state["stop"]:
             rclpy.spin_once(node, timeout_sec=0.05)
+            if time.monotonic() - last_poll > 0.1:  # new publishers: subscribe them (rosbag2 polls too)
+                recorder.poll()
+                last_poll = time.monotonic()
             now = node.get_clock().now().nanoseconds
             if args.instruction and not published and state["start_ns"] is not None:
                 pub.publish(String(data=args.instruction))  # after the graph is up, so everyone hears it
@@ -82,16 +98,25 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if state["lifted_ns"] is not None and now - state["lifted_ns"] >= 1e9:
                 break
+            if not noted and state["start_ns"] is None and time.monotonic() - t_wall0 > _WAIT_NOTE_S:
+                noted = True
+                waiting = recorder.waiting
+                print(f"still waiting for the first message on {args.wait_for}"
+                      + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
     except KeyboardInterrupt:
         pass
     finally:
         writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
-    info = summary(out)
-    counts = ", ".join(f"{t} {v['count']}" for t, v in info["topics"].items() if v["count"])
-    print(f"wrote {out}: {info['messages']} messages over {info['duration_s']:.2f} s ({counts})", file=sys.stderr)
-    print(json.dumps({"path": str(out), **{k: info[k] for k in ("messages", "duration_s")}}))
+    summary = info(out)
+    counts = ", ".join(f"{t['name']} {t['count']}" for t in summary["topics"] if t["count"])
+    missing = recorder.waiting
+    print(f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
+          + (f"; never published: {' '.join(missing)}" if missing else "")
+          + "".join(f"; {topic} not recorded: {why}" for topic, why in recorder.failed.items()), file=sys.stderr)
+    print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
+                      "not_recorded": missing + list(recorder.failed)}))
     return 0
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.data.bag import bag_files
 from vla_ros.data.dataset import Episode, episode_paths, make_stream, replay
+from vla_ros.data.selection import BagSelection, Diagnosis, unusable_reason
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -62,30 +64,29 @@ def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
 
 
-def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True) -> tuple[list[EpisodeData], dict]:
-    """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes."""
+def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True,
+                  selection: BagSelection = BagSelection()) -> tuple[list[EpisodeData], dict]:
+    """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes.
+
+    ``selection``: the bags' topic names, the commands' joint order and an instruction for the whole bag.
+    Raises NoUsableEpisodes (what each skipped bag had) when none is usable, BagError for a bad path.
+    """
     from tqdm import tqdm
 
     dirs = [data_dir] if isinstance(data_dir, (str, Path)) else list(data_dir)
     paths = [p for d in dirs for p in episode_paths(d)]
-    episodes, skipped = [], {}
+    episodes, diagnosis = [], Diagnosis(selection, tokenizer.joint_names)
     digest = hashlib.sha256()
     for path in tqdm(paths, desc="replaying episodes", unit="ep", disable=not progress):
         digest.update(path.name.encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        for file in bag_files(path):
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
         stream = make_stream(tokenizer, StreamConfig(window_s=1e6, lateness_s=max_lateness_s, clock_jump_s=max(1.0, 2 * max_lateness_s)))
-        ep: Episode = replay(path, stream, keep_windows=False)
-        reason = None
-        if ep.success is False:
-            reason = "not_successful"
-        elif ep.instruction is None:
-            reason = "no_instruction"
-        elif len(ep.command_t_s) < 2:
-            reason = "no_commands"
-        elif not any(o.kind == Kind.IMAGE for o in ep.observations):
-            reason = "no_frames"
+        ep: Episode = replay(path, stream, selection.topics, selection.command_joint_names, keep_windows=False,
+                             instruction=selection.instruction)
+        reason = unusable_reason(ep)
+        diagnosis.add(ep, reason)
         if reason:
-            skipped[reason] = skipped.get(reason, 0) + 1
             continue
         cup_t, cup_m = cup_track(ep)
         episodes.append(EpisodeData(
@@ -94,9 +95,11 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
             command_t_s=ep.command_t_s, command_positions=ep.command_positions, cup_t_s=cup_t, cup_m=cup_m,
         ))
     if not episodes:
-        raise ValueError(f"no usable episodes under {data_dir} (skipped: {skipped})")
+        raise diagnosis.error(", ".join(str(d) for d in dirs))
+    skipped = dict(diagnosis.skipped)
     summary = {
         "files": len(paths), "episodes": len(episodes), "skipped": skipped, "sha256": digest.hexdigest(),
+        "skipped_topics": dict(diagnosis.skipped_topics),
         "observations": int(sum(len(e.observations) for e in episodes)),
         "seconds": round(float(sum(e.t_s[-1] - e.t_s[0] for e in episodes)), 1),
         "instructions": sorted({e.instruction for e in episodes}),

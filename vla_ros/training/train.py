@@ -12,12 +12,17 @@ import dataclasses
 import json
 import math
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-EXAMPLE = "example: vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out models/vla_cups --minutes 40"
+EXAMPLE = """examples:
+  vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out models/vla_cups --minutes 40
+  vla-ros train --data bags/ --out models/my_arm --joints j1,j2,j3,j4,j5,j6,gripper --camera-topic /wrist/image_raw \\
+      --command-topic /arm_controller/commands --instruction "put the block in the bin"
+    (your own robot's bags: rosbag2 folders or .mcap files; see docs/bags.md)"""
 
 
 # The sim camera's top quarter shows only the wall and the upper arm: cutting it (and a sliver each side)
@@ -98,8 +103,11 @@ def lr_at(step: int, tc: TrainConfig, time_fraction: float) -> float:
 
 
 def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainConfig(), model_config=None, device: str = "auto",
-          progress: bool = True, init: str | Path | None = None) -> dict:
+          progress: bool = True, init: str | Path | None = None, selection=None) -> dict:
     """Train a model on the bags under ``data_dir`` (a folder or a list of folders).
+
+    ``selection``: a :class:`vla_ros.data.selection.BagSelection` (the bags' topic names, the commands'
+    joint order, an instruction for the whole bag); None = the sim's topics.
 
     ``init``: a model folder to continue from (its weights and its config, normalisation included), e.g.
     to fine-tune on expert-labelled rollouts of that model (``vla-ros collect --policy``).
@@ -113,6 +121,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     from vla_ros.model.runtime import resolve_device
     from vla_ros.model.sequence import collate
     from vla_ros.tokens import Kind, TokenizerConfig
+    from vla_ros.data.selection import BagSelection
     from vla_ros.training.data import AUX_DIM, load_episodes, mean_image, normalisation_stats, sample_sequence
 
     t_start = time.time()
@@ -128,7 +137,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         model = load_model(init)
         config = model.config
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
-    episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress)
+    episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
+                                           selection=selection or BagSelection())
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
     val_eps = [episodes[i] for i in order[:n_val]]
@@ -304,9 +314,16 @@ def plot_losses(history: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _names(text: str | None) -> tuple[str, ...] | None:
+    """'a,b c' -> ('a', 'b', 'c'); None stays None."""
+    return None if text is None else tuple(n for n in text.replace(",", " ").split() if n)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-ros train", description=__doc__.splitlines()[0], epilog=EXAMPLE)
-    parser.add_argument("--data", required=True, nargs="+", help="folder(s) of .mcap episodes (vla-ros collect or ros2 bag record)")
+    parser = argparse.ArgumentParser(prog="vla-ros train", description=__doc__.splitlines()[0], epilog=EXAMPLE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, nargs="+",
+                        help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 bag record)")
     parser.add_argument("--init", default=None, help="model folder to continue training from (fine-tuning)")
     parser.add_argument("--out", required=True, help="model folder to write, e.g. models/vla_cups")
     parser.add_argument("--minutes", type=float, default=TrainConfig.minutes, help="wall-clock budget (default 40)")
@@ -315,9 +332,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     parser.add_argument("--lr", type=float, default=TrainConfig.lr)
+    robot = parser.add_argument_group("your own robot's bags (defaults: the simulated arm's names)")
+    robot.add_argument("--joints", default=None,
+                       help="joint names to learn, in order (comma-separated); the joint states must name them all")
+    robot.add_argument("--command-joints", default=None,
+                       help="joint order of the Float64MultiArray commands (default: --joints)")
+    robot.add_argument("--camera-topic", default=None, help="sensor_msgs/Image or CompressedImage topic (default /camera/image_raw)")
+    robot.add_argument("--joint-states-topic", default=None, help="sensor_msgs/JointState topic (default /joint_states)")
+    robot.add_argument("--command-topic", default=None,
+                       help="std_msgs/Float64MultiArray commands, the targets (default /forward_position_controller/commands)")
+    robot.add_argument("--instruction-topic", default=None, help="std_msgs/String instruction topic (default /vla/instruction)")
+    robot.add_argument("--instruction", default=None, help="the task of every bag (the instruction topic is then not read)")
     args = parser.parse_args(argv)
-    tc = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads, lr=args.lr)
-    report = train(args.data, args.out, tc, device=args.device, init=args.init)
+    from vla_ros.data.bag import BagError
+    from vla_ros.data.dataset import Topics
+    from vla_ros.data.selection import BagSelection, NoUsableEpisodes
+
+    joints = _names(args.joints)
+    try:
+        selection = BagSelection(
+            Topics.for_robot(args.camera_topic, args.joint_states_topic, args.command_topic, args.instruction_topic),
+            instruction=args.instruction, command_joint_names=_names(args.command_joints) or joints)
+        model_config = None
+        if joints is not None:
+            if args.init:
+                raise ValueError("--joints and --init: a fine-tune keeps the joints of the model it starts from")
+            from vla_ros.model.config import ModelConfig
+
+            # Another robot: no sim-specific crop or cup heads (they need the sim's episode statuses).
+            model_config = ModelConfig(joint_names=joints)
+        tc = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads, lr=args.lr)
+    except ValueError as exc:  # the options themselves
+        print(f"vla-ros train: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = train(args.data, args.out, tc, model_config=model_config, device=args.device, init=args.init, selection=selection)
+    except (BagError, NoUsableEpisodes) as exc:  # the data: a bad path, a broken file, nothing usable
+        print(f"vla-ros train: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "final_val_aux_loss", "final_val_frame_aux_loss",
                                         "final_mae_rad", "parameters")} | {"out": args.out}))
     return 0
