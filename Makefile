@@ -4,7 +4,18 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The CPU build of torch is the default. Where pip's indexes serve only PyPI's Linux torch wheel (a CUDA build
+# of several GB), set TORCH_INDEX to PyTorch's CPU wheel index and torch comes from there. GPU=1 (the GPU host
+# of a two-computer set-up, docs/two_computers.md) installs requirements-gpu.txt instead: torch's CUDA build
+# and onnxruntime-gpu.
+GPU ?= 0
+TORCH_INDEX ?=
+TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
+ifeq ($(GPU),1)
+STAMP := $(VENV)/.installed-gpu
+else
 STAMP := $(VENV)/.installed
+endif
 # Headless OpenGL for MuJoCo's renderer (EGL on Mesa's software rasteriser; OSMesa as a fallback).
 APT_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6
 
@@ -16,11 +27,11 @@ export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 export MUJOCO_GL ?= egl
 
-.PHONY: setup test demo bench params model clean
+.PHONY: setup test demo demo-two-hosts bench params model clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt setup.py package.xml
+$(STAMP): requirements.txt requirements-gpu.txt setup.py package.xml
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -30,7 +41,17 @@ $(STAMP): requirements.txt setup.py package.xml
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
 	  else echo "Needs: sudo apt-get install -y python3-venv" >&2; exit 1; fi; }
 	$(PY) -m pip install -q --upgrade pip
+ifeq ($(GPU),1)
+	$(PY) -m pip uninstall -y -q torch onnxruntime 2>/dev/null || true  # CPU builds; onnxruntime-gpu replaces onnxruntime
+	$(PY) -m pip install -q -r requirements-gpu.txt
+	grep -v -E '^(torch|onnxruntime)==' requirements.txt > $(VENV)/requirements-common.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-common.txt
+	rm -f $(VENV)/.installed
+else
+	if [ -f $(VENV)/.installed-gpu ]; then $(PY) -m pip uninstall -y -q torch onnxruntime-gpu; rm -f $(VENV)/.installed-gpu; fi
+	if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q --no-deps --index-url "$(TORCH_INDEX)" "$(TORCH_PIN)"; fi
 	$(PY) -m pip install -q -r requirements.txt
+endif
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
@@ -39,6 +60,12 @@ test: setup
 
 demo: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-62} $(VENV)/bin/vla-ros demo
+
+# The demo across two simulated computers (network namespaces joined by a veth; needs root): the policy in
+# namespace gpu_host, sim + safety filter + controller in namespace robot, then the same episode on one host.
+# Discovery is widened to SUBNET inside the namespaces only; the variables above keep everything else local.
+demo-two-hosts: setup
+	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-64} $(VENV)/bin/vla-ros demo-two-hosts
 
 bench: setup
 	for part in sim tokens policy safety controller; do \

@@ -1,8 +1,8 @@
 """``vla-ros <verb>``: one command for everything that is not a node (like ``ros2 <verb>``).
 
 Verbs: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the simulated demo),
-``record``/``bag``/``collect``/``train``/``eval`` (data and training), ``bench`` (benchmarks), ``params``
-(parameter tables of every node, as in the README).
+``demo-two-hosts`` (the demo split over two simulated computers), ``record``/``bag``/``collect``/``train``/``eval``
+(data and training), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
 Each verb's ``--help`` ends with a runnable example.
 """
 
@@ -105,9 +105,16 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
+def _demo_two_hosts(argv: list[str]) -> int:
+    from vla_ros.tools import two_hosts
+
+    return two_hosts.main(argv)
+
+
 VERBS = {
     "launch": (_launch, "run a ROS 2 XML launch file (pip mode): vla-ros launch vla_ros sim.launch.xml seed:=3"),
     "demo": (_demo, "the simulated demo: vla-ros demo --color red"),
+    "demo-two-hosts": (_demo_two_hosts, "policy on a GPU host, robot side on another (namespaces, root): vla-ros demo-two-hosts"),
     "record": (_record, "record topics to a bag folder: vla-ros record --use-sim-time --duration 5 --out runs/ep"),
     "bag": (_bag, "what a bag holds: vla-ros bag info runs/ep --json"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
