@@ -36,7 +36,7 @@ CROP = (0.25, 0.0, 0.125, 0.125)  # (top, bottom, left, right): the overlay is t
 
 
 def start_node(name: str, *params: str, log=None) -> subprocess.Popen:
-    args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-r", f"__node:={name}", "-p", "use_sim_time:=true"]
+    args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-r", f"__node:={name}", "-p", "use_sim_time:=true", "-p", "backend:=torch"]
     for p in params:
         args += ["-p", p]
     return subprocess.Popen(args, cwd=REPO, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
