@@ -404,6 +404,10 @@ class PolicyNode(Node):
             values["tokens_in_cache"] = session.policy.cached_tokens
             values["cache_mb"] = round(session.policy.cache_mb, 3)
             values.update(session.source_values())
+            for name, lags in session.take_arrival_lags().items():
+                if lags:
+                    values[f"{name}.arrival_lag_ms.p50"] = float(np.percentile(lags, 50))
+                    values[f"{name}.arrival_lag_ms.p99"] = float(np.percentile(lags, 99))
             values.update({f"tokens.{k}": v for k, v in session.stream.stats.as_dict().items()})
             values["tokens.last_rejection"] = session.stream.last_rejection
         self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values)])

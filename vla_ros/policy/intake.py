@@ -65,6 +65,7 @@ class SourceStats:
     rejected: Counter = dataclasses.field(default_factory=Counter)
     gaps: StampGaps = dataclasses.field(default_factory=StampGaps)
     last_arrival_wall_s: float | None = None  # wall (monotonic) time of the last message received
+    arrival_lag_ms: list = dataclasses.field(default_factory=list)  # receive clock - stamp, since last taken
 
     def dropped(self, unused: int = 0) -> int:
         return self.gaps.lost + sum(self.rejected.values()) + unused

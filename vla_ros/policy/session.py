@@ -147,6 +147,8 @@ class PolicySession:
             src.last_arrival_wall_s = wall_s
             if stamp is not None:
                 src.gaps.add(stamp)
+                if now_ns is not None and len(src.arrival_lag_ms) < 10_000:
+                    src.arrival_lag_ms.append((now_ns - stamp) * 1e-6)
             obs = self.stream.add_message(type_name, msg, now_ns, source)
             if obs is None:
                 src.rejected[self.stream.last_rejection_code] += 1
@@ -206,11 +208,8 @@ class PolicySession:
             stream = self.stream
             seen = (stream.generation, stream.instruction_generation)
             restart = seen[0] != self._seen[0]
-            if restart:  # a clock jump or a new episode: start over from what the window holds now
-                new = stream.window()
-                stream.drain()
-            else:
-                new = stream.drain()
+            # a clock jump or a new episode: start over from what the window holds now
+            new = stream.drain(restart=restart)
             instruction = stream.instruction
             newest = {kind: stream.newest_stamp(kind) for kind in SOURCE_NAMES}
         ages = {kind: None if stamp is None else (now_ns - stamp) * 1e-9 for kind, stamp in newest.items()}
@@ -275,6 +274,15 @@ class PolicySession:
                 name = SOURCE_NAMES[kind]
                 values.update({f"{name}.{k}": v for k, v in src.as_dict(unused[kind.name.lower()]).items()})
             return values
+
+    def take_arrival_lags(self) -> dict[str, list[float]]:
+        """Per source, receive clock minus stamp (ms) of every message since the last call: how far behind
+        its sensor the intake runs."""
+        with self._lock:
+            out = {SOURCE_NAMES[k]: s.arrival_lag_ms for k, s in self.sources.items()}
+            for s in self.sources.values():
+                s.arrival_lag_ms = []
+            return out
 
     def arrival_ages_s(self, wall_now_s: float) -> dict[str, float | None]:
         """Wall seconds since a message of each source last arrived (None: never)."""

@@ -9,7 +9,10 @@ time order. Rules, applied to each message in this order (each rejection counted
    announced that restart: one reset, not two);
 2. ``before_reset``: stamped before the start of the episode ``begin_episode`` announced;
 3. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
-4. ``late``: stamped more than ``lateness_s`` before the newest stamp (within it, it is inserted in order);
+4. ``late``: stamped more than ``lateness_s`` before the newest stamp a consumer already took with ``drain()``
+   (before the first drain: the newest stamp accepted); within it, it is inserted in order. A consumer that
+   inserts late observations exactly (the policy runtime) can take everything this admits, however the
+   sources interleave between two drains;
 5. ``duplicate``: same (stamp, kind, source) as a token in the window;
 6. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
 
@@ -125,6 +128,7 @@ class TokenStream:
         self._pending: list[Observation] = []
         self.epoch_ns: int | None = None
         self.newest_ns: int | None = None
+        self.consumed_ns: int | None = None  # newest stamp drain() has handed out
         self._last_now_ns: int | None = None
         self._seq = 0
 
@@ -142,9 +146,14 @@ class TokenStream:
     def __len__(self) -> int:
         return len(self._items)
 
-    def drain(self) -> list[Observation]:
+    def drain(self, restart: bool = False) -> list[Observation]:
         """Observations accepted since the last call that are still in the window, in time order. Those
-        that already left it (a consumer slower than the window) are counted in ``stats.unused``."""
+        that already left it (a consumer slower than the window) are counted in ``stats.unused``. With
+        ``restart`` (a consumer that starts over): the whole window."""
+        if restart:
+            self._pending = []
+            self.consumed_ns = self.newest_ns
+            return list(self._items)
         if not self._pending:
             return []
         oldest = self._keys[0] if self._keys else None
@@ -155,6 +164,8 @@ class TokenStream:
                 if id(o) not in kept:
                     self.stats.unused[o.kind.name.lower()] += 1
         self._pending = []
+        if out and (self.consumed_ns is None or out[-1].stamp_ns > self.consumed_ns):
+            self.consumed_ns = out[-1].stamp_ns
         return out
 
     def t_s(self, stamp: int) -> float:
@@ -185,7 +196,8 @@ class TokenStream:
             return "before_reset"
         if now_ns is not None and stamp > now_ns + self._future_ns:
             return "future"
-        if self.newest_ns is not None and stamp < self.newest_ns - self._lateness_ns:
+        reference = self.consumed_ns if self.consumed_ns is not None else self.newest_ns
+        if reference is not None and stamp < reference - self._lateness_ns:
             return "late"
         key = (stamp, int(kind), source)
         i = bisect.bisect_left(self._keys, key)
