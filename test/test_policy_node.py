@@ -131,6 +131,27 @@ def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph
     assert all(int(v) == 0 for v in content.values()), content
 
 
+def test_the_reported_observation_age_matches_an_independent_subscriber(graph):
+    """The age the node reports for a chunk (its clock at publish minus the stamp) is what a subscriber of
+    /vla/action_chunk sees on /clock at receipt, within the hop and the 5 ms steps of /clock: the node's
+    clock keeps moving while it runs inference."""
+    graph.pub_instruction.publish(String(data="pick up the red cup"))
+    assert graph.spin_until(lambda: len(graph.rec["chunks"]) >= 3, 90), statuses(graph, "policy")[-3:]
+    received = {}
+    graph.spin_for_sim(4.0, wall_timeout_s=120)
+    for t_recv, msg in graph.rec["chunks"]:
+        stamp = ns_from_time_msg(msg.header.stamp)
+        received[stamp] = (t_recv - stamp * 1e-9) * 1e3
+    pairs = [(received[int(v["last_chunk.stamp_ns"])], float(v["last_chunk.observation_age_ms"]))
+             for _, _, v in statuses(graph, "policy") if "last_chunk.stamp_ns" in v and int(v["last_chunk.stamp_ns"]) in received]
+    assert len(pairs) >= 4, pairs
+    diffs = [probe - node for probe, node in pairs]
+    print(f"age of {len(pairs)} chunks: subscriber - node median {np.median(diffs):.2f} ms, node p50 {np.median([n for _, n in pairs]):.1f} ms")
+    # ms of simulated time: /clock moves in 5 ms steps (200 Hz), so a hop is 0 or 5 ms, rarely more
+    assert np.median(np.abs(diffs)) <= 7.5, pairs
+    assert all(node >= 0.0 for _, node in pairs)
+
+
 def set_debug_attention(probe, on: bool) -> None:
     value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
     result = probe.call(probe.set_params, SetParameters.Request(parameters=[ParameterMsg(name="debug_attention", value=value)])).results[0]

@@ -110,6 +110,7 @@ class PolicyNode(Node):
         self._throttle = ReasonThrottle(2.0)
         self._attention = {"published": 0, "errors": 0, "last_ns": None, "model": None}
         self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
+        self._last_chunk: tuple[int, float] | None = None  # (stamp ns, observation age ms at publish)
         self.pub_attention = None
         self.session = self._load(p["model"], raise_on_error=False)
 
@@ -288,6 +289,7 @@ class PolicyNode(Node):
         stamp = result.chunk.stamp_ns
         self._series.add("inference_ms", result.infer_ms)
         self._series.add("observation_age_ms", (now_ns - stamp) * 1e-6)
+        self._last_chunk = (stamp, (now_ns - stamp) * 1e-6)
         if result.anchor_arrival is not None:
             arrival_wall_s, arrival_ns = result.anchor_arrival
             self._series.add("in_node_wall_ms", (wall_s - arrival_wall_s) * 1e3)
@@ -396,6 +398,8 @@ class PolicyNode(Node):
                 values[f"{name}.max"] = float(np.max(series))
                 values[f"{name}.n"] = len(series)
         values["clock"] = "sim" if self.get_parameter("use_sim_time").value else "wall"
+        if self._last_chunk is not None:  # one chunk's own figure: a subscriber can check it against its own
+            values["last_chunk.stamp_ns"], values["last_chunk.observation_age_ms"] = self._last_chunk
         values.update({f"events.{k}": v for k, v in sorted(self._counts.items())})
         values["debug_attention.published"] = self._attention["published"]
         values["debug_attention.errors"] = self._attention["errors"]
@@ -410,6 +414,9 @@ class PolicyNode(Node):
                     values[f"{name}.arrival_lag_ms.p99"] = float(np.percentile(lags, 99))
             values.update({f"tokens.{k}": v for k, v in session.stream.stats.as_dict().items()})
             values["tokens.last_rejection"] = session.stream.last_rejection
+            start = session.stream.episode_start_ns
+            values["episode_start_s"] = "none" if start is None else f"{start * 1e-9:.9f}"
+            values["policy.dropped_late"] = session.policy.total_dropped_late
         self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values)])
 
     def close(self) -> None:
