@@ -163,6 +163,7 @@ def test_counts_per_source_add_up_and_losses_show_in_the_stamps(model):
     for i in range(120):
         if i not in dropped:
             session.add_message("sensor_msgs/msg/JointState", joints(i * 10 * MS), i * 10 * MS, "/joint_states")
+    session.tick(1195 * MS)  # the policy takes everything up to 1.19 s
     session.add_message("sensor_msgs/msg/JointState", joints(500 * MS), 1200 * MS, "/joint_states")  # late
     session.add_message("sensor_msgs/msg/Image", frame(1190 * MS, encoding="yuv422"), 1200 * MS, "/camera/image_raw")
     values = session.source_values()
@@ -220,3 +221,26 @@ def test_each_reason_has_its_own_log_throttle():
     assert [throttle.allow("late", 0.1 * i)[0] for i in range(1, 10)] == [False] * 9
     assert throttle.allow("corrupt_image", 0.5) == (True, 0)  # a rare reason is not hidden by a frequent one
     assert throttle.allow("late", 2.5) == (True, 9)  # and the held-back count is told
+
+
+def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_not_late(model):
+    """A busy executor takes one message per topic per round: joint states (100 Hz) fall behind frames
+    (30 Hz). Frames newer than the newest joint state wait for the next tick, so nothing is late."""
+    session = make_session(model)
+    lag = 250 * MS  # joint states arrive 250 ms behind frames of the same instant (lateness is 100 ms)
+    events = [(t + lag, "sensor_msgs/msg/JointState", joints(t)) for t in range(0, 2 * NS, 10 * MS)]
+    events += [(t, "sensor_msgs/msg/Image", frame(t)) for t in range(0, 2 * NS, NS // 30)]
+    events.sort(key=lambda e: e[0])
+    chunks, next_tick = [], 100 * MS
+    for arrival, type_name, msg in events:
+        while next_tick <= arrival:
+            r = session.tick(next_tick)
+            if r.chunk is not None:
+                chunks.append((next_tick, r.chunk.stamp_ns))
+            next_tick += 100 * MS
+        session.add_message(type_name, msg, arrival, "/joint_states" if type_name.endswith("JointState") else "/camera/image_raw")
+    values = session.source_values()
+    assert values["joint_states.rejected"] == 0 and values["image.rejected"] == 0, values
+    assert values["joint_states.unused"] == 0 and session.policy.total_dropped_late == 0
+    assert len(chunks) >= 15
+    assert all(0 <= now - stamp <= lag + 10 * MS for now, stamp in chunks)  # anchored at the newest joint state

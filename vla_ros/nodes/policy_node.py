@@ -20,7 +20,10 @@ instruction's colour word, as ``vla-ros attention`` draws it.
 
 from __future__ import annotations
 
+import gc
 import math
+import os
+import sys
 import threading
 import time
 
@@ -132,17 +135,19 @@ class PolicyNode(Node):
         self.create_subscription(String, "/vla/instruction", self._on_instruction, latched)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
 
-        self._due = threading.Event()
+        self._due = threading.Event()  # a tick is due
+        self._wake = threading.Event()  # the tick thread has work: a tick or an instruction to encode
+        self._instruction_pending: str | None = None
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._tick_loop, name="policy_tick", daemon=True)
         self._worker.start()
         if p["rate_hz"] > 0:
-            self.create_timer(1.0 / p["rate_hz"], self._due.set)  # node clock: simulated time in the sim
+            self.create_timer(1.0 / p["rate_hz"], self._request_tick)  # node clock: simulated time in the sim
         wall = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=wall)
         self.create_timer(min(WATCHDOG_PERIOD_S, p["source_timeout_s"] / 2), self._watchdog, clock=wall)
         if p["instruction"]:
-            self._set_instruction(p["instruction"])
+            self._request_instruction(p["instruction"])
 
     # ---- model -------------------------------------------------------------------------------------
     def _load(self, model: str, raise_on_error: bool):
@@ -188,7 +193,7 @@ class PolicyNode(Node):
     def _on_param_change(self, name: str, value) -> None:
         self._p[name] = value
         if name == "instruction" and value:
-            self._set_instruction(value)
+            self._request_instruction(value)
         elif name == "model" and self._pending is not None and self._pending[0] == value:
             self.session, self._pending, self._model_error = self._pending[1], None, ""
             self._attention["model"] = None
@@ -231,16 +236,25 @@ class PolicyNode(Node):
         if self._p["debug_attention"]:
             self._frame = (obs.stamp_ns, type_name, msg)  # a reference: decoded again only for an overlay
         if self._p["tick_on_frame"]:
-            self._due.set()
+            self._request_tick()
 
     def _on_joints(self, msg: JointState) -> None:
         self._admit("sensor_msgs/msg/JointState", msg, "/joint_states")
 
     def _on_instruction(self, msg: String) -> None:
-        self._set_instruction(msg.data)
+        self._request_instruction(msg.data)
 
-    def _set_instruction(self, text: str) -> None:
-        self._instruction_text = text
+    def _request_instruction(self, text: str) -> None:
+        """The tick thread encodes it (MiniLM: tens of milliseconds, seconds on a loaded machine): the
+        intake never waits for the text encoder."""
+        self._instruction_text = self._instruction_pending = text
+        self._wake.set()
+
+    def _request_tick(self) -> None:
+        self._due.set()
+        self._wake.set()
+
+    def _apply_instruction(self, text: str) -> None:
         session = self.session
         if session is None:
             return
@@ -260,11 +274,17 @@ class PolicyNode(Node):
     # ---- ticks (tick thread) --------------------------------------------------------------------------
     def _tick_loop(self) -> None:
         while not self._stop.is_set():
-            if not self._due.wait(timeout=0.2):
+            if not self._wake.wait(timeout=0.2):
                 continue
-            self._due.clear()
+            self._wake.clear()
             if self._stop.is_set():
                 break
+            text, self._instruction_pending = self._instruction_pending, None
+            if text is not None:
+                self._apply_instruction(text)
+            if not self._due.is_set():
+                continue
+            self._due.clear()
             try:
                 self._tick()
             except Exception as err:  # noqa: BLE001 - the tick thread must outlive one bad tick; say why
@@ -284,6 +304,8 @@ class PolicyNode(Node):
             self._status = (result.skip, result.detail)
             self._report_if_changed()
             return
+        if self._stop.is_set():
+            return  # shutting down: the publisher may be gone
         self.pub_chunk.publish(msg_from_chunk(result.chunk))
         now_ns, wall_s = self._now_ns(), time.monotonic()
         stamp = result.chunk.stamp_ns
@@ -422,13 +444,30 @@ class PolicyNode(Node):
     def close(self) -> None:
         """Stop the tick thread (run_node calls this before destroy_node); safe to call twice."""
         self._stop.set()
-        self._due.set()
+        self._wake.set()
         if self._worker.is_alive() and self._worker is not threading.current_thread():
-            self._worker.join(timeout=5.0)
+            self._worker.join(timeout=2.0)
+
+
+def _make_node() -> PolicyNode:
+    node = PolicyNode()
+    # The model, torch and MiniLM live as long as the process: out of the collector's view, so a full
+    # collection never walks them in the middle of the intake (and the exit does not either).
+    gc.collect()
+    gc.freeze()
+    return node
+
+
+_make_node.__name__ = "PolicyNode"  # run_node names the node in its start-up error line
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(PolicyNode, args)
+    code = run_node(_make_node, args)
+    # Everything the node owns is closed; skip the interpreter's teardown of torch and transformers, which
+    # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ KIND_OF_TYPE = {
     "sensor_msgs/msg/JointState": Kind.STATE,
 }
 SOURCE_NAMES = {Kind.IMAGE: "image", Kind.STATE: "joint_states"}
+HOLD_ALL = -(1 << 62)  # drain(upto_ns=...) before any joint state: every frame waits
 
 
 def stream_config(model_config) -> StreamConfig:
@@ -110,7 +111,7 @@ class PolicySession:
         """Forget everything but the model: a fresh window (no instruction), fresh counts; the next tick
         restarts the policy. The in-process evaluation starts every episode with it."""
         with self._lock:
-            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder)
+            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True)
             self.sources = {kind: SourceStats() for kind in SOURCE_NAMES}
             self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
@@ -208,8 +209,12 @@ class PolicySession:
             stream = self.stream
             seen = (stream.generation, stream.instruction_generation)
             restart = seen[0] != self._seen[0]
-            # a clock jump or a new episode: start over from what the window holds now
-            new = stream.drain(restart=restart)
+            # A clock jump or a new episode: start over from what the window holds now. Only observations
+            # up to the newest joint state run: a frame newer than every joint state waits for the next tick,
+            # so joint states that arrive behind frames (a busy executor takes one message per topic per
+            # round) are never late, and the chunk is anchored where the policy knows the arm's state.
+            newest_state = stream.newest_stamp(Kind.STATE)
+            new = stream.drain(restart=restart, upto_ns=HOLD_ALL if newest_state is None else newest_state)
             instruction = stream.instruction
             newest = {kind: stream.newest_stamp(kind) for kind in SOURCE_NAMES}
         ages = {kind: None if stamp is None else (now_ns - stamp) * 1e-9 for kind, stamp in newest.items()}

@@ -10,9 +10,9 @@ time order. Rules, applied to each message in this order (each rejection counted
 2. ``before_reset``: stamped before the start of the episode ``begin_episode`` announced;
 3. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
 4. ``late``: stamped more than ``lateness_s`` before the newest stamp a consumer already took with ``drain()``
-   (before the first drain: the newest stamp accepted); within it, it is inserted in order. A consumer that
-   inserts late observations exactly (the policy runtime) can take everything this admits, however the
-   sources interleave between two drains;
+   (before the first drain: the newest stamp accepted, unless the stream is ``consumer_paced``, then nothing
+   is late yet); within it, it is inserted in order. A consumer that inserts late observations exactly (the
+   policy runtime) can take everything this admits, however the sources interleave between two drains;
 5. ``duplicate``: same (stamp, kind, source) as a token in the window;
 6. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
 
@@ -95,7 +95,8 @@ class TokenStream:
     """Rolling, time-ordered window of observations plus the pinned instruction.
 
     ``now_ns`` arguments are the receive time on the consumer's clock (the node's clock online, the MCAP
-    log time offline); pass None when unknown (the future check is then skipped).
+    log time offline); pass None when unknown (the future check is then skipped). ``consumer_paced``: a
+    live consumer drains it (``late`` is measured from what it took only).
     """
 
     def __init__(
@@ -103,8 +104,10 @@ class TokenStream:
         tokenizer: TokenizerConfig | None = None,
         stream: StreamConfig | None = None,
         encode_text: Callable[[str], Instruction] | None = None,
+        consumer_paced: bool = False,
     ) -> None:
         self.tokenizer = tokenizer or TokenizerConfig()
+        self._consumer_paced = consumer_paced
         self.config = stream or StreamConfig()
         self._encode_text = encode_text
         self._joints = JointStateConverter(self.tokenizer)
@@ -146,24 +149,28 @@ class TokenStream:
     def __len__(self) -> int:
         return len(self._items)
 
-    def drain(self, restart: bool = False) -> list[Observation]:
+    def drain(self, restart: bool = False, upto_ns: int | None = None) -> list[Observation]:
         """Observations accepted since the last call that are still in the window, in time order. Those
         that already left it (a consumer slower than the window) are counted in ``stats.unused``. With
-        ``restart`` (a consumer that starts over): the whole window."""
+        ``restart`` (a consumer that starts over): the whole window. With ``upto_ns``: only observations
+        stamped up to it; newer ones stay pending for a later call."""
         if restart:
             self._pending = []
-            self.consumed_ns = self.newest_ns
-            return list(self._items)
-        if not self._pending:
-            return []
-        oldest = self._keys[0] if self._keys else None
-        out = sorted((o for o in self._pending if oldest is not None and o.key >= oldest), key=lambda o: o.key)
-        if len(out) != len(self._pending):
-            kept = {id(o) for o in out}
-            for o in self._pending:
-                if id(o) not in kept:
-                    self.stats.unused[o.kind.name.lower()] += 1
-        self._pending = []
+            out = list(self._items)
+        else:
+            oldest = self._keys[0] if self._keys else None
+            out = sorted((o for o in self._pending if oldest is not None and o.key >= oldest), key=lambda o: o.key)
+            if len(out) != len(self._pending):
+                kept = {id(o) for o in out}
+                for o in self._pending:
+                    if id(o) not in kept:
+                        self.stats.unused[o.kind.name.lower()] += 1
+            self._pending = []
+        if upto_ns is not None:
+            held = [o for o in out if o.stamp_ns > upto_ns]
+            if held:
+                out = out[:len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
+                self._pending = held
         if out and (self.consumed_ns is None or out[-1].stamp_ns > self.consumed_ns):
             self.consumed_ns = out[-1].stamp_ns
         return out
@@ -196,7 +203,7 @@ class TokenStream:
             return "before_reset"
         if now_ns is not None and stamp > now_ns + self._future_ns:
             return "future"
-        reference = self.consumed_ns if self.consumed_ns is not None else self.newest_ns
+        reference = self.consumed_ns if self.consumed_ns is not None or self._consumer_paced else self.newest_ns
         if reference is not None and stamp < reference - self._lateness_ns:
             return "late"
         key = (stamp, int(kind), source)
