@@ -312,6 +312,10 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "filter_pass_unmodified_pct": round(100.0 * verdicts["pass"] / total, 2) if total else None,
         "controller_period_err_ms_p99": round(max(period_err), 3) if period_err else None,
         "policy_inference_ms_p50": _float(policy_b, "inference_ms.p50"),
+        "policy_chunks": int(_count(policy_b, "chunks") - _count(policy_a, "chunks")),
+        "policy_ticks": int(_count(policy_b, "ticks") - _count(policy_a, "ticks")),
+        "policy_skipped": {k.split(".", 1)[1]: int(_count(policy_b, k) - _count(policy_a, k))
+                           for k in sorted(policy_b or {}) if k.startswith("skipped.") and _count(policy_b, k) > _count(policy_a, k)},
         "real_time_factor": real_time_factor,
         "real_time_factor_achieved": _float(sim_values, "real_time_factor.achieved"),
         "load_avg_1min": [round(load[0][0], 2), round(load[1][0], 2)],
