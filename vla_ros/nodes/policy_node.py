@@ -48,8 +48,10 @@ from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.time import time_msg_from_ns
 
 # Subscription queues hold this much of each input at its nominal rate: the executor thread only converts
-# messages (well under a millisecond each), so only a stall of the whole process (a model change, a long
-# garbage collection) needs a queue at all; at 100 Hz joints and 30 Hz frames that is 50 and 15 messages.
+# messages (well under a millisecond each), so only a stall of the whole process (a model change, a CPU
+# taken by other work) needs a queue at all; at 100 Hz joints and 30 Hz frames that is 50 and 15 messages.
+# A deeper queue would not save anything: a message held longer is older than the shipped model's window
+# (0.5 s + 0.1 s lateness) when it comes out, and is dropped as late instead of by DDS.
 INTAKE_SLACK_S = 0.5
 WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
 

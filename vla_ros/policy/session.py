@@ -119,7 +119,7 @@ class PolicySession:
             self.skipped: dict[str, int] = {}
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, backend: str = "torch", device: str = "auto", threads: int | None = None,
+    def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
                         config: SessionConfig | None = None, encoder=None) -> "PolicySession":
         """Load and check ``models/<name>`` (raises FileNotFoundError, ValueError, OSError or RuntimeError
         saying why) and build a session around it; ``encoder`` defaults to the process's shared MiniLM."""
