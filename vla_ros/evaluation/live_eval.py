@@ -86,6 +86,7 @@ class Driver:
         self.resets: dict[int, int] = {}  # episode -> announced start stamp (ns)
         self.diag: dict[str, tuple[float, dict]] = {}  # status name -> (wall time, values)
         self.period_err_p99: list[float] = []
+        self.policy_reports: list[dict] = []  # every report of the policy during the run
         self.arrivals: list[tuple[int, float]] = []  # (chunk stamp ns, latency ms) at the controller's input
         self.chunks_out = 0
         n.create_subscription(String, "/vla/episode_status", self._on_status, latched)
@@ -128,6 +129,8 @@ class Driver:
             self.diag[st.name] = (wall, values)
             if st.name.startswith("controller:") and st.name.endswith(": loop") and "period_err_ms.p99" in values:
                 self.period_err_p99.append(float(values["period_err_ms.p99"]))
+            if st.name == "policy: policy":
+                self.policy_reports.append(values)
 
     # ---- helpers -----------------------------------------------------------------------------------
     def spin_until(self, predicate, wall_timeout_s: float) -> bool:
@@ -267,18 +270,21 @@ def evaluate_live(model: str, episodes: int, seed: int, templates, backend: str 
             names = ["policy: policy", "safety_filter: filter"]
             before = driver.fresh_snapshot(names)
             driver.period_err_p99.clear()
+            driver.policy_reports.clear()
             driver.arrivals.clear()
             wall_per_episode_s = max_episode_s / max(real_time_factor, 0.05) * 4 + 60.0
             results = run_episodes(driver, jobs, max_episode_s, wall_per_episode_s, progress)
             after = driver.fresh_snapshot(names + ["sim: simulation"])
             period_err = list(driver.period_err_p99)
+            policy_reports = list(driver.policy_reports)
         finally:
             driver.close()
-    return summarize(results, before, after, period_err, model=model, backend=backend, seeds=[jobs[0][0], jobs[-1][0]],
+    return summarize(results, before, after, period_err, policy_reports, model=model, backend=backend, seeds=[jobs[0][0], jobs[-1][0]],
                      real_time_factor=real_time_factor, wall_s=time.time() - t0, load=(load_start, os.getloadavg()), out=out)
 
 
-def summarize(results: list[dict], before: dict, after: dict, period_err: list[float], model: str, backend: str, seeds,
+def summarize(results: list[dict], before: dict, after: dict, period_err: list[float], policy_reports: list[dict],
+              model: str, backend: str, seeds,
               real_time_factor: float, wall_s: float, load, out: Path | None) -> dict:
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
@@ -311,7 +317,10 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "joint_msgs": joint_counts, "image_msgs": image_counts,
         "filter_pass_unmodified_pct": round(100.0 * verdicts["pass"] / total, 2) if total else None,
         "controller_period_err_ms_p99": round(max(period_err), 3) if period_err else None,
-        "policy_inference_ms_p50": _float(policy_b, "inference_ms.p50"),
+        "policy_inference_ms_p50": _weighted_median(policy_reports, "inference_ms"),
+        "policy_inference_cpu_ms_p50": _weighted_median(policy_reports, "inference_cpu_ms"),
+        "policy_observation_age_ms_p50": _weighted_median(policy_reports, "observation_age_ms"),
+        "policy_in_node_wall_ms_p50": _weighted_median(policy_reports, "in_node_wall_ms"),
         "policy_chunks": int(_count(policy_b, "chunks") - _count(policy_a, "chunks")),
         "policy_ticks": int(_count(policy_b, "ticks") - _count(policy_a, "ticks")),
         "policy_skipped": {k.split(".", 1)[1]: int(_count(policy_b, k) - _count(policy_a, k))
@@ -323,8 +332,18 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "wall_s": round(wall_s, 1),
     }
     if out is not None:
-        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": results}, indent=1, default=str))
+        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": results, "policy_reports": policy_reports},
+                                                     indent=1, default=str))
     return summary
+
+
+def _weighted_median(reports: list[dict], name: str) -> float | None:
+    """The median over the run of a figure the policy reports per period (``<name>.p50`` over ``<name>.n``
+    ticks): the periods' medians, each counted as often as it had ticks."""
+    values = [(float(r[f"{name}.p50"]), int(r[f"{name}.n"])) for r in reports if f"{name}.p50" in r and f"{name}.n" in r]
+    if not values:
+        return None
+    return round(float(np.median(np.repeat([v for v, _ in values], [n for _, n in values]))), 3)
 
 
 def _float(values: dict | None, key: str) -> float | None:

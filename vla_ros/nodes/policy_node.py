@@ -54,6 +54,7 @@ from vla_ros.ros.time import time_msg_from_ns
 # (0.5 s + 0.1 s lateness) when it comes out, and is dropped as late instead of by DDS.
 INTAKE_SLACK_S = 0.5
 WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
+SWITCH_INTERVAL_S = 0.0005  # see _make_node
 
 
 def _incompatible_qos_callbacks(node):
@@ -77,7 +78,7 @@ class _Series:
     """Figures of the ticks since the last diagnostics report (written by the tick thread, read by the
     executor thread)."""
 
-    NAMES = ("inference_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "debug_attention.ms")
+    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "debug_attention.ms")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -260,11 +261,13 @@ class PolicyNode(Node):
         session = self.session
         if session is None:
             return
+        t0 = time.perf_counter()
         instruction = session.set_instruction(text, self._now_ns())
         if instruction is None:
             self.get_logger().error(f"instruction refused: {session.stream.last_rejection}")
         else:
-            self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens")
+            self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
+                                   f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)")
 
     def _on_episode_reset(self, msg: Header) -> None:
         start_ns, episode = reset_from_msg(msg)
@@ -312,6 +315,7 @@ class PolicyNode(Node):
         now_ns, wall_s = self._now_ns(), time.monotonic()
         stamp = result.chunk.stamp_ns
         self._series.add("inference_ms", result.infer_ms)
+        self._series.add("inference_cpu_ms", result.infer_cpu_ms)
         self._series.add("observation_age_ms", (now_ns - stamp) * 1e-6)
         self._last_chunk = (stamp, (now_ns - stamp) * 1e-6)
         if result.anchor_arrival is not None:
@@ -452,6 +456,11 @@ class PolicyNode(Node):
 
 
 def _make_node() -> PolicyNode:
+    # Two threads share the interpreter: the executor (intake, /clock, timers) and the tick (inference,
+    # mostly Python between ONNX Runtime calls). A thread that wants the GIL waits up to the switch interval
+    # (5 ms by default) whenever the other runs Python; the executor takes the GIL several times per message,
+    # so at 5 ms it falls behind 100 Hz joint states while a tick runs. 0.5 ms bounds that wait.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     node = PolicyNode()
     # The model, torch and MiniLM live as long as the process: out of the collector's view, so a full
     # collection never walks them in the middle of the intake (and the exit does not either).

@@ -85,6 +85,7 @@ class TickResult:
     skip: str = ""
     detail: str = ""
     infer_ms: float = 0.0
+    infer_cpu_ms: float = 0.0  # CPU time of this thread in the same span: much less than infer_ms = waiting
     observed: int = 0
     restarted: bool = False
     anchor_arrival: tuple[float, int | None] | None = None
@@ -122,10 +123,16 @@ class PolicySession:
     def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
                         config: SessionConfig | None = None, encoder=None) -> "PolicySession":
         """Load and check ``models/<name>`` (raises FileNotFoundError, ValueError, OSError or RuntimeError
-        saying why) and build a session around it; ``encoder`` defaults to the process's shared MiniLM."""
+        saying why) and build a session around it; ``encoder`` defaults to the process's shared MiniLM.
+        ``threads`` also sets torch's threads with either backend: the text encoder runs on torch, and two
+        OpenMP threads on a busy 2-core machine turn a 60 ms instruction encoding into seconds."""
         from vla_ros.model.runtime import StreamingPolicy
         from vla_ros.tokens.text import shared_encoder
 
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
         policy = StreamingPolicy.from_pretrained(folder, backend=backend, device=device, threads=threads)
         return cls(policy, encoder or shared_encoder(policy.config.max_text_tokens), config, folder)
 
@@ -226,7 +233,7 @@ class PolicySession:
             policy.set_instruction(instruction)
         self._seen = seen
         result.observed = len(new)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         c = self.config
         try:
             reason = self._blocker(instruction, ages, new)
@@ -238,6 +245,7 @@ class PolicySession:
         except ValueError as err:  # an observation the model cannot take: no chunk, say why
             return self._skip(result, "model_input_error", str(err))
         result.infer_ms = (time.perf_counter() - t0) * 1e3
+        result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
         positions = smooth_positions(chunk.time_from_start_s, chunk.positions, c.chunk_smoothing_degree)
         out = ActionChunk(joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
