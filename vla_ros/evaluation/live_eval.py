@@ -83,6 +83,7 @@ class Driver:
         n = self.node
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.status: dict | None = None
+        self.first_status: dict[int, dict] = {}  # episode -> its first status (published by the reset itself)
         self.resets: dict[int, int] = {}  # episode -> announced start stamp (ns)
         self.diag: dict[str, tuple[float, dict]] = {}  # status name -> (wall time, values)
         self.period_err_p99: list[float] = []
@@ -105,6 +106,7 @@ class Driver:
 
     def _on_status(self, msg) -> None:
         self.status = json.loads(msg.data)
+        self.first_status.setdefault(self.status["episode"], self.status)
 
     def _on_reset(self, msg) -> None:
         from vla_ros.ros.episode import reset_from_msg
@@ -201,11 +203,10 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
         if not driver.spin_until(lambda: driver.status is not None and driver.status["episode"] > before, 30.0):
             raise RuntimeError("the sim did not report the new episode on /vla/episode_status")
         episode = driver.status["episode"]
-        # The announced start when the sim publishes /vla/episode_reset, else its first status of the episode
-        # (published by the reset itself, stamped with the simulated time of the reset).
+        first = driver.first_status[episode]  # published by the reset itself: the arm at home
+        # The announced start when the sim publishes /vla/episode_reset, else the time of that first status.
         driver.spin_until(lambda: episode in driver.resets, 0.5)
-        start_ns = driver.resets.get(episode, round(driver.status["time_s"] * 1e9))
-        first = driver.status
+        start_ns = driver.resets.get(episode, round(first["time_s"] * 1e9))
         d0 = float(np.linalg.norm(np.subtract(first["tcp"], first["cups"][color])))
         min_d, lifted, success_t = d0, None, None
         n_arrivals = len(driver.arrivals)
