@@ -55,6 +55,7 @@ from vla_ros.ros.time import time_msg_from_ns
 INTAKE_SLACK_S = 0.5
 WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
 SWITCH_INTERVAL_S = 0.0005  # see _make_node
+MAX_ALIGN_WAIT_S = 0.02  # a tick waits at most this long for the joint state of its instant
 
 
 def _incompatible_qos_callbacks(node):
@@ -139,6 +140,7 @@ class PolicyNode(Node):
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
 
         self._due = threading.Event()  # a tick is due
+        self._due_ns = 0  # node clock when it fell due
         self._wake = threading.Event()  # the tick thread has work: a tick or an instruction to encode
         self._instruction_pending: str | None = None
         self._stop = threading.Event()
@@ -254,6 +256,7 @@ class PolicyNode(Node):
         self._wake.set()
 
     def _request_tick(self) -> None:
+        self._due_ns = self._now_ns()
         self._due.set()
         self._wake.set()
 
@@ -302,6 +305,12 @@ class PolicyNode(Node):
         if session is None:
             self._status = ("no_model", self._model_error or "no model")
             return
+        # Anchor on the joint state of the tick's own instant: in the sim it is published right behind the
+        # /clock message that fired the timer, so a tick that starts first would use the one before (a
+        # period older). Wait for it, at most one joint-state period (wall).
+        period = session.state_period_s()
+        if period is not None:
+            session.wait_for_state(self._due_ns, min(period, MAX_ALIGN_WAIT_S))
         result = session.tick(self._now_ns())
         if result.chunk is None:
             if result.skip == "model_input_error":

@@ -106,6 +106,7 @@ class PolicySession:
         )
         self._encoder = encoder
         self._lock = threading.Lock()
+        self._state_arrived = threading.Condition(self._lock)
         self.reset()
 
     def reset(self) -> None:
@@ -162,6 +163,8 @@ class PolicySession:
                 src.rejected[self.stream.last_rejection_code] += 1
                 return None, self.stream.last_rejection
             src.accepted += 1
+            if kind == Kind.STATE:
+                self._state_arrived.notify_all()
             self._arrival[obs.key] = (wall_s, now_ns)
             if len(self._arrival) > 64:  # only the newest matter (a chunk is stamped with the newest)
                 for key in sorted(self._arrival)[:32]:
@@ -187,6 +190,21 @@ class PolicySession:
             pass  # the stream counts and reports it below
         with self._lock:
             return self.stream.set_instruction(text, now_ns)
+
+    def wait_for_state(self, stamp_ns: int, timeout_s: float) -> bool:
+        """Wait (another thread admitting messages) until a joint state stamped at or after ``stamp_ns`` is
+        in the window, at most ``timeout_s``; True when one is."""
+        def arrived() -> bool:
+            newest = self.stream.newest_stamp(Kind.STATE)
+            return newest is not None and newest >= stamp_ns
+
+        with self._lock:
+            return self._state_arrived.wait_for(arrived, timeout_s)
+
+    def state_period_s(self) -> float | None:
+        """The joint states' period learned from their stamps (None until it is known)."""
+        period = self.sources[Kind.STATE].gaps.period_ns
+        return None if period is None else period * 1e-9
 
     def begin_episode(self, start_ns: int) -> bool:
         """A new episode starts at ``start_ns`` (``/vla/episode_reset``): the window and, at the next tick,
