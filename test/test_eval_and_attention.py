@@ -39,7 +39,7 @@ def test_closed_loop_is_deterministic_per_seed_and_counts_what_the_filter_did(ti
 
 
 def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
-    summary = evaluate(str(tiny_model), 2, 0, load_templates(None), out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
+    summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
     for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes"):
         assert key in summary
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
@@ -51,8 +51,8 @@ def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
     """Episodes spread over two processes (one torch thread each) match a single process with one thread."""
     torch.set_num_threads(1)
     cfg = EvalConfig(max_episode_s=1.0)
-    one = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "one", progress=False, config=cfg, workers=1)
-    two = evaluate(str(tiny_model), 3, 5, load_templates(None), out=tmp_path / "two", progress=False, config=cfg, workers=2)
+    one = evaluate(str(tiny_model), 3, 5, load_templates(None), backend="torch", out=tmp_path / "one", progress=False, config=cfg, workers=1)
+    two = evaluate(str(tiny_model), 3, 5, load_templates(None), backend="torch", out=tmp_path / "two", progress=False, config=cfg, workers=2)
     assert (one["workers"], two["workers"]) == (1, 2) and one["episodes"] == two["episodes"] == 3
     eps = [json.loads((tmp_path / d / "results.json").read_text())["episodes"] for d in ("one", "two")]
     assert [e["seed"] for e in eps[1]] == [1_000_005, 1_000_006, 1_000_007]  # back in seed order

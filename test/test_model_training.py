@@ -66,9 +66,11 @@ def test_policy_bench_prints_the_figures(tiny_json, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("tick_ms_p50_streaming", "tick_ms_p50_recompute", "streaming_speedup", "chunk_ms_p50_kv",
                 "chunk_ms_p50_nocache", "kv_decode_speedup", "onnx_cpu_ms_p50", "torch_cpu_ms_p50",
-                "max_abs_diff_streaming", "cache_mb"):
+                "max_abs_diff_streaming", "cache_mb", "session_tick_ms_p50_onnx", "session_tick_ms_p50_torch",
+                "intake_us_p50_joint_state", "intake_us_p50_image_320x240"):
         assert key in result, key
     assert result["max_abs_diff_streaming"] < 1e-4 and result["max_abs_diff_onnx_torch"] < 1e-4
+    assert result["session_max_abs_diff_onnx_torch"] < 1e-4  # the node's chunks, either backend
     assert result["cache_mb"] > 0
 
 

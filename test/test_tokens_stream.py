@@ -39,25 +39,35 @@ def make_events(seed, seconds, max_delay_s, drop_p, dup_p, burst_p, future_p, ba
     return events
 
 
-def reference(events, config: StreamConfig):
-    """A naive model of the rules: accept unless future, late or duplicate; window = accepted within W."""
-    newest, accepted, keys, rejected = None, [], set(), {}
-    for arrival, stamp, kind, source in events:
+def reference(events, config: StreamConfig, drain_every=7):
+    """A naive model of the rules: accept unless future, late or duplicate; window = accepted within W.
+    Late is measured from the newest stamp a consumer drained (every ``drain_every`` messages, as ``feed``
+    does), before the first drain from the newest accepted."""
+    newest, consumed, accepted, keys, pending, rejected = None, None, [], set(), [], {}
+    window_ns = round(config.window_s * NS)
+    for i, (arrival, stamp, kind, source) in enumerate(events):
         key = (stamp, int(kind), source)
+        reference_ns = consumed if consumed is not None else newest
         if stamp > arrival + config.max_future_s * NS:
             code = "future"
-        elif newest is not None and stamp < newest - round(config.lateness_s * NS):
+        elif reference_ns is not None and stamp < reference_ns - round(config.lateness_s * NS):
             code = "late"
         elif key in keys:
             code = "duplicate"
         else:
             code = None
             accepted.append(key)
+            pending.append(key)
             keys.add(key)
             newest = stamp if newest is None else max(newest, stamp)
         if code:
             rejected[code] = rejected.get(code, 0) + 1
-    cutoff = newest - round(config.window_s * NS)
+        if i % drain_every == 0:
+            drained = [k for k in pending if k[0] >= newest - window_ns] if newest is not None else []
+            if drained:
+                consumed = max(consumed or drained[0][0], max(k[0] for k in drained))
+            pending = []
+    cutoff = newest - window_ns
     return sorted(k for k in accepted if k[0] >= cutoff), rejected
 
 

@@ -10,7 +10,10 @@ warm-up that fills the window (W + lateness), each tick is timed for:
   newest), as a policy without a cache would run, encoders included;
 * chunk decode with the cache (``predict_action_chunk``) and without it (full pass over the window plus
   the chunk's tokens);
-* the same streaming tick with ONNX Runtime on the CPU and with torch on the CPU.
+* the same streaming tick with ONNX Runtime on the CPU and with torch on the CPU;
+* the policy node's own tick (``PolicySession``: intake of ROS messages, a 10 Hz tick over 10 joint states
+  and 3 frames, chunk post-processing) with each backend, interleaved, and the cost of admitting one
+  message (``--no-session`` skips it).
 
 Exactness is measured, not assumed: every token's streamed output and every chunk is compared with one
 full pass over the whole stream (max_abs_diff_streaming), and the ONNX stream with the torch stream.
@@ -198,6 +201,74 @@ def run(config: ModelConfig | None = None, model: VLATransformer | None = None, 
     return result
 
 
+def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, threads: int | None = 1,
+                  rate_hz: float = 10.0) -> dict:
+    """The node's tick through ``PolicySession`` on ROS messages (random 320x240 frames at 30 Hz, joint
+    states at 100 Hz, stamps from 1.7e9 s), ONNX Runtime and torch on the CPU, interleaved tick by tick."""
+    from sensor_msgs.msg import Image, JointState
+
+    from vla_ros.policy import PolicySession
+    from vla_ros.tokens.text import shared_encoder
+
+    config = model.config
+    rng = np.random.default_rng(seed)
+    frames = [rng.integers(0, 256, 320 * 240 * 3, dtype=np.uint8).tobytes() for _ in range(4)]
+    names = list(config.joint_names)
+
+    def messages(t0: int, t1: int):
+        """(type, msg) stamped in [t0, t1), in stamp order."""
+        out = []
+        for t in range(t0, t1, 10_000_000):
+            q = rng.normal(0.0, 0.3, len(names)).tolist()
+            msg = JointState(name=names, position=q, velocity=[0.0] * len(names))
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(t, 10**9)
+            out.append((t, "sensor_msgs/msg/JointState", msg))
+        period = 10**9 // 30
+        for t in range(-(-t0 // period) * period, t1, period):
+            msg = Image(height=240, width=320, encoding="rgb8", step=960, data=frames[(t // period) % 4])
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(t, 10**9)
+            out.append((t, "sensor_msgs/msg/Image", msg))
+        return [(name, msg) for _, name, msg in sorted(out, key=lambda e: e[0])]
+
+    encoder = shared_encoder(config.max_text_tokens)
+    instruction = "pick up the red cup"
+    with tempfile.TemporaryDirectory() as tmp:
+        save_model(load_copy(model), tmp, onnx=True)
+        sessions = {backend: PolicySession.from_pretrained(tmp, backend=backend, device="cpu", threads=threads, encoder=encoder)
+                    for backend in ("onnx", "torch")}
+    for session in sessions.values():
+        session.set_instruction(instruction, START_NS)
+    period_ns = round(1e9 / rate_hz)
+    warm = int(np.ceil((config.window_seconds + config.max_lateness_s) * rate_hz)) + 3
+    tick_ms = {b: [] for b in sessions}
+    intake_us = {"sensor_msgs/msg/JointState": [], "sensor_msgs/msg/Image": []}
+    diff = 0.0
+    for i in range(warm + ticks_timed):
+        t0 = START_NS + i * period_ns
+        batch = messages(t0, t0 + period_ns)
+        chunks = {}
+        for backend, session in sessions.items():
+            for type_name, msg in batch:
+                a = time.perf_counter()
+                session.add_message(type_name, msg, t0 + period_ns, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states")
+                if backend == "onnx" and i >= warm:
+                    intake_us[type_name].append((time.perf_counter() - a) * 1e6)
+            a = time.perf_counter()
+            chunks[backend] = session.tick(t0 + period_ns).chunk
+            if i >= warm:
+                tick_ms[backend].append((time.perf_counter() - a) * 1e3)
+        if chunks["onnx"] is not None and chunks["torch"] is not None:
+            diff = max(diff, float(np.abs(chunks["onnx"].positions - chunks["torch"].positions).max()))
+    return {
+        "session_tick_ms_p50_onnx": _pct(tick_ms["onnx"], 50), "session_tick_ms_p99_onnx": _pct(tick_ms["onnx"], 99),
+        "session_tick_ms_p50_torch": _pct(tick_ms["torch"], 50), "session_tick_ms_p99_torch": _pct(tick_ms["torch"], 99),
+        "session_rate_hz": rate_hz,
+        "intake_us_p50_joint_state": _pct(intake_us["sensor_msgs/msg/JointState"], 50),
+        "intake_us_p50_image_320x240": _pct(intake_us["sensor_msgs/msg/Image"], 50),
+        "session_max_abs_diff_onnx_torch": float(f"{diff:.3g}"),
+    }
+
+
 def load_copy(model: VLATransformer) -> VLATransformer:
     copy = VLATransformer(model.config)
     copy.load_state_dict({k: v.detach().cpu() for k, v in model.state_dict().items()})
@@ -240,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                              "CPU; 0 = the libraries' defaults)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-check", action="store_true", help="skip the exactness comparisons")
+    parser.add_argument("--no-session", action="store_true", help="skip the node's tick through the policy session")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -247,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(model=model, device=args.device, ticks_timed=args.ticks, recompute_ticks=args.recompute_ticks,
                  seed=args.seed, onnx_device=None if args.onnx_device == "none" else args.onnx_device,
                  check=not args.no_check, threads=args.threads)
+    if not args.no_session:
+        result.update(session_ticks(model, ticks_timed=args.ticks, seed=args.seed, threads=args.threads or None))
     if not args.json:
         for k, v in result.items():
             print(f"{k:>26}: {v}")

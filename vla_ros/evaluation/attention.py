@@ -104,30 +104,35 @@ def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
     return (0.55 * rgb + 0.45 * color).astype(np.uint8)
 
 
-def _episode_stream(tokenizer, encoder, config, text: str):
-    """A token stream as the policy node keeps it (window W + lateness), with ``text`` pinned at time 0."""
-    from vla_ros.tokens import StreamConfig, TokenStream
-
-    stream = TokenStream(tokenizer, StreamConfig(window_s=config.window_seconds + config.max_lateness_s, lateness_s=config.max_lateness_s), encoder)
-    return stream, stream.set_instruction(text, 0)
+def _episode_session(session, text: str):
+    """Start an episode in the policy session (the window the policy node keeps), ``text`` pinned at time 0."""
+    session.reset()
+    return session.set_instruction(text, 0)
 
 
-def _feed_sensors(sim, stream) -> np.ndarray | None:
-    """The joint state and camera frame the sim publishes at this step, into ``stream``; the frame's RGB or None."""
-    from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
-    from vla_ros.ros.time import time_msg_from_ns
+def _feed_sensors(sim, session) -> np.ndarray | None:
+    """The joint state and camera frame the sim publishes at this step, into ``session``; the frame's RGB or None."""
+    from vla_ros.ros.sim_msgs import sensor_messages
 
-    stamp = time_msg_from_ns(sim.time_ns)
-    if sim.is_joint_state_step():
-        stream.add_message("sensor_msgs/msg/JointState", joint_state_msg(sim, stamp), sim.time_ns, "/joint_states")
-    if not sim.is_frame_step():
-        return None
-    rgb = sim.render()
-    stream.add_message("sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera"), sim.time_ns, "/camera/image_raw")
+    js, rgb, image = sensor_messages(sim, "camera")
+    if js is not None:
+        session.add_message("sensor_msgs/msg/JointState", js, sim.time_ns, "/joint_states")
+    if image is not None:
+        session.add_message("sensor_msgs/msg/Image", image, sim.time_ns, "/camera/image_raw")
     return rgb
 
 
-def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, rest_s: float = 0.6) -> dict:
+def _session(model):
+    """A policy session around ``model`` (torch, CPU): its intake and window are what the tools read."""
+    from vla_ros.model.runtime import StreamingPolicy
+    from vla_ros.policy import PolicySession
+    from vla_ros.tokens.text import shared_encoder
+
+    return PolicySession(StreamingPolicy.from_model(model, device=next(model.parameters()).device),
+                         shared_encoder(model.config.max_text_tokens))
+
+
+def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float = 0.6) -> dict:
     """Where the model's auxiliary head puts the named cup while the arm has not moved yet.
 
     At rest only the camera says where the cup is (half a second of joint states says it everywhere
@@ -149,11 +154,11 @@ def named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates, re
     for ep_seed in seeds:
         color, text = episode_task(ep_seed, templates)
         sim.reset(ep_seed)
-        stream, instruction = _episode_stream(tokenizer, encoder, config, text)
+        instruction = _episode_session(session, text)
         while sim.time_s < rest_s:  # no command: the arm holds its start pose
-            _feed_sensors(sim, stream)
+            _feed_sensors(sim, session)
             sim.step()
-        window = stream.window()
+        window = session.window()
         seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
         with torch.no_grad():
             out = model.full_pass(collate([seq]))
@@ -182,34 +187,31 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
     from vla_ros.sim import ArmSim
     from vla_ros.sim.expert import PickExpert
     from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
-    from vla_ros.tokens import TokenizerConfig
-    from vla_ros.tokens.text import shared_encoder
 
     torch.manual_seed(0)
     model = load_model(model_dir).eval()
     config = model.config
-    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
-    encoder = shared_encoder(config.max_text_tokens)
+    session = _session(model)
     sim = ArmSim()
     ratios, per_layer, panels = [], [], []
     for e in range(episodes):
         ep_seed = EVAL_SEED_START + seed + e
         color, instruction_text = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
         sim.reset(ep_seed)
-        stream, instruction = _episode_stream(tokenizer, encoder, config, instruction_text)
+        instruction = _episode_session(session, instruction_text)
         words = list(instruction.tokens)
         rows = word_rows(words, color)
         color_idx = rows[0] if rows else None
         expert = PickExpert()
         sample_at = set(np.linspace(0.4, 2.0, frames_per_episode).round(2))
         while sim.time_s < 2.05:
-            rgb = _feed_sensors(sim, stream)
+            rgb = _feed_sensors(sim, session)
             if sim.is_joint_state_step():
                 sim.command_positions(None, expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()))
             if rgb is not None:
                 if round(sim.time_s, 2) in sample_at or any(abs(sim.time_s - t) < 0.017 for t in sample_at):
                     sample_at = {t for t in sample_at if abs(sim.time_s - t) >= 0.017}
-                    att = frame_attention(model, config, stream.window(), instruction)  # (layers, H, L, P)
+                    att = frame_attention(model, config, session.window(), instruction)  # (layers, H, L, P)
                     target = cup_patches(sim, color, config.patch_grid, config.crop)
                     share = target.mean()
                     if color_idx is not None and share > 0:
@@ -223,7 +225,7 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
     rest_error = None
     if model.aux_head is not None:
         seeds = [EVAL_SEED_START + seed + e for e in range(rest_layouts)]
-        rest_error = named_cup_error_at_rest(model, tokenizer, encoder, sim, seeds, templates or HELDOUT_TEMPLATES)
+        rest_error = named_cup_error_at_rest(model, session, sim, seeds, templates or HELDOUT_TEMPLATES)
     sim.close()
     result = {
         "grounding_ratio": round(float(np.mean(ratios)), 3) if ratios else None,

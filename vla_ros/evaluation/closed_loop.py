@@ -1,18 +1,20 @@
-"""Closed-loop episodes on simulated time: timed tokens -> policy -> safety filter -> controller -> sim.
+"""Closed-loop episodes on simulated time, in one process: messages -> policy session -> safety filter ->
+controller -> sim.
 
 The same core objects the nodes wrap, wired the way the launch graph wires them, stepped on the
 simulation's clock so a run is deterministic per seed and independent of the machine's speed:
 
 * every 100 Hz joint state and 30 Hz frame is built as the ROS message the sim node publishes and goes
-  through ``TokenStream.add_message`` (frames after a fixed delivery delay, like the live graph);
-* the policy ticks at ``policy_rate_hz``; its chunk reaches the filter ``inference_latency_s`` later
-  (a fixed, modelled latency, so results do not depend on this machine's load), stamped with the
-  newest observation as the node stamps it;
+  to the ``PolicySession`` the policy node runs (frames after a fixed delivery delay, like the live graph);
+* the session ticks at ``policy_rate_hz`` with the node's rules (episode start, staleness, smoothing,
+  horizon, finiteness); its chunk reaches the filter ``inference_latency_s`` later (a fixed, modelled
+  latency, so results do not depend on this machine's load);
 * the filter checks it against the joint state of that instant; what passes goes to the controller,
   which runs at 100 Hz and commands the sim's position actuators.
 
+``vla-ros eval --live`` measures the same episodes through the launched processes instead (``live_eval``).
 Success: the named cup's bottom is 5 cm above the table. Lifting another cup ends the episode as a failure.
-Parameters come from the same YAML files the nodes load (``config/safety_filter.yaml``,
+Parameters come from the same YAML files the nodes load (``config/policy.yaml``, ``config/safety_filter.yaml``,
 ``config/controller.yaml``), so evaluation runs the shipped configuration.
 """
 
@@ -73,28 +75,23 @@ class ClosedLoop:
                  share_dir: Path | None = None, threads: int | None = None) -> None:
         from vla_ros.control import ChunkExecutor
         from vla_ros.launch_runner.packages import find_package_share
-        from vla_ros.model.runtime import StreamingPolicy
         from vla_ros.params import controller, policy, safety_filter
         from vla_ros.params.spec import values_from_yaml
+        from vla_ros.policy import PolicySession
         from vla_ros.safety import SafetyFilter, load_robot
         from vla_ros.sim import ArmSim, SimConfig
-        from vla_ros.tokens import StreamConfig, TokenizerConfig
-        from vla_ros.tokens.text import shared_encoder
 
         self.config = config or EvalConfig()
         share = Path(share_dir) if share_dir else find_package_share("vla_ros")
         self.sim = ArmSim(SimConfig(image_width=self.config.image_width, image_height=self.config.image_height))
-        self.policy = StreamingPolicy.from_pretrained(model_dir, backend=backend, device=device, threads=threads)
-        mc = self.policy.config
-        self.tokenizer = TokenizerConfig.from_model_config(mc.to_dict())
-        self.stream_config = StreamConfig(window_s=mc.window_seconds + mc.max_lateness_s, lateness_s=mc.max_lateness_s)
-        self.encoder = shared_encoder(mc.max_text_tokens)
+        policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
+        if self.config.chunk_smoothing_degree is not None:
+            policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
+        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
+                                                     config=policy.session_config_from_params(policy_p))
         safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
         self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter.config_from_params(safety_p))
         control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
-        policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
-        degree = self.config.chunk_smoothing_degree
-        self.smoothing_degree = int(policy_p["chunk_smoothing_degree"] if degree is None else degree)
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
@@ -109,20 +106,16 @@ class ClosedLoop:
         and ``execute(q_policy) -> (q, takeover_ended)`` every control period, where ``q_policy`` is the
         controller's command (or None) and ``q`` what the arm gets; when a takeover ends, the controller
         restarts from the measured joints (``vla-ros collect --policy`` records expert-labelled rollouts)."""
-        from vla_ros.chunks import ActionChunk, smooth_positions
-        from vla_ros.ros.sim_msgs import image_msg, joint_state_msg
-        from vla_ros.ros.time import time_msg_from_ns
+        from vla_ros.chunks import ActionChunk
+        from vla_ros.ros.sim_msgs import sensor_messages
         from vla_ros.safety import JointStateSample
-        from vla_ros.tokens import TokenStream
 
-        cfg, sim, policy = self.config, self.sim, self.policy
-        sim.reset(seed)
+        cfg, sim, session = self.config, self.sim, self.session
+        sim.reset(seed)  # simulated time restarts at 0
         if hook is not None:
             hook.start(sim, instruction, color)
-        stream = TokenStream(self.tokenizer, self.stream_config, self.encoder)
-        stream.set_instruction(instruction, 0)
-        policy.set_instruction(stream.instruction)
-        policy.reset()
+        session.reset()
+        session.set_instruction(instruction, 0)
         controller = self._executor_cls(self.controller_config)
         sim_names = list(sim.joint_names)
         ctrl_from_sim = np.array([sim_names.index(n) for n in self.controller_config.joint_names])
@@ -143,33 +136,27 @@ class ClosedLoop:
         last_state = None
         while sim.time_s < cfg.max_episode_s:
             now = sim.time_ns
-            stamp = time_msg_from_ns(now)
-            if sim.is_joint_state_step():
-                js = joint_state_msg(sim, stamp)
-                stream.add_message("sensor_msgs/msg/JointState", js, now, "/joint_states")
+            js, rgb, image = sensor_messages(sim)
+            if js is not None:
+                session.add_message("sensor_msgs/msg/JointState", js, now, "/joint_states")
                 q_all = np.asarray(js.position)
                 controller.set_measured(q_all[ctrl_from_sim], now, now)
                 last_state = JointStateSample(tuple(js.name), q_all, now)
                 if hook is not None:
-                    hook.joint_state(stamp)
-            if sim.is_frame_step():
-                rgb = sim.render()
+                    hook.joint_state(js.header.stamp)
+            if image is not None:
                 if hook is not None:
-                    hook.frame(rgb, stamp)
-                pending_frames.append((now + frame_delay_ns, image_msg(rgb, stamp, "camera_optical_frame")))
+                    hook.frame(rgb, image.header.stamp)
+                pending_frames.append((now + frame_delay_ns, image))
                 if record:
                     frames.append(rgb)
             while pending_frames and pending_frames[0][0] <= now:
                 _, msg = pending_frames.pop(0)
-                stream.add_message("sensor_msgs/msg/Image", msg, now, "/camera/image_raw")
+                session.add_message("sensor_msgs/msg/Image", msg, now, "/camera/image_raw")
             if sim.step_count % steps_per_tick == 0:
-                new = stream.drain()
-                if new:
-                    policy.observe(new)
-                if policy.ready:
-                    out = policy.predict_action_chunk()
-                    positions = smooth_positions(out.time_from_start_s, out.positions, self.smoothing_degree)
-                    pending_chunks.append((now + latency_ns, ActionChunk(tuple(out.joint_names), out.stamp_ns, out.time_from_start_s, positions)))
+                out = session.tick(now).chunk
+                if out is not None:
+                    pending_chunks.append((now + latency_ns, out))
             while pending_chunks and pending_chunks[0][0] <= now:
                 _, chunk = pending_chunks.pop(0)
                 safe, report = self.safety.filter(chunk, last_state, now)

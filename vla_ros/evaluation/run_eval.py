@@ -1,4 +1,8 @@
-"""``vla-ros eval``: closed-loop success rate of a model in the sim, deterministic per seed.
+"""``vla-ros eval``: closed-loop success rate of a model in the sim.
+
+In process (default): the cores the nodes wrap, stepped on simulated time with a modelled policy latency,
+deterministic per seed. ``--live``: the same episodes through the launched processes and DDS
+(``live_eval``), with the latency, drop and filter figures of the running system.
 
 Episodes use the evaluation seed range (never used for training data) and, by default, instruction
 phrasings held out from training. Prints per-episode progress, writes ``results.json`` (and a video of
@@ -10,13 +14,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-EXAMPLE = "example: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json"
+EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
+           "          vla-ros eval --live --episodes 20 --seed 0 --json")
 
 
 def load_templates(path: str | None) -> tuple[str, ...]:
@@ -51,7 +57,7 @@ def _run_one(job):
     return r
 
 
-def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", device="cpu", videos: int = 0,
+def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", device="cpu", videos: int = 0,
              out: Path | None = None, progress: bool = True, config=None, share_dir=None, workers: int = 1) -> dict:
     """Run the episodes; with ``workers`` > 1 they are spread over processes (one torch thread each).
 
@@ -64,6 +70,7 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", d
 
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
 
+    load_start = os.getloadavg()
     jobs = []
     for i in range(episodes):
         ep_seed = EVAL_SEED_START + seed + i
@@ -107,7 +114,9 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="torch", d
         "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
         "episodes": len(results),
         "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
-        "model": str(model), "backend": backend, "workers": max(1, workers), "wall_s": round(time.time() - t0, 1),
+        "model": str(model), "backend": backend, "mode": "in_process", "workers": max(1, workers),
+        "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
+        "wall_s": round(time.time() - t0, 1),
     }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -127,25 +136,43 @@ def write_video(frames, path: Path, fps: int = 30) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-ros eval", description=__doc__.splitlines()[0], epilog=EXAMPLE)
+    parser = argparse.ArgumentParser(prog="vla-ros eval", description=__doc__.splitlines()[0], epilog=EXAMPLE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
     parser.add_argument("--instructions", default=None, help="file of templates with {color}, one per line (default: held-out phrasings)")
-    parser.add_argument("--backend", default="torch", choices=("torch", "onnx"))
+    parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
     parser.add_argument("--out", default="", help="output folder (default runs/eval-<date>)")
     parser.add_argument("--max-episode-s", type=float, default=15.0)
     parser.add_argument("--smoothing-degree", type=int, default=None, help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)")
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
+    parser.add_argument("--live", action="store_true", help="run the episodes through the launched graph (sim, policy, "
+                        "safety filter and controller processes, DDS, simulated time) instead of in process")
+    parser.add_argument("--real-time-factor", type=float, default=1.0, help="--live: simulated seconds per wall second (default 1)")
+    parser.add_argument("--startup-timeout", type=float, default=240.0, help="--live: wall seconds for the graph to come up")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
+    if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None):
+        parser.error("--live runs the shipped configuration in one graph: --videos, --workers and --smoothing-degree do not apply")
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.model.io import resolve_model_dir
 
     templates = load_templates(args.instructions)
-    out = Path(args.out or f"runs/eval-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    out = Path(args.out or f"runs/eval-{'live-' if args.live else ''}{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    if args.live:
+        from vla_ros.evaluation.live_eval import evaluate_live
+
+        summary = evaluate_live(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend,
+                                args.max_episode_s, args.real_time_factor, out, progress=not args.json,
+                                startup_timeout_s=args.startup_timeout)
+        if not args.json:
+            for k, v in summary.items():
+                print(f"{k:>28}: {v}")
+        print(json.dumps(summary))
+        return 0
     summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
                        args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree),
                        workers=args.workers)

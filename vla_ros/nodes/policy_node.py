@@ -1,33 +1,61 @@
 """policy_node: camera + joint states + instruction -> timed tokens -> streaming Transformer -> action chunks.
 
-Subscriptions only convert and admit messages (``TokenStream.add_message``, the path the offline dataset
-reader shares); a timer (``rate_hz``) and/or each new frame (``tick_on_frame``) runs a tick: new
-observations go through the rolling KV cache, a chunk is decoded after the newest observation and
-published as a JointTrajectory stamped with that observation's time. No model, no instruction or stale
-observations: no chunk, and ``/diagnostics`` says which. With ``debug_attention``, right after a chunk
-(at most ``debug_attention_rate_hz``) the newest frame is published on ``~/attention_overlay`` with the heat
-map of its patches' attention to the instruction's colour word, as ``vla-ros attention`` draws it.
+A thin shell around ``vla_ros.policy.PolicySession`` (the same object the in-process evaluation drives):
+
+* intake: subscription callbacks hand each message to the session (converted and admitted in well under a
+  millisecond, counted per source: received, lost in transport as the stamps show, rejected by reason);
+* ticks: a timer (``rate_hz``, node clock) and/or each accepted frame (``tick_on_frame``) wakes the tick
+  thread, which runs inference and publishes the chunk (JointTrajectory stamped with the newest
+  observation). Intake never waits behind inference, and the node's clock keeps moving while a tick runs
+  (the executor thread keeps taking ``/clock``), so the ages the node reports are real;
+* ``/vla/episode_reset``: the window and the KV cache forget the previous episode;
+* watchdogs on the wall clock: a source silent for ``source_timeout_s`` is reported at ERROR at once (also
+  when simulated time stands still because the simulator died); ``/diagnostics`` is published on wall time.
+
+No model, no instruction, no recent joint state or no recent camera frame: no chunk, and ``/diagnostics``
+says which. With ``debug_attention``, right after a chunk (at most ``debug_attention_rate_hz``) the newest
+frame is published on ``~/attention_overlay`` with the heat map of its patches' attention to the
+instruction's colour word, as ``vla-ros attention`` draws it.
 """
 
 from __future__ import annotations
 
+import gc
+import math
+import os
+import sys
+import threading
 import time
 
 import numpy as np
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import String
+from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
-from vla_ros.chunks import ActionChunk, smooth_positions
 from vla_ros.model.io import resolve_model_dir
-from vla_ros.params.policy import PARAMS
+from vla_ros.params.policy import PARAMS, session_config_from_params
+from vla_ros.params.spec import validate_all
+from vla_ros.policy.intake import ReasonThrottle
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
 from vla_ros.ros.time import time_msg_from_ns
+
+# Subscription queues hold this much of each input at its nominal rate: the executor thread only converts
+# messages (well under a millisecond each), so only a stall of the whole process (a model change, a CPU
+# taken by other work) needs a queue at all; at 100 Hz joints and 30 Hz frames that is 50 and 15 messages.
+# A deeper queue would not save anything: a message held longer is older than the shipped model's window
+# (0.5 s + 0.1 s lateness) when it comes out, and is dropped as late instead of by DDS.
+INTAKE_SLACK_S = 0.5
+WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
+SWITCH_INTERVAL_S = 0.0005  # see _make_node
+MAX_ALIGN_WAIT_S = 0.02  # a tick waits at most this long for the joint state of its instant
 
 
 def _incompatible_qos_callbacks(node):
@@ -39,12 +67,32 @@ def _incompatible_qos_callbacks(node):
         from rclpy.qos_event import SubscriptionEventCallbacks
 
     def on_incompatible(event) -> None:
-        node._count_skip("incompatible_qos")
+        node._count("incompatible_qos")
         node.get_logger().error(
             f"a publisher's QoS is incompatible with this subscription ({event.last_policy_kind}); "
             "for best-effort drivers set sensor_qos:=best_effort", throttle_duration_sec=5.0)
 
     return SubscriptionEventCallbacks(incompatible_qos=on_incompatible)
+
+
+class _Series:
+    """Figures of the ticks since the last diagnostics report (written by the tick thread, read by the
+    executor thread)."""
+
+    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "debug_attention.ms")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data = {name: [] for name in self.NAMES}
+
+    def add(self, name: str, value: float) -> None:
+        with self._lock:
+            self._data[name].append(value)
+
+    def take(self) -> dict[str, list[float]]:
+        with self._lock:
+            data, self._data = self._data, {name: [] for name in self.NAMES}
+        return data
 
 
 class PolicyNode(Node):
@@ -53,100 +101,132 @@ class PolicyNode(Node):
         self.failed = False
         p = declare_parameters(self, PARAMS, on_change=self._on_param_change)
         self._p = p
+        # Runs before the table's own check (rclpy calls the newest callback first): a new model is loaded
+        # and checked here, so one that fails is refused with the reason and the running one stays.
+        self.add_on_set_parameters_callback(self._prepare_model_change)
+        self._pending: tuple[str, object] | None = None
         self.diag = Diagnostics(self, hardware_id="policy")
-        self.policy = None
-        self.stream = None
-        self._encoder = None
-        self._status = "starting"
-        self._stats = {"ticks": 0, "chunks": 0, "infer_ms": [], "age_ms": [], "skipped": {},
-                       "attention_published": 0, "attention_errors": 0, "attention_ms": []}
-        self._last_tick_generation = (-1, -1)
+        self.session = None
         self._model_error = ""
         self._instruction_text = ""  # kept for a model loaded later
+        self._counts: dict[str, int] = {}  # node-level events (no model, incompatible QoS, tick errors)
+        self._series = _Series()
+        self._status = ("starting", "starting")  # (code, message) of the last tick
+        self._reported = None  # (level, message) last published, to publish at once on a change
+        self._dead: set[str] = set()  # sources the wall-clock watchdog found silent
+        self._throttle = ReasonThrottle(2.0)
+        self._attention = {"published": 0, "errors": 0, "last_ns": None, "model": None}
         self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
-        self._attention_model = None  # backend onnx: the torch model the overlay needs, loaded on first use
-        self._attention_last_ns = None
-        self._load(p["model"])
+        self._last_chunk: tuple[int, float] | None = None  # (stamp ns, observation age ms at publish)
+        self.pub_attention = None
+        self.session = self._load(p["model"], raise_on_error=False)
 
+        mc = self.session.policy.config if self.session is not None else None
+        camera_hz, state_hz = (mc.camera_rate_hz, mc.state_rate_hz) if mc is not None else (30.0, 100.0)
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
-        self.pub_attention = self.create_publisher(Image, "~/attention_overlay", 1)
+        if p["debug_attention"]:
+            self._set_attention_publisher(True)
         reliability = ReliabilityPolicy.RELIABLE if p["sensor_qos"] == "reliable" else ReliabilityPolicy.BEST_EFFORT
         events = _incompatible_qos_callbacks(self)
+        image_qos = QoSProfile(depth=math.ceil(camera_hz * INTAKE_SLACK_S), reliability=reliability)
         if p["image_transport"] == "compressed":
-            self.create_subscription(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed, QoSProfile(depth=10, reliability=reliability), event_callbacks=events)
+            self.create_subscription(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed, image_qos, event_callbacks=events)
         else:
-            self.create_subscription(Image, p["image_topic"], self._on_image, QoSProfile(depth=10, reliability=reliability), event_callbacks=events)
-        self.create_subscription(JointState, "/joint_states", self._on_joints, QoSProfile(depth=50, reliability=reliability), event_callbacks=events)
+            self.create_subscription(Image, p["image_topic"], self._on_image, image_qos, event_callbacks=events)
+        joint_qos = QoSProfile(depth=math.ceil(state_hz * INTAKE_SLACK_S), reliability=reliability)
+        self.create_subscription(JointState, "/joint_states", self._on_joints, joint_qos, event_callbacks=events)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(String, "/vla/instruction", self._on_instruction, latched)
+        self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+
+        self._due = threading.Event()  # a tick is due
+        self._due_ns = 0  # node clock when it fell due
+        self._wake = threading.Event()  # the tick thread has work: a tick or an instruction to encode
+        self._instruction_pending: str | None = None
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._tick_loop, name="policy_tick", daemon=True)
+        self._worker.start()
         if p["rate_hz"] > 0:
-            self.create_timer(1.0 / p["rate_hz"], self._tick)
-        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+            self.create_timer(1.0 / p["rate_hz"], self._request_tick)  # node clock: simulated time in the sim
+        wall = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=wall)
+        self.create_timer(min(WATCHDOG_PERIOD_S, p["source_timeout_s"] / 2), self._watchdog, clock=wall)
         if p["instruction"]:
-            self._set_instruction(p["instruction"])
+            self._request_instruction(p["instruction"])
 
     # ---- model -------------------------------------------------------------------------------------
-    def _load(self, model: str) -> bool:
-        """Load and check a model; on failure keep running without one and say why."""
-        from vla_ros.model.runtime import StreamingPolicy
-        from vla_ros.tokens import StreamConfig, TokenizerConfig, TokenStream
-        from vla_ros.tokens.text import shared_encoder
+    def _load(self, model: str, raise_on_error: bool):
+        """A new session for ``model``, checked; on failure None and the reason in ``_model_error`` (or
+        raised as ValueError with ``raise_on_error``)."""
+        from vla_ros.policy import PolicySession
 
         folder = resolve_model_dir(model)
+        p = self._p
         try:
-            if self._p["threads"]:
-                import torch
-
-                torch.set_num_threads(self._p["threads"])
-            policy = StreamingPolicy.from_pretrained(folder, backend=self._p["backend"], device=self._p["device"], threads=self._p["threads"] or None)
+            session = PolicySession.from_pretrained(folder, backend=p["backend"], device=p["device"], threads=p["threads"] or None,
+                                                    config=session_config_from_params(p))
         except (FileNotFoundError, ValueError, OSError, RuntimeError) as err:
-            self._model_error = f"cannot load model {folder}: {err}"
-            self.get_logger().error(self._model_error)
-            return False
-        cfg = policy.config
-        tokenizer = TokenizerConfig.from_model_config(
-            cfg.to_dict() if hasattr(cfg, "to_dict") else vars(cfg),
-            input_width=self._p["input_width"], input_height=self._p["input_height"],
-        )
-        if self._encoder is None:
-            self._encoder = shared_encoder(cfg.max_text_tokens)
-        # The stream keeps what the runtime may still need: the window plus the allowed lateness.
-        stream = TokenStream(tokenizer, StreamConfig(window_s=cfg.window_seconds + cfg.max_lateness_s, lateness_s=cfg.max_lateness_s), self._encoder)
+            reason = f"cannot load model {folder}: {err}"
+            if raise_on_error:
+                raise ValueError(reason) from err
+            self._model_error = reason
+            self.get_logger().error(reason)
+            return None
         if self._instruction_text:
-            stream.set_instruction(self._instruction_text)
-        self.policy, self.stream, self._model_error = policy, stream, ""
-        self._model_dir = folder
-        self._attention_model = None
-        self._last_tick_generation = (-1, -1)
+            session.set_instruction(self._instruction_text)
+        cfg = session.policy.config
         self.get_logger().info(
             f"model {folder.name}: {cfg.num_hidden_layers} layers, window {cfg.window_seconds} s, chunk "
-            f"{cfg.chunk_length} @ {cfg.chunk_rate_hz} Hz, backend {self._p['backend']} ({policy.backend.describe()})"
+            f"{cfg.chunk_length} @ {cfg.chunk_rate_hz} Hz, backend {p['backend']} ({session.policy.backend.describe()})"
         )
-        return True
+        return session
+
+    def _prepare_model_change(self, params) -> SetParametersResult:
+        """Validate the whole request, then load a new model before anything changes."""
+        request = {q.name: q.value for q in params}
+        reasons = validate_all(PARAMS, request)
+        if reasons:
+            return SetParametersResult(successful=False, reason="; ".join(reasons))
+        if "model" in request and request["model"] != self._p["model"]:
+            try:
+                self._pending = (request["model"], self._load(request["model"], raise_on_error=True))
+            except ValueError as err:
+                self.get_logger().error(f"model change refused: {err}; keeping {self._p['model']}")
+                return SetParametersResult(successful=False, reason=str(err))
+        return SetParametersResult(successful=True)
 
     def _on_param_change(self, name: str, value) -> None:
         self._p[name] = value
         if name == "instruction" and value:
-            self._set_instruction(value)
-        elif name == "model":  # a model that fails to load leaves the node without one, saying why
-            if not self._load(value):
-                self.policy = self.stream = None
-        elif name == "debug_attention" and not value:
-            self._frame = None
+            self._request_instruction(value)
+        elif name == "model" and self._pending is not None and self._pending[0] == value:
+            self.session, self._pending, self._model_error = self._pending[1], None, ""
+            self._attention["model"] = None
+        elif name == "debug_attention":
+            self._set_attention_publisher(bool(value))
+        elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s") and self.session is not None:
+            self.session.config = session_config_from_params(self._p)  # read once per tick
 
-    # ---- inputs ------------------------------------------------------------------------------------
+    # ---- inputs (executor thread) --------------------------------------------------------------------
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
+    def _count(self, event: str) -> None:
+        self._counts[event] = self._counts.get(event, 0) + 1
+
     def _admit(self, type_name: str, msg, source: str):
-        if self.stream is None:
-            self._count_skip("no_model_input_dropped")
+        session = self.session
+        if session is None:
+            self._count("input_without_model")
             return None
-        before = sum(self.stream.stats.rejected.values())
-        result = self.stream.add_message(type_name, msg, self._now_ns(), source)
-        if sum(self.stream.stats.rejected.values()) != before:
-            self.get_logger().warning(f"rejected {source}: {self.stream.last_rejection}", throttle_duration_sec=2.0)
-        return result
+        obs, rejection = session.add_message(type_name, msg, self._now_ns(), source)
+        if obs is None:
+            code = rejection.split(":", 1)[0]
+            log, held = self._throttle.allow(code, time.monotonic())
+            if log:
+                more = f" ({held} more '{code}' since the last report)" if held else ""
+                self.get_logger().warning(f"rejected {source}: {rejection}{more}")
+        return obs
 
     def _on_image(self, msg: Image) -> None:
         self._on_frame("sensor_msgs/msg/Image", msg, self._p["image_topic"])
@@ -161,72 +241,112 @@ class PolicyNode(Node):
         if self._p["debug_attention"]:
             self._frame = (obs.stamp_ns, type_name, msg)  # a reference: decoded again only for an overlay
         if self._p["tick_on_frame"]:
-            self._tick()
+            self._request_tick()
 
     def _on_joints(self, msg: JointState) -> None:
         self._admit("sensor_msgs/msg/JointState", msg, "/joint_states")
 
     def _on_instruction(self, msg: String) -> None:
-        self._set_instruction(msg.data)
+        self._request_instruction(msg.data)
 
-    def _set_instruction(self, text: str) -> None:
-        self._instruction_text = text
-        if self.stream is None:
+    def _request_instruction(self, text: str) -> None:
+        """The tick thread encodes it (MiniLM: tens of milliseconds, seconds on a loaded machine): the
+        intake never waits for the text encoder."""
+        self._instruction_text = self._instruction_pending = text
+        self._wake.set()
+
+    def _request_tick(self) -> None:
+        self._due_ns = self._now_ns()
+        self._due.set()
+        self._wake.set()
+
+    def _apply_instruction(self, text: str) -> None:
+        session = self.session
+        if session is None:
             return
-        if self.stream.set_instruction(text, self._now_ns()) is not None:
-            self.get_logger().info(f"instruction: {self.stream.instruction.text!r} -> {len(self.stream.instruction.tokens)} tokens")
+        t0 = time.perf_counter()
+        instruction = session.set_instruction(text, self._now_ns())
+        if instruction is None:
+            self.get_logger().error(f"instruction refused: {session.stream.last_rejection}")
+        else:
+            self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
+                                   f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)")
 
-    # ---- tick --------------------------------------------------------------------------------------
-    def _count_skip(self, reason: str) -> None:
-        self._stats["skipped"][reason] = self._stats["skipped"].get(reason, 0) + 1
-        self._status = reason
+    def _on_episode_reset(self, msg: Header) -> None:
+        start_ns, episode = reset_from_msg(msg)
+        session = self.session
+        if session is not None and session.begin_episode(start_ns):
+            self._frame = None
+            self.get_logger().info(f"episode {episode} begins at {start_ns * 1e-9:.3f} s: window and cache cleared")
+
+    # ---- ticks (tick thread) --------------------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._wake.wait(timeout=0.2):
+                continue
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            text, self._instruction_pending = self._instruction_pending, None
+            if text is not None:
+                self._apply_instruction(text)
+            if not self._due.is_set():
+                continue
+            self._due.clear()
+            try:
+                self._tick()
+            except Exception as err:  # noqa: BLE001 - the tick thread must outlive one bad tick; say why
+                self._count("tick_errors")
+                self._status = ("tick_error", f"tick failed: {type(err).__name__}: {err}")
+                self.get_logger().error(self._status[1], throttle_duration_sec=2.0)
 
     def _tick(self) -> None:
-        self._stats["ticks"] += 1
-        if self.policy is None or self.stream is None:
-            return self._count_skip("no_model")
-        stream, policy = self.stream, self.policy
-        generation = (stream.generation, stream.instruction_generation)
-        if generation[0] != self._last_tick_generation[0]:
-            policy.reset()  # clock jumped back: a new timeline
-        if generation[1] != self._last_tick_generation[1]:
-            policy.set_instruction(stream.instruction)
-        self._last_tick_generation = generation
-        t0 = time.perf_counter()
-        try:
-            new = stream.drain()
-            if new:
-                policy.observe(new)
-            if stream.instruction is None:
-                return self._count_skip("no_instruction")
-            if not policy.ready:
-                return self._count_skip("no_observations")
-            age_s = (self._now_ns() - policy.newest_key[0]) * 1e-9
-            if age_s > self._p["max_observation_age_s"]:
-                return self._count_skip("stale_observations")
-            chunk = policy.predict_action_chunk()
-        except ValueError as err:  # an observation the model cannot take: drop the tick, say why
-            self.get_logger().error(f"tick failed: {err}", throttle_duration_sec=2.0)
-            return self._count_skip("model_input_error")
-        infer_ms = (time.perf_counter() - t0) * 1e3
-        horizon = self._p["publish_horizon"] or len(chunk.time_from_start_s)
-        positions = smooth_positions(chunk.time_from_start_s, chunk.positions, self._p["chunk_smoothing_degree"])
-        out = ActionChunk(
-            joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
-            time_from_start_s=chunk.time_from_start_s[:horizon], positions=positions[:horizon],
-        )
-        if not np.all(np.isfinite(out.positions)):
-            return self._count_skip("non_finite_output")
-        self.pub_chunk.publish(msg_from_chunk(out))
-        self._stats["chunks"] += 1
-        self._stats["infer_ms"].append(infer_ms)
-        self._stats["age_ms"].append((self._now_ns() - chunk.stamp_ns) * 1e-6)
-        self._status = "publishing"
+        session = self.session
+        if session is None:
+            self._status = ("no_model", self._model_error or "no model")
+            return
+        # Anchor on the joint state of the tick's own instant: in the sim it is published right behind the
+        # /clock message that fired the timer, so a tick that starts first would use the one before (a
+        # period older). Wait for it, at most one joint-state period (wall).
+        period = session.state_period_s()
+        if period is not None:
+            session.wait_for_state(self._due_ns, min(period, MAX_ALIGN_WAIT_S))
+        result = session.tick(self._now_ns())
+        if result.chunk is None:
+            if result.skip == "model_input_error":
+                self.get_logger().error(f"tick failed: {result.detail}", throttle_duration_sec=2.0)
+            self._status = (result.skip, result.detail)
+            self._report_if_changed()
+            return
+        if self._stop.is_set():
+            return  # shutting down: the publisher may be gone
+        self.pub_chunk.publish(msg_from_chunk(result.chunk))
+        now_ns, wall_s = self._now_ns(), time.monotonic()
+        stamp = result.chunk.stamp_ns
+        self._series.add("inference_ms", result.infer_ms)
+        self._series.add("inference_cpu_ms", result.infer_cpu_ms)
+        self._series.add("observation_age_ms", (now_ns - stamp) * 1e-6)
+        self._last_chunk = (stamp, (now_ns - stamp) * 1e-6)
+        if result.anchor_arrival is not None:
+            arrival_wall_s, arrival_ns = result.anchor_arrival
+            self._series.add("in_node_wall_ms", (wall_s - arrival_wall_s) * 1e3)
+            if arrival_ns is not None:
+                self._series.add("arrival_age_ms", (arrival_ns - stamp) * 1e-6)
+        self._status = ("publishing", "publishing chunks")
+        self._report_if_changed()
         if self._p["debug_attention"]:
-            self._publish_attention()
+            self._publish_attention(session)
 
-    # ---- debug: attention overlay ------------------------------------------------------------------
-    def _publish_attention(self) -> None:
+    # ---- debug: attention overlay --------------------------------------------------------------------
+    def _set_attention_publisher(self, on: bool) -> None:
+        """The overlay topic exists only while debug_attention is true."""
+        if on and self.pub_attention is None:
+            self.pub_attention = self.create_publisher(Image, "~/attention_overlay", 1)
+        elif not on and self.pub_attention is not None:
+            pub, self.pub_attention, self._frame = self.pub_attention, None, None
+            self.destroy_publisher(pub)
+
+    def _publish_attention(self, session) -> None:
         """The newest frame with its patches' attention to the colour word, after the chunk is out (its
         latency is untouched; the next tick waits). Failures are counted and logged, never raised."""
         from vla_ros.evaluation.attention import live_overlay
@@ -234,69 +354,140 @@ class PolicyNode(Node):
         from vla_ros.tokens import Kind
         from vla_ros.tokens.convert import rgb_from_compressed_msg, rgb_from_image_msg
 
-        now, last = self._now_ns(), self._attention_last_ns
-        if last is not None and last <= now < last + 1e9 / self._p["debug_attention_rate_hz"]:
+        pub, frame, state = self.pub_attention, self._frame, self._attention
+        now, last = self._now_ns(), state["last_ns"]
+        if pub is None or (last is not None and last <= now < last + 1e9 / self._p["debug_attention_rate_hz"]):
             return  # (a clock that jumped back starts over)
-        window = self.stream.window()
+        window = session.window()
         frames = [o for o in window if o.kind == Kind.IMAGE]
-        if not frames or self._frame is None or self._frame[0] != frames[-1].stamp_ns:
+        if not frames or frame is None or frame[0] != frames[-1].stamp_ns:
             return  # the kept frame is not the window's newest (none yet, or one arrived out of order)
-        self._attention_last_ns = now  # set before trying: a failing overlay is retried at the same rate
+        state["last_ns"] = now  # set before trying: a failing overlay is retried at the same rate
         t0 = time.perf_counter()
         try:
-            _, type_name, msg = self._frame
+            _, type_name, msg = frame
             rgb = rgb_from_compressed_msg(msg) if type_name.endswith("CompressedImage") else rgb_from_image_msg(msg)
-            image = live_overlay(self._attention_torch_model(), self.policy.config, window, self.stream.instruction, rgb)
+            image = live_overlay(self._attention_torch_model(session), session.policy.config, window, session.instruction, rgb)
             out = image_msg(np.ascontiguousarray(image), msg.header.stamp, msg.header.frame_id)
+            pub.publish(out)
         except Exception as err:  # noqa: BLE001 - a debug view must never stop the chunks
-            self._stats["attention_errors"] += 1
+            state["errors"] += 1
             self.get_logger().error(f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0)
             return
-        self.pub_attention.publish(out)
-        self._stats["attention_published"] += 1
-        self._stats["attention_ms"].append((time.perf_counter() - t0) * 1e3)
+        state["published"] += 1
+        self._series.add("debug_attention.ms", (time.perf_counter() - t0) * 1e3)
 
-    def _attention_torch_model(self):
+    def _attention_torch_model(self, session):
         """The torch backend's own model; for onnx, the same folder's torch weights, loaded once."""
-        model = getattr(self.policy.backend, "model", None)
+        model = getattr(session.policy.backend, "model", None)
         if model is None:
-            if self._attention_model is None:
+            if self._attention["model"] is None:
                 from vla_ros.model.io import load_model
 
-                self._attention_model = load_model(self._model_dir).eval()
-            model = self._attention_model
+                self._attention["model"] = load_model(session.model_dir).eval()
+            model = self._attention["model"]
         return model
 
-    # ---- diagnostics -------------------------------------------------------------------------------
+    # ---- watchdog and diagnostics (executor thread, wall clock) -----------------------------------------
+    def _watchdog(self) -> None:
+        """Sources that went silent (wall time), reported at once; also when simulated time stopped."""
+        session = self.session
+        if session is None:
+            return
+        timeout = self._p["source_timeout_s"]
+        dead = {name for name, age in session.arrival_ages_s(time.monotonic()).items() if age is not None and age > timeout}
+        for name in sorted(dead - self._dead):
+            self.get_logger().error(f"no {name} message for more than {timeout} s (wall time): is the source running?")
+        for name in sorted(self._dead - dead):
+            self.get_logger().info(f"{name} messages arrive again")
+        if dead != self._dead:
+            self._dead = dead
+            self._publish_diagnostics()
+
+    def _level(self) -> tuple[bytes, str]:
+        if self.session is None:
+            return ERROR, self._model_error or "no model"
+        if self._dead:
+            return ERROR, "no " + " and no ".join(sorted(self._dead)) + f" for more than {self._p['source_timeout_s']} s (wall time)"
+        code, message = self._status
+        if code == "publishing":
+            return OK, message
+        return (ERROR if code in ("tick_error", "model_input_error", "non_finite_output") else WARN), message
+
+    def _report_if_changed(self) -> None:
+        if self._level() != self._reported:
+            self._publish_diagnostics()
+
     def _publish_diagnostics(self) -> None:
-        s = self._stats
-        values = {"ticks": s["ticks"], "chunks": s["chunks"], "model": str(getattr(self, "_model_dir", ""))}
-        for name, series in (("inference_ms", s["infer_ms"]), ("observation_age_ms", s["age_ms"]), ("debug_attention.ms", s["attention_ms"])):
+        if not self.context.ok():
+            return
+        level, message = self._level()
+        self._reported = (level, message)
+        session = self.session
+        values = {"model": str(session.model_dir if session is not None else ""), "backend": self._p["backend"],
+                  "status": self._status[0]}
+        if session is not None:
+            values.update(ticks=session.ticks, chunks=session.chunks)
+        for name, series in self._series.take().items():
             if series:
                 values[f"{name}.p50"] = float(np.percentile(series, 50))
+                values[f"{name}.p99"] = float(np.percentile(series, 99))
                 values[f"{name}.max"] = float(np.max(series))
-        values.update({f"skipped.{k}": v for k, v in sorted(s["skipped"].items())})
-        values["debug_attention.published"] = s["attention_published"]
-        values["debug_attention.errors"] = s["attention_errors"]
-        if self.policy is not None:
-            values["tokens_in_cache"] = self.policy.cached_tokens
-            values["cache_mb"] = round(self.policy.cache_mb, 3)
-        if self.stream is not None:
-            values.update({f"tokens.{k}": v for k, v in self.stream.stats.as_dict().items()})
-            values["tokens.last_rejection"] = self.stream.last_rejection
-        if self._model_error:
-            level, message = ERROR, self._model_error
-        elif self._status == "publishing":
-            level, message = OK, "publishing chunks"
-        else:
-            level, message = WARN, {"no_instruction": "no instruction: no chunk", "stale_observations": "observations are stale: no chunk",
-                                    "no_observations": "no observations yet: no chunk"}.get(self._status, self._status)
-        s["infer_ms"], s["age_ms"], s["attention_ms"] = [], [], []
+                values[f"{name}.n"] = len(series)
+        values["clock"] = "sim" if self.get_parameter("use_sim_time").value else "wall"
+        if self._last_chunk is not None:  # one chunk's own figure: a subscriber can check it against its own
+            values["last_chunk.stamp_ns"], values["last_chunk.observation_age_ms"] = self._last_chunk
+        values.update({f"events.{k}": v for k, v in sorted(self._counts.items())})
+        values["debug_attention.published"] = self._attention["published"]
+        values["debug_attention.errors"] = self._attention["errors"]
+        if session is not None:
+            values.update({f"skipped.{k}": v for k, v in sorted(session.skipped.items())})
+            values["tokens_in_cache"] = session.policy.cached_tokens
+            values["cache_mb"] = round(session.policy.cache_mb, 3)
+            values.update(session.source_values())
+            for name, lags in session.take_arrival_lags().items():
+                if lags:
+                    values[f"{name}.arrival_lag_ms.p50"] = float(np.percentile(lags, 50))
+                    values[f"{name}.arrival_lag_ms.p99"] = float(np.percentile(lags, 99))
+            values.update({f"tokens.{k}": v for k, v in session.stream.stats.as_dict().items()})
+            values["tokens.last_rejection"] = session.stream.last_rejection
+            start = session.stream.episode_start_ns
+            values["episode_start_s"] = "none" if start is None else f"{start * 1e-9:.9f}"
+            values["policy.dropped_late"] = session.policy.total_dropped_late
         self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values)])
+
+    def close(self) -> None:
+        """Stop the tick thread (run_node calls this before destroy_node); safe to call twice."""
+        self._stop.set()
+        self._wake.set()
+        if self._worker.is_alive() and self._worker is not threading.current_thread():
+            self._worker.join(timeout=2.0)
+
+
+def _make_node() -> PolicyNode:
+    # Two threads share the interpreter: the executor (intake, /clock, timers) and the tick (inference,
+    # mostly Python between ONNX Runtime calls). A thread that wants the GIL waits up to the switch interval
+    # (5 ms by default) whenever the other runs Python; the executor takes the GIL several times per message,
+    # so at 5 ms it falls behind 100 Hz joint states while a tick runs. 0.5 ms bounds that wait.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    node = PolicyNode()
+    # The model, torch and MiniLM live as long as the process: out of the collector's view, so a full
+    # collection never walks them in the middle of the intake (and the exit does not either).
+    gc.collect()
+    gc.freeze()
+    return node
+
+
+_make_node.__name__ = "PolicyNode"  # run_node names the node in its start-up error line
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(PolicyNode, args)
+    code = run_node(_make_node, args)
+    # Everything the node owns is closed; skip the interpreter's teardown of torch and transformers, which
+    # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

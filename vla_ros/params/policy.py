@@ -1,4 +1,5 @@
-"""policy_node's parameters (timed tokens -> streaming Transformer -> action chunks). No rclpy import."""
+"""policy_node's parameters (timed tokens -> streaming Transformer -> action chunks) and the session
+configuration they build. No rclpy import."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ from vla_ros.params.spec import ParamSpec
 
 DEFAULT_MODEL = "vla_cups"
 
+
+def _check_model(value: str) -> str | None:
+    if not value.strip():
+        return "model must name a model folder or a model under models/, got ''"
+    return None
+
+
 PARAMS = [
-    ParamSpec("model", DEFAULT_MODEL, "model folder, or a name under the package's models/ (changeable: the new model is loaded and checked first)"),
-    ParamSpec("backend", "torch", "inference backend", read_only=True, choices=("torch", "onnx")),
+    ParamSpec("model", DEFAULT_MODEL, "model folder, or a name under the package's models/ (changeable: the new model is loaded and checked first; one that fails is refused with the reason and the running one stays)", check=_check_model),
+    ParamSpec("backend", "onnx", "inference backend (onnx: ONNX Runtime on the folder's model.onnx, 2x faster per tick on a CPU; torch: the safetensors weights)", read_only=True, choices=("torch", "onnx")),
     ParamSpec("device", "auto", "auto = CUDA when available, else CPU; or cpu, cuda, cuda:1", read_only=True),
     ParamSpec("threads", 0, "CPU threads for inference (0 = library default)", read_only=True, min_value=0, max_value=256),
     ParamSpec("rate_hz", 10.0, "tick rate on the node's clock (0 = tick only on frames)", read_only=True, min_value=0.0, max_value=200.0),
@@ -16,13 +24,27 @@ PARAMS = [
     ParamSpec("instruction", "", "task in words; also settable on /vla/instruction (the newest wins)"),
     ParamSpec("publish_horizon", 0, "chunk points to publish (0 = the model's whole chunk)", min_value=0, max_value=1000),
     ParamSpec("chunk_smoothing_degree", 3, "fit each joint's chunk with a polynomial in time of this degree before publishing (0 = off): removes point-to-point noise the safety filter would read as acceleration", min_value=0, max_value=8),
-    ParamSpec("max_observation_age_s", 0.5, "newest observation older than this on the node's clock: no chunk", min_value=0.01, max_value=60.0),
+    ParamSpec("max_observation_age_s", 0.5, "newest joint state older than this on the node's clock at a tick: no chunk", min_value=0.01, max_value=60.0),
     ParamSpec("image_transport", "raw", "camera input: raw (sensor_msgs/Image) or compressed (CompressedImage on <topic>/compressed)", read_only=True, choices=("raw", "compressed")),
     ParamSpec("image_topic", "/camera/image_raw", "camera topic (remapping works too)", read_only=True),
     ParamSpec("sensor_qos", "reliable", "camera/joint subscriptions: reliable (the sim, most drivers) or best_effort (drivers using SensorDataQoS)", read_only=True, choices=("reliable", "best_effort")),
     ParamSpec("input_width", 0, "required camera width in pixels (0 = any; frames of another size are rejected)", read_only=True, min_value=0, max_value=8192),
     ParamSpec("input_height", 0, "required camera height in pixels (0 = any)", read_only=True, min_value=0, max_value=8192),
-    ParamSpec("diagnostics_period_s", 1.0, "period of the status on /diagnostics (node clock)", read_only=True, min_value=0.05, max_value=60.0),
-    ParamSpec("debug_attention", False, "publish ~/attention_overlay (rgb8): the newest frame as the model crops it, with the heat map of its patches' attention to the instruction's colour word (all words when it names none); one full pass with attention weights after a chunk (backend onnx: the folder's torch weights are loaded for it)"),
+    ParamSpec("diagnostics_period_s", 1.0, "period of the status on /diagnostics (wall time: it also speaks when simulated time stands still)", read_only=True, min_value=0.05, max_value=60.0),
+    ParamSpec("debug_attention", False, "publish ~/attention_overlay (rgb8): the newest frame as the model crops it, with the heat map of its patches' attention to the instruction's colour word (all words when it names none); one full pass with attention weights after a chunk (backend onnx: the folder's torch weights are loaded for it); the topic exists only while this is true"),
     ParamSpec("debug_attention_rate_hz", 2.0, "at most this many attention overlays per second (node clock)", min_value=0.1, max_value=30.0),
+    ParamSpec("max_image_age_s", 0.3, "newest camera frame older than this on the node's clock at a tick: no chunk (a policy without a recent image does not move the arm)", min_value=0.01, max_value=60.0),
+    ParamSpec("source_timeout_s", 0.5, "no joint state or no camera frame for this long in wall time: the source is reported dead on /diagnostics (ERROR) and in the log at once", min_value=0.05, max_value=60.0),
+    ParamSpec("max_input_pixels", 3840 * 2160, "camera frames with more pixels are refused from their header, before any decoding", read_only=True, min_value=64, max_value=2**31 - 1),
 ]
+
+
+def session_config_from_params(p: dict):
+    """The ``SessionConfig`` these values set (``vla_ros.policy``)."""
+    from vla_ros.policy.session import SessionConfig
+
+    return SessionConfig(
+        publish_horizon=int(p["publish_horizon"]), chunk_smoothing_degree=int(p["chunk_smoothing_degree"]),
+        max_state_age_s=float(p["max_observation_age_s"]), max_image_age_s=float(p["max_image_age_s"]),
+        input_width=int(p["input_width"]), input_height=int(p["input_height"]), max_input_pixels=int(p["max_input_pixels"]),
+    )

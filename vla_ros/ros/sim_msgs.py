@@ -44,3 +44,16 @@ def camera_info_msg(k, stamp, frame_id: str) -> CameraInfo:
     info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
     return info
+
+
+def sensor_messages(sim, frame_id: str = "camera_optical_frame"):
+    """What the sim node publishes at the sim's current step, for in-process tools (evaluation, attention):
+    (JointState or None, camera RGB or None, Image or None), each None when not due at this step."""
+    from vla_ros.ros.time import time_msg_from_ns
+
+    stamp = time_msg_from_ns(sim.time_ns)
+    js = joint_state_msg(sim, stamp) if sim.is_joint_state_step() else None
+    if not sim.is_frame_step():
+        return js, None, None
+    rgb = sim.render()
+    return js, rgb, image_msg(rgb, stamp, frame_id)

@@ -23,6 +23,8 @@ class TokenizerConfig:
         input_height / input_width: size a camera frame must have (0 = any size). A different size usually
             means a different camera or driver setting than the model was trained on, so it is rejected.
         max_text_tokens: word pieces kept from the instruction, [CLS] and [SEP] included.
+        max_input_pixels: a camera frame with more pixels is refused before any per-pixel work (a corrupt
+            or hostile header must not make the policy decode, copy or resize a huge buffer).
     """
 
     joint_names: tuple[str, ...] = COMMANDED_JOINTS
@@ -35,6 +37,7 @@ class TokenizerConfig:
     input_height: int = 0
     input_width: int = 0
     max_text_tokens: int = 32
+    max_input_pixels: int = 3840 * 2160  # 4K UHD: far above any camera this policy's input size needs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_names", tuple(self.joint_names))
@@ -51,6 +54,8 @@ class TokenizerConfig:
             raise ValueError(f"crop must be 4 fractions >= 0 leaving part of the image, got {self.crop}")
         if self.input_height < 0 or self.input_width < 0:
             raise ValueError(f"input size must be >= 0, got {self.input_height}x{self.input_width}")
+        if self.max_input_pixels < 64:
+            raise ValueError(f"max_input_pixels must be >= 64 (8x8), got {self.max_input_pixels}")
         if self.max_text_tokens < 3:
             raise ValueError(f"max_text_tokens must be >= 3 ([CLS] word [SEP]), got {self.max_text_tokens}")
 

@@ -8,6 +8,7 @@ problem raises ``TokenError`` with a reason code that the stream counts.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,8 +37,50 @@ def _buffer(data) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def rgb_from_image_msg(msg) -> np.ndarray:
-    """sensor_msgs/Image -> (H, W, 3) uint8 RGB. Honours ``step`` (row padding)."""
+def check_image_size(width: int, height: int, config: TokenizerConfig) -> None:
+    """Refuse a frame by its header alone, before any per-pixel work: more than ``max_input_pixels`` or
+    not the required input size."""
+    if width * height > config.max_input_pixels:
+        raise TokenError("image_too_large", f"image is {width}x{height} = {width * height} pixels, more than "
+                         f"max_input_pixels={config.max_input_pixels}")
+    if (config.input_height and height != config.input_height) or (config.input_width and width != config.input_width):
+        raise TokenError(
+            "wrong_image_size",
+            f"image is {width}x{height}, the pipeline expects {config.input_width or 'any'}x{config.input_height or 'any'}",
+        )
+
+
+def compressed_image_size(data: np.ndarray) -> tuple[int, int]:
+    """(width, height) from a PNG or JPEG header without decoding the pixels; TokenError when the header
+    cannot be read (the frame could not be decoded either)."""
+    raw = memoryview(np.ascontiguousarray(data))  # no copy: only header bytes are read
+    if bytes(raw[:8]) == b"\x89PNG\r\n\x1a\n":
+        if len(raw) < 24 or bytes(raw[12:16]) != b"IHDR":
+            raise TokenError("corrupt_image", "PNG without an IHDR header")
+        return int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
+    if bytes(raw[:2]) == b"\xff\xd8":
+        # Walk the JPEG segments to the first start-of-frame marker (SOF0..SOF15 less DHT, JPG, DAC).
+        i = 2
+        while i + 9 < len(raw):
+            if raw[i] != 0xFF:
+                raise TokenError("corrupt_image", f"JPEG header broken at byte {i}")
+            marker = raw[i + 1]
+            if marker == 0xFF:  # fill byte
+                i += 1
+                continue
+            if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+                i += 2
+                continue
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                return int.from_bytes(raw[i + 7:i + 9], "big"), int.from_bytes(raw[i + 5:i + 7], "big")
+            i += 2 + int.from_bytes(raw[i + 2:i + 4], "big")
+        raise TokenError("corrupt_image", "JPEG without a frame header")
+    raise TokenError("corrupt_image", "compressed data is neither PNG nor JPEG")
+
+
+def rgb_from_image_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray:
+    """sensor_msgs/Image -> (H, W, 3) uint8 RGB. Honours ``step`` (row padding). With ``config`` the size
+    is checked (``check_image_size``) before any per-pixel work."""
     encoding = str(msg.encoding).lower()
     if encoding not in IMAGE_ENCODINGS:
         raise TokenError("unknown_encoding", f"image encoding {msg.encoding!r} is not one of {sorted(IMAGE_ENCODINGS)}")
@@ -45,6 +88,8 @@ def rgb_from_image_msg(msg) -> np.ndarray:
     data = _buffer(msg.data)
     if height == 0 or width == 0 or data.size == 0:
         raise TokenError("empty_image", f"image is empty ({width}x{height}, {data.size} bytes)")
+    if config is not None:
+        check_image_size(width, height, config)
     channels = IMAGE_ENCODINGS[encoding]
     if step < width * channels:
         raise TokenError("corrupt_image", f"step {step} is shorter than a row of {width} x {channels} bytes")
@@ -63,8 +108,9 @@ def rgb_from_image_msg(msg) -> np.ndarray:
     return np.repeat(pixels, 3, axis=2)  # mono8
 
 
-def rgb_from_compressed_msg(msg) -> np.ndarray:
-    """sensor_msgs/CompressedImage (jpeg or png, as image_transport writes the format) -> (H, W, 3) RGB."""
+def rgb_from_compressed_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png, as image_transport writes the format) -> (H, W, 3) RGB.
+    With ``config`` the size in the header is checked (``check_image_size``) before decoding."""
     import cv2
 
     fmt = str(msg.format).lower()
@@ -74,6 +120,8 @@ def rgb_from_compressed_msg(msg) -> np.ndarray:
     data = _buffer(msg.data)
     if data.size == 0:
         raise TokenError("empty_image", "compressed image has no data")
+    if config is not None:
+        check_image_size(*compressed_image_size(data), config)
     decoded = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if decoded is None or decoded.size == 0:
         raise TokenError("corrupt_image", f"could not decode {data.size} bytes as {msg.format!r}")
@@ -91,11 +139,7 @@ def preprocess_image(rgb: np.ndarray, config: TokenizerConfig) -> np.ndarray:
     import cv2
 
     height, width = rgb.shape[:2]
-    if (config.input_height and height != config.input_height) or (config.input_width and width != config.input_width):
-        raise TokenError(
-            "wrong_image_size",
-            f"image is {width}x{height}, the pipeline expects {config.input_width or 'any'}x{config.input_height or 'any'}",
-        )
+    check_image_size(width, height, config)
     top, bottom, left, right = config.crop
     y0, y1 = round(top * height), height - round(bottom * height)
     x0, x1 = round(left * width), width - round(right * width)
@@ -161,7 +205,12 @@ class JointStateConverter:
 
 
 def instruction_text(text: str, max_chars: int = 500) -> str:
-    """Normalise an instruction string; empty or absurdly long text is an error, not a silent truncation."""
+    """Normalise an instruction string; empty, absurdly long text or control characters (an embedded NUL
+    would cut the text wherever it passes through C) are an error, not a silent truncation."""
+    control = next((i for i, c in enumerate(str(text)) if unicodedata.category(c) == "Cc" and not c.isspace()), None)
+    if control is not None:
+        raise TokenError("control_character", f"instruction has control character U+{ord(str(text)[control]):04X} "
+                         f"at position {control}: {str(text)[:control]!r}...")
     cleaned = " ".join(str(text).split())
     if not cleaned:
         raise TokenError("empty_instruction", "instruction is empty")

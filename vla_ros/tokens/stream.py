@@ -5,15 +5,21 @@ its own header stamp. The window keeps everything no older than ``window_s`` bef
 time order. Rules, applied to each message in this order (each rejection counted under its reason):
 
 1. clock jump: the receive clock went back more than ``clock_jump_s`` (a simulator reset) -> the window is
-   cleared, the jump counted, and the message starts the new timeline;
-2. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
-3. ``late``: stamped more than ``lateness_s`` before the newest stamp (within it, it is inserted in order);
-4. ``duplicate``: same (stamp, kind, source) as a token in the window;
-5. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
+   cleared, the jump counted, and the message starts the new timeline (unless ``begin_episode`` already
+   announced that restart: one reset, not two);
+2. ``before_reset``: stamped before the start of the episode ``begin_episode`` announced;
+3. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
+4. ``late``: stamped more than ``lateness_s`` before the newest stamp a consumer already took with ``drain()``
+   (before the first drain: the newest stamp accepted, unless the stream is ``consumer_paced``, then nothing
+   is late yet); within it, it is inserted in order. A consumer that inserts late observations exactly (the
+   policy runtime) can take everything this admits, however the sources interleave between two drains;
+5. ``duplicate``: same (stamp, kind, source) as a token in the window;
+6. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
 
 Bookkeeping that tests check: ``received == accepted + rejected`` and
-``accepted == in window + evicted + cleared``. Consumers (the policy runtime) take new observations with
-``drain()`` and restart when ``generation`` changes (a clock jump).
+``accepted == in window + evicted + cleared``. Consumers (the policy session) take new observations with
+``drain()`` and restart from ``window()`` when ``generation`` changes (a clock jump or a new episode).
+Observations that leave the window before a consumer drained them are counted as ``unused`` (by kind).
 """
 
 from __future__ import annotations
@@ -68,16 +74,20 @@ class StreamStats:
     rejected: Counter = dataclasses.field(default_factory=Counter)  # by reason
     reordered: int = 0  # accepted although older than the newest stamp (inserted in time order)
     evicted: int = 0
-    cleared: int = 0  # removed by a clock jump
+    cleared: int = 0  # removed by a clock jump or a new episode
     clock_jumps: int = 0
+    episodes: int = 0  # episode starts announced with begin_episode that restarted the window
     instructions: int = 0
+    unused: Counter = dataclasses.field(default_factory=Counter)  # by kind: accepted, evicted before drain()
 
     def as_dict(self) -> dict[str, int]:
         out = {"received": self.received, "accepted": sum(self.accepted.values())}
         out.update({f"accepted.{k}": v for k, v in sorted(self.accepted.items())})
         out["rejected"] = sum(self.rejected.values())
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
-        out.update(reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps)
+        out.update(reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps,
+                   episodes=self.episodes)
+        out.update({f"unused.{k}": v for k, v in sorted(self.unused.items())})
         return out
 
 
@@ -85,7 +95,8 @@ class TokenStream:
     """Rolling, time-ordered window of observations plus the pinned instruction.
 
     ``now_ns`` arguments are the receive time on the consumer's clock (the node's clock online, the MCAP
-    log time offline); pass None when unknown (the future check is then skipped).
+    log time offline); pass None when unknown (the future check is then skipped). ``consumer_paced``: a
+    live consumer drains it (``late`` is measured from what it took only).
     """
 
     def __init__(
@@ -93,8 +104,10 @@ class TokenStream:
         tokenizer: TokenizerConfig | None = None,
         stream: StreamConfig | None = None,
         encode_text: Callable[[str], Instruction] | None = None,
+        consumer_paced: bool = False,
     ) -> None:
         self.tokenizer = tokenizer or TokenizerConfig()
+        self._consumer_paced = consumer_paced
         self.config = stream or StreamConfig()
         self._encode_text = encode_text
         self._joints = JointStateConverter(self.tokenizer)
@@ -105,8 +118,10 @@ class TokenStream:
         self.stats = StreamStats()
         self.instruction: Instruction | None = None
         self.instruction_generation = 0  # bumps on every new instruction: the policy rebuilds its cache
-        self.generation = 0  # bumps on every clock jump: consumers start over
+        self.generation = 0  # bumps on every clock jump and new episode: consumers start over
         self.last_rejection = ""
+        self.last_rejection_code = ""
+        self.episode_start_ns: int | None = None  # announced by begin_episode; older stamps are refused
         self._reset_window()
 
     # ---- state -------------------------------------------------------------------------------------
@@ -116,6 +131,7 @@ class TokenStream:
         self._pending: list[Observation] = []
         self.epoch_ns: int | None = None
         self.newest_ns: int | None = None
+        self.consumed_ns: int | None = None  # newest stamp drain() has handed out
         self._last_now_ns: int | None = None
         self._seq = 0
 
@@ -123,16 +139,40 @@ class TokenStream:
         """The observations in the window, oldest first (a copy: safe to keep)."""
         return list(self._items)
 
+    def newest_stamp(self, kind: Kind) -> int | None:
+        """Stamp of the newest observation of ``kind`` in the window (None: none)."""
+        for obs in reversed(self._items):
+            if obs.kind == kind:
+                return obs.stamp_ns
+        return None
+
     def __len__(self) -> int:
         return len(self._items)
 
-    def drain(self) -> list[Observation]:
-        """Observations accepted since the last call that are still in the window, in time order."""
-        if not self._pending:
-            return []
-        oldest = self._keys[0] if self._keys else None
-        out = sorted((o for o in self._pending if oldest is not None and o.key >= oldest), key=lambda o: o.key)
-        self._pending = []
+    def drain(self, restart: bool = False, upto_ns: int | None = None) -> list[Observation]:
+        """Observations accepted since the last call that are still in the window, in time order. Those
+        that already left it (a consumer slower than the window) are counted in ``stats.unused``. With
+        ``restart`` (a consumer that starts over): the whole window. With ``upto_ns``: only observations
+        stamped up to it; newer ones stay pending for a later call."""
+        if restart:
+            self._pending = []
+            out = list(self._items)
+        else:
+            oldest = self._keys[0] if self._keys else None
+            out = sorted((o for o in self._pending if oldest is not None and o.key >= oldest), key=lambda o: o.key)
+            if len(out) != len(self._pending):
+                kept = {id(o) for o in out}
+                for o in self._pending:
+                    if id(o) not in kept:
+                        self.stats.unused[o.kind.name.lower()] += 1
+            self._pending = []
+        if upto_ns is not None:
+            held = [o for o in out if o.stamp_ns > upto_ns]
+            if held:
+                out = out[:len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
+                self._pending = held
+        if out and (self.consumed_ns is None or out[-1].stamp_ns > self.consumed_ns):
+            self.consumed_ns = out[-1].stamp_ns
         return out
 
     def t_s(self, stamp: int) -> float:
@@ -143,6 +183,7 @@ class TokenStream:
     def _reject(self, code: str, detail: str) -> None:
         self.stats.rejected[code] += 1
         self.last_rejection = f"{code}: {detail}"
+        self.last_rejection_code = code
 
     def _check_time(self, kind: Kind, source: str, stamp: int, now_ns: int | None) -> str | None:
         """Clock-jump handling, then the time rules; returns a rejection code or None."""
@@ -154,10 +195,16 @@ class TokenStream:
         elif self.newest_ns is not None:
             jumped = stamp < self.newest_ns - self._jump_ns
         if jumped:
-            self.clock_jump(now_ns)
+            if self._announced_restart(stamp if now_ns is None else now_ns):
+                self._last_now_ns = now_ns  # begin_episode already restarted the window for this jump
+            else:
+                self.clock_jump(now_ns)
+        if self.episode_start_ns is not None and stamp < self.episode_start_ns:
+            return "before_reset"
         if now_ns is not None and stamp > now_ns + self._future_ns:
             return "future"
-        if self.newest_ns is not None and stamp < self.newest_ns - self._lateness_ns:
+        reference = self.consumed_ns if self.consumed_ns is not None or self._consumer_paced else self.newest_ns
+        if reference is not None and stamp < reference - self._lateness_ns:
             return "late"
         key = (stamp, int(kind), source)
         i = bisect.bisect_left(self._keys, key)
@@ -166,14 +213,56 @@ class TokenStream:
         return None
 
     def clock_jump(self, now_ns: int | None = None) -> None:
-        """Clear the window (time went backwards); the instruction stays pinned."""
+        """Clear the window (time went backwards); the instruction stays pinned. An announced episode
+        start belongs to the old timeline and is forgotten."""
         n = len(self._items)
         self.stats.cleared += n
         self.stats.clock_jumps += 1
         self.generation += 1
         log.warning("clock jumped back: cleared %d observations", n)
         self._reset_window()
+        self.episode_start_ns = None
         self._last_now_ns = now_ns
+
+    def _announced_restart(self, now_ns: int) -> bool:
+        """True when a backwards jump of the clock to ``now_ns`` is the restart ``begin_episode`` already
+        handled: the new time is in the announced episode and the window holds nothing newer than it."""
+        start = self.episode_start_ns
+        if start is None or now_ns < start - self._jump_ns:
+            return False
+        return self.newest_ns is None or self.newest_ns <= now_ns + self._future_ns
+
+    def begin_episode(self, start_ns: int) -> bool:
+        """A new episode begins at ``start_ns`` (the sim's ``/vla/episode_reset`` stamp): every observation
+        stamped before it leaves the window and later ones stamped before it are refused (``before_reset``).
+
+        A start far (``clock_jump_s``) before the newest stamp held announces a clock that restarts: the whole
+        window is the previous episode's. The window restarts (``generation`` bumps, the epoch moves to the
+        first kept stamp) unless it already began inside this episode: after a clock jump that came first, or for the same announcement again.
+        A clock jump that follows the announcement is then recognised as the same restart (one reset, not
+        two). Returns True when the window restarted.
+        """
+        start_ns = int(start_ns)
+        self.episode_start_ns = start_ns
+        # Far before what the window holds: the clock restarts (reset_clock_on_reset), everything held is old.
+        restarts_clock = self.newest_ns is not None and start_ns < self.newest_ns - self._jump_ns
+        keep = [] if restarts_clock else [o for o in self._items if o.stamp_ns >= start_ns]
+        if len(keep) == len(self._items) and (self.epoch_ns is None or self.epoch_ns >= start_ns):
+            return False
+        self.stats.cleared += len(self._items) - len(keep)
+        self.stats.episodes += 1
+        self.generation += 1
+        last_now = self._last_now_ns
+        self._reset_window()
+        self._last_now_ns = last_now
+        if keep:  # the new episode's first observations: same stamps, times from the new epoch
+            self.epoch_ns = keep[0].stamp_ns
+            self._items = [dataclasses.replace(o, t_s=self.t_s(o.stamp_ns)) for o in keep]
+            self._keys = [o.key for o in self._items]
+            self._pending = list(self._items)
+            self.newest_ns = max(o.stamp_ns for o in keep)
+            self._seq = max(o.seq for o in keep)
+        return True
 
     def add(self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None) -> Observation | None:
         """Admit one message: ``convert()`` runs only when the timing rules pass (a late frame is not decoded)."""
@@ -232,14 +321,14 @@ class TokenStream:
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_image_msg(msg), self.tokenizer), now_ns)
+        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_image_msg(msg, self.tokenizer), self.tokenizer), now_ns)
 
     def add_compressed_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed") -> Observation | None:
         """sensor_msgs/CompressedImage (jpeg, png)."""
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_compressed_msg(msg), self.tokenizer), now_ns)
+        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_compressed_msg(msg, self.tokenizer), self.tokenizer), now_ns)
 
     def add_joint_state(self, msg, now_ns: int | None = None, source: str = "/joint_states") -> Observation | None:
         stamp = self._stamp_or_reject(msg)

@@ -1,0 +1,224 @@
+"""policy_node's contracts against a probe that plays the robot (``sensor_feed``): it owns ``/clock`` and
+decides which messages the node has received when a tick runs, so the node's chunks can be compared with
+the in-process session's for the same messages.
+
+Also: a paused camera stops the chunks and is reported at ERROR with the node's name; a model that cannot
+load is refused with the reason and the running one stays; ``model=''`` is refused; the attention overlay
+topic exists only while ``debug_attention`` is true; every rejection reason reaches the log; an episode
+reset announcement restarts the window and later messages of the old episode are refused.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+from std_msgs.msg import Header, String
+
+from ros_helpers import REPO
+from sensor_feed import MS, SensorFeed, camera_frame, joint_state
+from vla_ros.model.config import tiny_config
+from vla_ros.model.io import save_model
+from vla_ros.model.model import VLATransformer
+from vla_ros.params.policy import PARAMS, session_config_from_params
+from vla_ros.params.spec import default_values
+from vla_ros.policy import PolicySession
+from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
+
+INSTRUCTION = "pick up the red cup"
+PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_image_age_s": 0.2, "source_timeout_s": 0.5}
+FRAME_PERIOD_NS = 100 * MS // 3
+
+
+class Player:
+    """Plays the robot in steps of 100 ms of simulated time. A step publishes the joint states (100 Hz) and
+    frames (30 Hz) stamped in (t, t + 100 ms] while /clock reads t + 50 ms, waits until the node has them,
+    then moves /clock to t + 150 ms: the node's 10 Hz timer ticks once, on exactly those messages."""
+
+    def __init__(self, feed: SensorFeed, t0_ns: int) -> None:
+        self.feed, self.t = feed, t0_ns
+        self.sent = {"joints": 0, "images": 0}
+        self.log = []  # (receive time, [(type, msg)]) per step, for an in-process replay
+
+    def totals(self):
+        v = self.feed.latest() or {}
+        return int(v.get("joint_states.received", 0)), int(v.get("image.received", 0))
+
+    def ticks(self) -> int:
+        return int((self.feed.latest() or {}).get("ticks", -1))
+
+    def step(self, camera: bool = True):
+        f, t = self.feed, self.t
+        now = t + 50 * MS
+        if f.clock_ns != now:  # the first step: the clock jumps from 0, the timer ticks once on nothing
+            ticks = self.ticks()
+            f.set_clock(now)
+            assert f.spin_until(lambda: self.ticks() > ticks, 30), f.latest()
+        batch = []
+        first_frame = -(-(t + 1) // FRAME_PERIOD_NS)
+        for k in range(1, 11):
+            batch.append(("sensor_msgs/msg/JointState", joint_state(t + k * 10 * MS, q=0.001 * ((t + k * 10 * MS) // MS % 997))))
+        if camera:
+            for i in range(first_frame, (t + 100 * MS) // FRAME_PERIOD_NS + 1):
+                batch.append(("sensor_msgs/msg/Image", camera_frame(i * FRAME_PERIOD_NS)))
+        for type_name, msg in batch:
+            (f.pub_image if type_name.endswith("Image") else f.pub_joints).publish(msg)
+            self.sent["images" if type_name.endswith("Image") else "joints"] += 1
+        assert f.wait_received(self.sent["joints"], self.sent["images"]), (self.sent, f.latest())
+        ticks, chunks = self.ticks(), len(f.chunks)
+        self.t = t + 100 * MS
+        f.set_clock(self.t + 50 * MS)
+        assert f.spin_until(lambda: self.ticks() > ticks, 30), f.latest()
+        f.spin_until(lambda: len(f.chunks) > chunks, 0.3)  # a chunk, if any, is out before the tick ends
+        self.log.append((now, batch))
+        return f.chunks[-1][1] if len(f.chunks) > chunks else None
+
+    def new_episode(self) -> int:
+        """Announce an episode starting at the current time; returns its start stamp."""
+        start = self.t + 1 * MS
+        self.feed.pub_reset.publish(Header(stamp=time_msg_from_ns(start), frame_id="7"))
+        expected = f"{start * 1e-9:.9f}"
+        assert self.feed.spin_until(lambda: (self.feed.latest() or {}).get("episode_start_s") == expected, 30)
+        return start
+
+
+@pytest.fixture(scope="module")
+def robot(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("policy_contracts")
+    torch.manual_seed(0)
+    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)
+    save_model(VLATransformer(config), tmp / "tiny", onnx=True)  # the default backend is ONNX Runtime
+    feed = SensorFeed("contracts_probe")
+    log_path = tmp / "policy.log"
+    log = open(log_path, "w")
+    args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-p", "use_sim_time:=true", "-p", f"model:={tmp / 'tiny'}"]
+    for name, value in PARAMS_SET.items():
+        args += ["-p", f"{name}:={value}"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    feed.proc, feed.folder, feed.log_path = proc, tmp / "tiny", log_path
+    # up when it reports (its clock still at 0: the 10 Hz timer's deadlines fall on multiples of 100 ms)
+    assert feed.spin_until(lambda: feed.latest() is not None, 120), log_path.read_text()[-2000:]
+    feed.pub_instruction.publish(String(data=INSTRUCTION))
+    feed.player = Player(feed, 1000 * MS)
+    yield feed
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    feed.close()
+    log.close()
+    assert code == 0, log_path.read_text()[-3000:]
+
+
+def test_the_node_and_the_in_process_session_give_the_same_chunks_for_the_same_messages(robot):
+    player = robot.player
+    player.new_episode()
+    player.log.clear()
+    node_chunks = [player.step() for _ in range(8)]
+    assert sum(c is not None for c in node_chunks) >= 6, robot.latest()
+
+    values = default_values(PARAMS) | PARAMS_SET
+    session = PolicySession.from_pretrained(robot.folder, backend="onnx", threads=1, config=session_config_from_params(values))
+    session.set_instruction(INSTRUCTION, 0)
+    for (now, batch), node_chunk in zip(player.log, node_chunks):
+        for type_name, msg in batch:
+            session.add_message(type_name, msg, now, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states")
+        local = session.tick(now + 100 * MS).chunk
+        assert (local is None) == (node_chunk is None)
+        if local is None:
+            continue
+        assert ns_from_time_msg(node_chunk.header.stamp) == local.stamp_ns
+        published = np.array([p.positions for p in node_chunk.points])
+        np.testing.assert_allclose(published, local.positions, rtol=0, atol=1e-6)
+
+
+def test_a_paused_camera_stops_the_chunks_and_is_reported_with_the_nodes_name(robot):
+    player = robot.player
+    assert player.step() is not None and player.step() is not None
+    last_frame = max(ns_from_time_msg(m.header.stamp) for _, batch in player.log[-1:] for t, m in batch if t.endswith("Image"))
+    paused_at = time.monotonic()
+    chunks = [player.step(camera=False) for _ in range(6)]  # 0.6 s of joint states, no frame
+    stamps = [ns_from_time_msg(c.header.stamp) for c in chunks if c is not None]
+    assert stamps and max(stamps) <= last_frame + 200 * MS  # max_image_age_s = 0.2: then no chunk
+    assert chunks[-1] is None and chunks[-2] is None
+    reasons = {s[2]["status"] for s in robot.statuses(since=paused_at)}
+    assert reasons & {"stale_image", "no_image"}, reasons
+    # the wall-clock watchdog: the camera is silent, whatever the simulated time does
+    assert robot.spin_until(lambda: any(s[0] == b"\x02" and "no image" in s[1] for s in robot.statuses(since=paused_at)), 30)
+    assert "no image message for more than 0.5 s" in robot.log_path.read_text() and "[policy]" in robot.log_path.read_text()
+    assert any(player.step() is not None for _ in range(4))  # frames again: chunks again
+
+
+def set_param(robot, name: str, value: ParameterValue):
+    client = robot.node.create_client(SetParameters, "/policy/set_parameters")
+    assert client.wait_for_service(timeout_sec=30)
+    future = client.call_async(SetParameters.Request(parameters=[ParameterMsg(name=name, value=value)]))
+    assert robot.spin_until(future.done, 60)
+    robot.node.destroy_client(client)
+    return future.result().results[0]
+
+
+def test_a_model_that_cannot_load_is_refused_and_the_running_one_stays(robot):
+    missing = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="/nonexistent"))
+    assert not missing.successful and "cannot load model /nonexistent" in missing.reason
+    empty = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=""))
+    assert not empty.successful and "model must name" in empty.reason
+    assert any(robot.player.step() is not None for _ in range(3))  # still publishing
+    assert robot.latest()["model"] == str(robot.folder)
+
+
+def test_the_attention_overlay_topic_exists_only_while_debug_attention_is_true(robot):
+    def topics():
+        return {name for name, _ in robot.node.get_publisher_names_and_types_by_node("policy", "/")}
+
+    assert robot.spin_until(lambda: "/vla/action_chunk" in topics(), 30)
+    assert "/policy/attention_overlay" not in topics()
+    on = set_param(robot, "debug_attention", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=True))
+    assert on.successful and robot.spin_until(lambda: "/policy/attention_overlay" in topics(), 30)
+    off = set_param(robot, "debug_attention", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False))
+    assert off.successful and robot.spin_until(lambda: "/policy/attention_overlay" not in topics(), 30)
+
+
+def test_every_rejection_reason_reaches_the_log(robot):
+    player = robot.player
+    player.step()
+    t = player.t
+    # a burst of late joint states, then one frame of an unknown encoding and one empty frame
+    for k in range(20):
+        robot.pub_joints.publish(joint_state(t - 400 * MS + k * MS, 0.0))
+    robot.pub_image.publish(camera_frame(t - 5 * MS, encoding="yuv422"))
+    empty = camera_frame(t - 4 * MS)
+    empty.data, empty.height, empty.width = b"", 0, 0
+    robot.pub_image.publish(empty)
+    player.sent["joints"] += 20
+    player.sent["images"] += 2
+    assert robot.wait_received(player.sent["joints"], player.sent["images"])
+    text = robot.log_path.read_text()
+    for code in ("late", "unknown_encoding", "empty_image"):
+        assert f": {code}:" in text, code
+    v = robot.latest()
+    assert int(v["joint_states.rejected.late"]) >= 20 and int(v["image.rejected.unknown_encoding"]) == 1
+
+
+def test_an_episode_reset_restarts_the_window_and_refuses_the_old_episodes_messages(robot):
+    player = robot.player
+    player.step()
+    before = int((robot.latest() or {}).get("joint_states.rejected.before_reset", 0))
+    start = player.new_episode()
+    robot.pub_joints.publish(joint_state(start - 5 * MS, 0.0))  # in flight from the previous episode
+    player.sent["joints"] += 1
+    assert robot.wait_received(player.sent["joints"], player.sent["images"])
+    v = robot.latest()
+    assert int(v["joint_states.rejected.before_reset"]) == before + 1
+    assert int(v["tokens_in_cache"]) >= 0
+    chunks = [player.step() for _ in range(3)]
+    assert all(ns_from_time_msg(c.header.stamp) >= start for c in chunks if c is not None)

@@ -1,0 +1,322 @@
+"""The policy session: messages in, action chunks out, the same for the node and every offline tool.
+
+One object owns what turns sensor messages into a published chunk, so the running node (``policy_node``),
+the in-process closed-loop evaluation and ``vla-ros attention`` cannot drift apart (LeRobot's small runtime
+API, with ROS messages at the edge):
+
+* intake (``add_message``, ``set_instruction``, ``begin_episode``): the token stream with the model's window
+  (W + lateness, ``stream_config``), per-source counts, losses read from the stamps, rejections with reasons;
+* ``tick(now_ns)``: a new generation (clock jump, new episode) restarts the policy from the window; a new
+  instruction rebuilds its cache; the new observations run through the rolling KV cache; no chunk without an
+  instruction, without a joint state newer than ``max_state_age_s`` or without a camera frame newer than
+  ``max_image_age_s``; the chunk is decoded after the newest observation and stamped with its time,
+  smoothed, cut to the publish horizon and checked for finite values.
+
+Threads: intake and ticks may run in different threads (the node takes messages while a tick runs). They
+meet under one lock that is held only to admit a message or to take the new observations; inference runs
+outside it. Ticks must not overlap each other (one tick thread). No rclpy import; time is passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vla_ros.chunks import ActionChunk, smooth_positions
+from vla_ros.policy.intake import SourceStats
+from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenError, TokenizerConfig, TokenStream, stamp_ns
+
+# ROS type name -> the kind of observation it becomes (None: the instruction).
+KIND_OF_TYPE = {
+    "sensor_msgs/msg/Image": Kind.IMAGE,
+    "sensor_msgs/msg/CompressedImage": Kind.IMAGE,
+    "sensor_msgs/msg/JointState": Kind.STATE,
+}
+SOURCE_NAMES = {Kind.IMAGE: "image", Kind.STATE: "joint_states"}
+HOLD_ALL = -(1 << 62)  # drain(upto_ns=...) before any joint state: every frame waits
+
+
+def stream_config(model_config) -> StreamConfig:
+    """The token window the runtime needs: the model's W plus the lateness it tolerates (the one place)."""
+    return StreamConfig(window_s=model_config.window_seconds + model_config.max_lateness_s,
+                        lateness_s=model_config.max_lateness_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionConfig:
+    """Args:
+        publish_horizon: chunk points to publish (0 = the model's whole chunk).
+        chunk_smoothing_degree: polynomial fit per joint before publishing (0 = off; see ``smooth_positions``).
+        max_state_age_s: no chunk when the newest joint state is older than this at the tick.
+        max_image_age_s: no chunk when the newest camera frame is older than this at the tick (a blind
+            policy must not move the arm on joint states alone).
+        input_width / input_height: required camera size (0 = any); max_input_pixels: larger frames are
+            refused before decoding.
+    """
+
+    publish_horizon: int = 0
+    chunk_smoothing_degree: int = 3
+    max_state_age_s: float = 0.5
+    max_image_age_s: float = 0.3  # 9 camera periods at 30 Hz: a late frame is no outage, a paused camera is
+    input_width: int = 0
+    input_height: int = 0
+    max_input_pixels: int = TokenizerConfig.max_input_pixels
+
+    def __post_init__(self) -> None:
+        if self.publish_horizon < 0 or self.chunk_smoothing_degree < 0:
+            raise ValueError(f"publish_horizon ({self.publish_horizon}) and chunk_smoothing_degree "
+                             f"({self.chunk_smoothing_degree}) must be >= 0")
+        if not (self.max_state_age_s > 0 and self.max_image_age_s > 0):
+            raise ValueError(f"max_state_age_s ({self.max_state_age_s}) and max_image_age_s "
+                             f"({self.max_image_age_s}) must be > 0")
+
+
+@dataclasses.dataclass
+class TickResult:
+    """What one tick did. ``chunk`` is what to publish, else ``skip`` is the reason code and ``detail`` says
+    more. ``anchor_arrival``: (monotonic wall s, receive clock ns) at which the observation the chunk is
+    stamped with arrived, when known."""
+
+    chunk: ActionChunk | None = None
+    skip: str = ""
+    detail: str = ""
+    infer_ms: float = 0.0
+    infer_cpu_ms: float = 0.0  # CPU time of this thread in the same span: much less than infer_ms = waiting
+    observed: int = 0
+    restarted: bool = False
+    anchor_arrival: tuple[float, int | None] | None = None
+
+
+class PolicySession:
+    """Token intake + streaming policy + chunk post-processing. See the module docstring."""
+
+    def __init__(self, policy, encoder, config: SessionConfig | None = None, model_dir: str | Path = "") -> None:
+        self.policy = policy
+        self.config = config or SessionConfig()
+        self.model_dir = Path(model_dir) if model_dir else None
+        mc = policy.config
+        c = self.config
+        self.tokenizer = TokenizerConfig.from_model_config(
+            mc.to_dict() if hasattr(mc, "to_dict") else vars(mc),
+            input_width=c.input_width, input_height=c.input_height, max_input_pixels=c.max_input_pixels,
+        )
+        self._encoder = encoder
+        self._lock = threading.Lock()
+        self._state_arrived = threading.Condition(self._lock)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything but the model: a fresh window (no instruction), fresh counts; the next tick
+        restarts the policy. The in-process evaluation starts every episode with it."""
+        with self._lock:
+            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True)
+            self.sources = {kind: SourceStats() for kind in SOURCE_NAMES}
+            self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
+            self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
+            self.ticks = self.chunks = 0
+            self.skipped: dict[str, int] = {}
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
+                        config: SessionConfig | None = None, encoder=None) -> "PolicySession":
+        """Load and check ``models/<name>`` (raises FileNotFoundError, ValueError, OSError or RuntimeError
+        saying why) and build a session around it; ``encoder`` defaults to the process's shared MiniLM.
+        ``threads`` also sets torch's threads with either backend: the text encoder runs on torch, and two
+        OpenMP threads on a busy 2-core machine turn a 60 ms instruction encoding into seconds."""
+        from vla_ros.model.runtime import StreamingPolicy
+        from vla_ros.tokens.text import shared_encoder
+
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        policy = StreamingPolicy.from_pretrained(folder, backend=backend, device=device, threads=threads)
+        return cls(policy, encoder or shared_encoder(policy.config.max_text_tokens), config, folder)
+
+    # ---- intake (any thread; short lock) ------------------------------------------------------------
+    def add_message(self, type_name: str, msg, now_ns: int | None, source: str,
+                    wall_s: float | None = None) -> tuple[Observation | Instruction | None, str]:
+        """Admit one message received at ``now_ns`` (node clock; None offline). Returns the observation (or
+        instruction) and "" when it was taken, else None and the rejection as "code: detail"."""
+        kind = KIND_OF_TYPE.get(type_name)
+        if kind is None:
+            return self._add_other(type_name, msg, now_ns, source)
+        wall_s = time.monotonic() if wall_s is None else wall_s
+        try:
+            stamp = stamp_ns(msg)
+        except TokenError:
+            stamp = None
+        with self._lock:
+            src = self.sources[kind]
+            src.received += 1
+            src.last_arrival_wall_s = wall_s
+            if stamp is not None:
+                src.gaps.add(stamp)
+                if now_ns is not None and len(src.arrival_lag_ms) < 10_000:
+                    src.arrival_lag_ms.append((now_ns - stamp) * 1e-6)
+            obs = self.stream.add_message(type_name, msg, now_ns, source)
+            if obs is None:
+                src.rejected[self.stream.last_rejection_code] += 1
+                return None, self.stream.last_rejection
+            src.accepted += 1
+            if kind == Kind.STATE:
+                self._state_arrived.notify_all()
+            self._arrival[obs.key] = (wall_s, now_ns)
+            if len(self._arrival) > 64:  # only the newest matter (a chunk is stamped with the newest)
+                for key in sorted(self._arrival)[:32]:
+                    del self._arrival[key]
+            return obs, ""
+
+    def _add_other(self, type_name, msg, now_ns, source):
+        if type_name.replace("/msg/", "/") == "std_msgs/String":
+            instruction = self.set_instruction(msg.data, now_ns)
+            return instruction, "" if instruction is not None else self.stream.last_rejection
+        with self._lock:
+            self.stream.add_message(type_name, msg, now_ns, source)  # counted as unsupported_type
+            return None, self.stream.last_rejection
+
+    def set_instruction(self, text: str, now_ns: int | None = None) -> Instruction | None:
+        """Pin a new instruction (None and the reason in ``stream.last_rejection`` when it is refused). The
+        text is encoded before taking the lock (MiniLM takes milliseconds; the encoder caches the result)."""
+        from vla_ros.tokens.convert import instruction_text
+
+        try:
+            self._encoder(instruction_text(text))
+        except TokenError:
+            pass  # the stream counts and reports it below
+        with self._lock:
+            return self.stream.set_instruction(text, now_ns)
+
+    def wait_for_state(self, stamp_ns: int, timeout_s: float) -> bool:
+        """Wait (another thread admitting messages) until a joint state stamped at or after ``stamp_ns`` is
+        in the window, at most ``timeout_s``; True when one is."""
+        def arrived() -> bool:
+            newest = self.stream.newest_stamp(Kind.STATE)
+            return newest is not None and newest >= stamp_ns
+
+        with self._lock:
+            return self._state_arrived.wait_for(arrived, timeout_s)
+
+    def state_period_s(self) -> float | None:
+        """The joint states' period learned from their stamps (None until it is known)."""
+        period = self.sources[Kind.STATE].gaps.period_ns
+        return None if period is None else period * 1e-9
+
+    def begin_episode(self, start_ns: int) -> bool:
+        """A new episode starts at ``start_ns`` (``/vla/episode_reset``): the window and, at the next tick,
+        the policy's cache forget the previous episode; older stamps are refused (``before_reset``)."""
+        with self._lock:
+            return self.stream.begin_episode(start_ns)
+
+    @property
+    def instruction(self) -> Instruction | None:
+        return self.stream.instruction
+
+    def window(self) -> list[Observation]:
+        with self._lock:
+            return self.stream.window()
+
+    # ---- tick (one thread) --------------------------------------------------------------------------
+    def _skip(self, result: TickResult, code: str, detail: str) -> TickResult:
+        self.skipped[code] = self.skipped.get(code, 0) + 1
+        result.skip, result.detail = code, detail
+        return result
+
+    def tick(self, now_ns: int) -> TickResult:
+        """Catch the policy up with what arrived and decode a chunk at ``now_ns`` (node clock) if allowed."""
+        self.ticks += 1
+        result = TickResult()
+        with self._lock:
+            stream = self.stream
+            seen = (stream.generation, stream.instruction_generation)
+            restart = seen[0] != self._seen[0]
+            # A clock jump or a new episode: start over from what the window holds now. Only observations
+            # up to the newest joint state run: a frame newer than every joint state waits for the next tick,
+            # so joint states that arrive behind frames (a busy executor takes one message per topic per
+            # round) are never late, and the chunk is anchored where the policy knows the arm's state.
+            newest_state = stream.newest_stamp(Kind.STATE)
+            new = stream.drain(restart=restart, upto_ns=HOLD_ALL if newest_state is None else newest_state)
+            instruction = stream.instruction
+            newest = {kind: stream.newest_stamp(kind) for kind in SOURCE_NAMES}
+        ages = {kind: None if stamp is None else (now_ns - stamp) * 1e-9 for kind, stamp in newest.items()}
+        policy = self.policy
+        if restart:
+            policy.reset()
+            result.restarted = True
+        if seen[1] != self._seen[1]:
+            policy.set_instruction(instruction)
+        self._seen = seen
+        result.observed = len(new)
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        c = self.config
+        try:
+            reason = self._blocker(instruction, ages, new)
+            if reason is not None:
+                if new:
+                    policy.observe(new)  # keep the cache current: the next chunk costs one tick, not a rebuild
+                return self._skip(result, *reason)
+            chunk = policy.select_action(new)
+        except ValueError as err:  # an observation the model cannot take: no chunk, say why
+            return self._skip(result, "model_input_error", str(err))
+        result.infer_ms = (time.perf_counter() - t0) * 1e3
+        result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
+        horizon = c.publish_horizon or len(chunk.time_from_start_s)
+        positions = smooth_positions(chunk.time_from_start_s, chunk.positions, c.chunk_smoothing_degree)
+        out = ActionChunk(joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
+                          time_from_start_s=chunk.time_from_start_s[:horizon], positions=positions[:horizon])
+        if not np.all(np.isfinite(out.positions)):
+            return self._skip(result, "non_finite_output", "the model produced NaN/Inf: no chunk")
+        with self._lock:
+            result.anchor_arrival = self._arrival.get(policy.newest_key)
+        result.chunk = out
+        self.chunks += 1
+        return result
+
+    def _blocker(self, instruction, ages: dict, new: list) -> tuple[str, str] | None:
+        """Why no chunk may be decoded now (code, detail), or None."""
+        c = self.config
+        if instruction is None:
+            return "no_instruction", "no instruction: no chunk"
+        if not new and not self.policy.ready:
+            return "no_observations", "no observations yet: no chunk"
+        state_age, image_age = ages[Kind.STATE], ages[Kind.IMAGE]
+        if state_age is None:
+            return "no_joint_states", "no joint state in the window: no chunk"
+        if state_age > c.max_state_age_s:
+            return "stale_joint_states", f"newest joint state is {state_age:.3f} s old (max_observation_age_s {c.max_state_age_s}): no chunk"
+        if image_age is None:
+            return "no_image", "no camera frame in the window: no chunk"
+        if image_age > c.max_image_age_s:
+            return "stale_image", f"newest camera frame is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk"
+        return None
+
+    # ---- figures ----------------------------------------------------------------------------------
+    def source_values(self) -> dict:
+        """Per source (``image``, ``joint_states``): received, accepted, lost, rejected by reason, unused,
+        dropped and dropped_pct, as diagnostic key/values."""
+        with self._lock:
+            unused = self.stream.stats.unused
+            values = {}
+            for kind, src in self.sources.items():
+                name = SOURCE_NAMES[kind]
+                values.update({f"{name}.{k}": v for k, v in src.as_dict(unused[kind.name.lower()]).items()})
+            return values
+
+    def take_arrival_lags(self) -> dict[str, list[float]]:
+        """Per source, receive clock minus stamp (ms) of every message since the last call: how far behind
+        its sensor the intake runs."""
+        with self._lock:
+            out = {SOURCE_NAMES[k]: s.arrival_lag_ms for k, s in self.sources.items()}
+            for s in self.sources.values():
+                s.arrival_lag_ms = []
+            return out
+
+    def arrival_ages_s(self, wall_now_s: float) -> dict[str, float | None]:
+        """Wall seconds since a message of each source last arrived (None: never)."""
+        with self._lock:
+            return {SOURCE_NAMES[k]: None if s.last_arrival_wall_s is None else wall_now_s - s.last_arrival_wall_s
+                    for k, s in self.sources.items()}
