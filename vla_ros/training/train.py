@@ -357,7 +357,8 @@ def plot_losses(history: dict, path: Path) -> None:
     ax.set_ylabel("MSE (normalised joint positions)")
     ax.set_title("vla-ros train")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # a run stopped before its first step has no curve
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
