@@ -1,5 +1,6 @@
 """Training path: forward(batch) -> (loss, info) overfits a handful of samples (catches target shift, mask and
-padding mistakes), chunk targets sit at anchor + (k + 1) / rate; and the benchmarks' command lines."""
+padding mistakes), chunk targets sit at anchor + (k + 1) / rate and leave gaps in the recording without a target (data.targets);
+and the benchmarks' command lines."""
 
 import json
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from vla_ros.bench import gpu_check, policy_bench
-from vla_ros.model import ChunkSpec, ModelConfig, VLATransformer, build_sequence, chunk_targets, collate, tiny_config
+from vla_ros.data.targets import chunk_offsets_s, chunk_targets, chunk_usable, target_track
+from vla_ros.model import ChunkSpec, ModelConfig, VLATransformer, build_sequence, collate, tiny_config
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
@@ -16,16 +18,48 @@ from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 def test_chunk_targets_are_the_future_positions():
     config = ModelConfig()  # 16 points at 20 Hz
-    times = np.arange(0, 3_000_000_000, 10_000_000, dtype=np.int64) + 1_700_000_000 * 10**9
-    t_s = (times - times[0]) / 1e9
+    t_s = np.arange(300) * 0.01 + 86_400.0  # a day after the episode's epoch: still exact to the nanosecond
     positions = np.stack([0.1 * j + 0.5 * t_s for j in range(7)], axis=1)  # q_j(t) = 0.1 j + 0.5 t
-    anchor = int(times[100]) + 3_000_000  # between two samples
-    targets = chunk_targets(config, times, positions, anchor)
+    offsets = np.asarray(config.chunk_offsets_ns) / 1e9
+    np.testing.assert_array_equal(offsets, chunk_offsets_s(config.chunk_length, config.chunk_rate_hz))
+    anchor = t_s[100] + 0.003  # between two samples
+    targets = chunk_targets(t_s, positions, anchor, offsets)
     k = np.arange(config.chunk_length)
-    expected_t = (anchor - times[0]) / 1e9 + (k + 1) / config.chunk_rate_hz
-    np.testing.assert_allclose(targets[:, 3], 0.3 + 0.5 * expected_t, atol=1e-6)
-    late = chunk_targets(config, times, positions, int(times[-30]))  # 290 ms of recording left
-    assert np.isfinite(late[:5]).all() and np.isnan(late[6:]).all()  # past the recording: no target
+    np.testing.assert_allclose(targets[:, 3], 0.3 + 0.5 * (anchor + (k + 1) / config.chunk_rate_hz), rtol=0, atol=1e-9)
+    late = chunk_targets(t_s, positions, t_s[-30], offsets)  # 290 ms of recording left
+    assert np.isfinite(late[:5]).all() and np.isnan(late[5:]).all()  # past the recording: no target
+    assert chunk_usable(late) and not chunk_usable(chunk_targets(t_s, positions, t_s[-1], offsets))
+    early = chunk_targets(t_s, positions, t_s[0] - 0.12, offsets)  # the recording starts with point 3
+    assert np.isnan(early[:2]).all() and np.isfinite(early[2:]).all() and not chunk_usable(early)
+
+
+def test_chunk_targets_leave_gaps_in_the_recording_without_a_target():
+    """A stretch where nobody commanded (a policy-driven part of a rollout) has no target, to its very edges;
+    a jittery 10 Hz source is interpolated everywhere; a point on a sample keeps the sample."""
+    t_s = np.r_[np.arange(0.0, 1.0, 0.01), np.arange(1.6, 2.5, 0.01)]  # 100 Hz, silent from 0.99 to 1.6 s
+    positions = np.stack([t_s, -t_s], axis=1)
+    offsets = np.arange(1, 9) * 0.05
+    targets = chunk_targets(t_s, positions, 0.9, offsets)  # points at 0.95 ... 1.30 s
+    assert np.isfinite(targets[0]).all() and np.isnan(targets[1:]).all()  # 1.0 s, 10 ms after a command, is inside the silence
+    np.testing.assert_allclose(targets[0], [0.95, -0.95], atol=1e-12)
+    after = chunk_targets(t_s, positions, 1.55, offsets)  # 1.60 lies on the first sample after the silence
+    assert np.isfinite(after).all() and chunk_usable(after)
+    rng = np.random.default_rng(0)
+    slow = np.cumsum(rng.uniform(0.07, 0.1, 40))  # 10-14 Hz with jitter
+    assert np.isfinite(chunk_targets(slow, slow[:, None], slow[1], np.arange(1, 9) * 0.05)).all()
+    with pytest.raises(ValueError, match="at least 2 recorded samples"):
+        chunk_targets(t_s[:1], positions[:1], 0.0, offsets)
+
+
+def test_chunk_targets_come_from_commands_when_the_bag_has_them():
+    joints_t, joints = np.arange(10) * 0.01, np.zeros((10, 7))
+    t, q, source = target_track(np.array([0.0, 0.01]), np.ones((2, 7)), joints_t, joints)
+    assert source == "commands" and q[0, 0] == 1.0
+    t, q, source = target_track(np.array([0.0]), np.ones((1, 7)), joints_t, joints)  # one command is not a trajectory
+    assert source == "joint_states" and np.array_equal(t, joints_t) and np.array_equal(q, joints)
+    assert target_track(np.array([0.0, 0.01]), np.ones((2, 7)), joints_t, joints, "joint_states")[2] == "joint_states"
+    with pytest.raises(ValueError, match="target source"):
+        target_track(joints_t, joints, joints_t, joints, "actions")
 
 
 def test_overfits_a_handful_of_samples():
@@ -80,3 +114,55 @@ def test_gpu_check_runs_without_a_gpu(capsys):
     assert result["ok"] and "environment" in result
     if not torch.cuda.is_available():
         assert "CUDA is not available" in result["skipped"]
+
+
+def test_the_keypoint_temperature_stays_positive():
+    """Stored as a log: no optimiser step can push it through zero (a raw scalar under Adam at 3e-3 crossed
+    zero in about 50 steps, after which the spatial softmax picks the weakest pixel)."""
+    model = VLATransformer(tiny_config())
+    encoder = model.patch_encoder
+    assert encoder.keypoint_temperature.item() == pytest.approx(0.05)
+    optimizer = torch.optim.SGD([encoder.keypoint_log_temperature], lr=1000.0)
+    encoder.keypoint_temperature.sum().backward()  # a gradient that wants it smaller, and a huge step
+    optimizer.step()
+    assert 0.0 < encoder.keypoint_temperature.item() < 1e-10
+
+
+def test_model_files_with_a_raw_keypoint_temperature_still_load(tmp_path):
+    """Folders saved before the temperature became a log (the shipped model among them) load unchanged and
+    compute the same function; a non-positive stored temperature is refused with the reason."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    from vla_ros.model.io import ModelFileError, check_onnx, load_model, save_model, sha256_file
+    from vla_ros.model.runtime import StreamingPolicy
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
+    raw = load_file(str(shipped / "model.safetensors"))["patch_encoder.keypoint_temperature"]
+    assert load_model(shipped).patch_encoder.keypoint_temperature.item() == pytest.approx(raw.item(), rel=1e-6)
+    check_onnx(shipped)  # its ONNX export (from the raw value) still belongs to its weights
+    config = load_model(shipped).config
+    text = random_instruction(config, 6, 0).embeddings
+    chunks = []
+    for backend in ("torch", "onnx"):
+        policy = StreamingPolicy.from_pretrained(shipped, backend=backend, device="cpu")
+        policy.set_instruction(text)
+        policy.observe(synthetic_stream(config, seconds=0.4, seed=1))
+        chunks.append(policy.predict_action_chunk().positions)
+    np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-5)
+    # a legacy file written here: the raw value in, the same temperature out; a negative one refused
+    torch.manual_seed(0)
+    folder = save_model(VLATransformer(tiny_config()), tmp_path / "old")
+    for value, ok in ((0.07, True), (-0.07, False)):
+        tensors = load_file(str(folder / "model.safetensors"))
+        tensors.pop("patch_encoder.keypoint_log_temperature", None)
+        tensors["patch_encoder.keypoint_temperature"] = torch.tensor([value])
+        save_file(tensors, str(folder / "model.safetensors"))
+        data = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**data, "weights_sha256": sha256_file(folder / "model.safetensors")}))
+        if ok:
+            assert load_model(folder).patch_encoder.keypoint_temperature.item() == pytest.approx(0.07, rel=1e-6)
+        else:
+            with pytest.raises(ModelFileError, match="keypoint_temperature = \\[-0.07.*is not positive"):
+                load_model(folder)

@@ -1,5 +1,7 @@
 """`vla-ros collect` -> `vla-ros train` end to end on a tiny model: the model folder is complete, loads in
-both backends, and the loss falls."""
+both backends, and the model beats the mean action; the vision warm-up teaches the shipped stem where the
+named cup is (a claim tested at the shipped size, where it holds with margin on every seed and kernel);
+runs repeat bit for bit; training is task-agnostic unless told ``task="cups"``."""
 
 import json
 
@@ -8,36 +10,73 @@ import pytest
 import torch
 
 from vla_ros.model.config import tiny_config
+from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
 from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color
-from vla_ros.training.train import TrainConfig, train
+from vla_ros.training.train import TrainConfig, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
 
-def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
-    assert collect.main(["--episodes", "4", "--seed-start", "20", "--out", str(tmp_path / "demos")]) == 0
-    kept = len(list((tmp_path / "demos").glob("*.mcap")))  # the expert's rare failures are not kept
-    assert kept >= 3
-    torch.manual_seed(0)
-    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM, frame_aux_loss_weight=1.0)
-    tc = TrainConfig(minutes=2.0, steps=200, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, warmup_steps=5, lr=3e-3, threads=1,
-                     views=48, view_batch=8, vision_warmup_minutes=0.5, vision_warmup_steps=600)  # a step count: repeatable
-    report = train(tmp_path / "demos", tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    """Four expert episodes (the expert's rare failures are not kept)."""
+    out = tmp_path_factory.mktemp("demos")
+    assert collect.main(["--episodes", "4", "--seed-start", "20", "--out", str(out)]) == 0
+    assert len(list(out.glob("*.mcap"))) >= 3
+    return out
+
+
+def cup_config(**changes):
+    """A tiny model with the cup task's heads."""
+    return tiny_config(chunk_length=4, chunk_rate_hz=10.0, aux_dim=AUX_DIM, frame_aux_loss_weight=1.0, **changes)
+
+
+# Short sequences and few validation batches: a tiny run of the real loop.
+SMALL = dict(span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, threads=1)
+
+
+def loss_vs_mean_action(folder, episodes) -> float:
+    """A saved model's action loss on fixed sequences of ``episodes`` (six end times each, no noise), as a
+    fraction of the loss of always answering the mean action, which is what an untrained model does."""
+    from vla_ros.model.io import load_model
+    from vla_ros.model.sequence import collate
+
+    model = load_model(folder)
+    rng = np.random.default_rng(0)
+    sequences = [make_sequence(model.config, ep, t, 0.5, 0.3, 6, rng) for ep in episodes
+                 for t in np.linspace(ep.t_s[0] + 0.6, ep.t_s[-1], 6)]
+    batch = collate([s for s in sequences if s is not None])
+    with torch.no_grad():
+        loss = model(batch)[1]["loss"]
+        mean_action_loss = float(model.normalize_actions(batch.targets)[batch.target_valid].pow(2).mean())
+    return loss / mean_action_loss
+
+
+def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
+    kept = len(list(demos.glob("*.mcap")))
+    config = cup_config()
+    tc = TrainConfig(task="cups", steps=200, warmup_steps=5, lr=3e-3, views=48, view_batch=8, vision_warmup_steps=100, **SMALL)
+    report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     for name in ("config.json", "model.safetensors", "model.onnx", "loss.png", "train_report.json"):
         assert (out / name).is_file(), name
     history = json.loads((out / "train_report.json").read_text())["history"]
-    first, last = np.mean(history["loss"][:10]), np.mean(history["loss"][-10:])
-    assert last < 0.6 * first, (first, last)
-    assert report["data"]["episodes"] == kept and report["data"]["val_episodes"] >= 1 and len(report["data"]["sha256"]) == 64
+    assert len(history["loss"]) == 200 and np.isfinite(history["loss"]).all()
+    assert report["steps"] == 200 and not report["stopped_by_time_limit"] and report["task"] == "cups"
+    assert report["data"]["episodes"] == kept and report["data"]["target_sources"] == {"commands": kept} and report["data"]["val_episodes"] >= 1 and len(report["data"]["sha256"]) == 64
     saved = json.loads((out / "config.json").read_text())
     assert saved["metadata"]["data_sha256"] == report["data"]["sha256"]
     assert len(saved["state_mean"]) == 14 and len(saved["action_std"]) == 7  # normalisation from the data
     # both backends load the folder and agree on a chunk
-    episodes, _ = load_episodes(tmp_path / "demos", TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False)
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
     seq_obs = episodes[0].observations[:60]
+    # it learned: on sequences of the demonstrations the tiny model beats the mean action (0.48-0.70 over
+    # seeds 0-2 with default, AVX2 and SSE41 kernels; this size learns slowly, so the bound is loose)
+    trained = loss_vs_mean_action(out, episodes)
+    assert trained < 0.85, trained
     chunks = []
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
@@ -65,23 +104,109 @@ def test_collect_then_train_writes_a_complete_model_folder(tmp_path):
     np.testing.assert_allclose(seq.frame_aux, np.stack([aux_target(ep, o.t_s) for o in frames]), atol=1e-6)
     frame_aux = np.array(history["frame_aux_loss"])
     assert len(frame_aux) == len(history["loss"]) and np.isfinite(frame_aux).all()  # trained at every step
-    # the rendered views trained the frame head too: alone first (warm-up, where its loss falls), then
-    # beside every step
-    assert report["vision_warmup_steps"] == 600 and len(history["view_loss"]) == len(history["loss"])
-    warm = np.array(history["warmup_view_loss"])
-    third = len(warm) // 3
-    assert np.mean(warm[-third:]) < 0.8 * np.mean(warm[:third]), warm
-    # --init continues from the folder: its normalisation kept, no vision warm-up, and the loss starts where
-    # the first run ended rather than where a fresh model starts
-    tc2 = TrainConfig(minutes=1.0, steps=10, span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=5, val_sequences=4, warmup_steps=2, lr=1e-3, threads=1,
-                      views=48, view_batch=8, vision_warmup_minutes=0.05)
-    report2 = train(tmp_path / "demos", tmp_path / "tuned", tc2, device="cpu", progress=False, init=out)
+    # the rendered views trained the frame head too: alone first (the warm-up; whether it learns is
+    # test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size), then beside every step
+    assert report["vision_warmup_steps"] == 100 and len(history["view_loss"]) == len(history["loss"])
+    assert len(history["warmup_view_loss"]) == 100 and np.isfinite(history["warmup_view_loss"]).all()
+    assert np.isfinite(history["view_loss"]).all()
+    # --init continues from the folder: its normalisation kept, no vision warm-up, and it goes on from where
+    # the first run ended rather than from a fresh model (which answers the mean action: ratio about 1)
+    tc2 = TrainConfig(task="cups", steps=10, warmup_steps=2, views=48, view_batch=8, **{**SMALL, "val_every": 5})
+    report2 = train(demos, tmp_path / "tuned", tc2, device="cpu", progress=False, init=out)
     tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert report2["vision_warmup_steps"] == 0 and report2["init"] == str(out)
     for key in ("state_mean", "state_std", "action_mean", "action_std"):
         assert tuned[key] == saved[key], key
-    history2 = json.loads((tmp_path / "tuned" / "train_report.json").read_text())["history"]
-    assert np.mean(history2["loss"][:5]) < 0.6 * first, (np.mean(history2["loss"][:5]), first)
+    assert loss_vs_mean_action(tmp_path / "tuned", episodes) < 0.85
+
+
+def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_property):
+    """The warm-up (the shipped stem, frame head, learning rate and optimiser groups) learns where the named
+    cup is, on layouts it never saw, for every seed: the held-out view loss falls to a small fraction.
+    Measured on a 2-core AVX-512 EPYC, seeds 0-2: held-out ratios 0.013-0.044 with the default kernels,
+    0.010-0.024 with DNNL_MAX_CPU_ISA=AVX2, 0.010-0.025 with SSE41; a stem that did not learn stays near 1."""
+    from vla_ros.sim import HOME_Q
+    from vla_ros.training.views import Views, render_views
+
+    config = task_model_config("cups")
+    assert config.stem_channels == (16, 32) and (config.image_height, config.image_width) == (72, 96)
+    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    rendered = render_views(140, tokenizer, np.array([HOME_Q]), progress=False)
+    seen = Views(rendered.frames[:100], rendered.cups_m[:100], rendered.instructions)
+    unseen = Views(rendered.frames[100:], rendered.cups_m[100:], rendered.instructions)
+    held_out = view_batch(unseen, 160, np.random.default_rng(123), "cpu")  # each unseen layout, several colours
+    tc = TrainConfig(task="cups", view_batch=8, vision_warmup_steps=150)
+    ratios = []
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        model = VLATransformer(config)
+        model.patch_encoder.mean_image.copy_(torch.from_numpy(seen.frames.mean(0)))
+        with torch.no_grad():
+            before = float(model.view_loss(*held_out))
+        losses = vision_warmup(model, seen, tc, np.random.default_rng(seed), "cpu", progress=False)
+        with torch.no_grad():
+            after = float(model.view_loss(*held_out))
+        assert len(losses) == 150 and np.isfinite(losses).all()
+        assert model.patch_encoder.keypoint_temperature.item() > 0.0
+        ratios.append(after / before)
+    record_property("held_out_ratios", ratios)  # in the JUnit XML (pytest --junitxml) for the record
+    assert max(ratios) < 0.25, ratios
+
+
+def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
+    """The schedule counts steps, never seconds: two runs with one seed on one machine write identical
+    weights (views, warm-up and main loop included)."""
+    tc = TrainConfig(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
+    files = []
+    for run in ("a", "b"):
+        torch.manual_seed(123)  # train() seeds torch itself: what ran before does not matter
+        report = train(demos, tmp_path / run, tc, model_config=cup_config(), device="cpu", progress=False)
+        assert report["steps"] == 6 and report["vision_warmup_steps"] == 4
+        files.append((tmp_path / run / "model.safetensors").read_bytes())
+    assert files[0] == files[1]  # the bytes, header included: the same weights_sha256 in config.json
+
+
+def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tmp_path):
+    """Without a task, training learns from the bags' topics alone: no cup tracks, no auxiliary heads, no
+    rendered views, no sim camera crop. A time limit stops a run and the report says how far it got."""
+    assert TrainConfig().task == "none" and task_model_config("none").aux_dim == 0
+    tc = TrainConfig(steps=50, minutes=1e-6, **SMALL)  # over before the first step
+    report = train(demos, tmp_path / "model", tc, model_config=tiny_config(chunk_length=4, chunk_rate_hz=10.0),
+                   device="cpu", progress=False)
+    assert report["task"] == "none" and report["data"]["episodes_with_cup_track"] == 0
+    assert report["stopped_by_time_limit"] and report["steps"] == 0 and report["steps_planned"] == 50
+    history = json.loads((tmp_path / "model" / "train_report.json").read_text())["history"]
+    assert "view_loss" not in history and "warmup_view_loss" not in history
+    saved = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert saved["aux_dim"] == 0 and saved["frame_aux_loss_weight"] == 0.0 and saved["crop"] == [0.0, 0.0, 0.0, 0.0]
+    assert json.loads(saved["metadata"]["training"])["stopped_by_time_limit"] is True
+    cups = task_model_config("cups")
+    assert cups.aux_dim == AUX_DIM and cups.frame_aux_loss_weight > 0 and cups.crop[0] > 0
+
+
+def test_the_learning_rate_is_a_function_of_the_step():
+    tc = TrainConfig(steps=1000, warmup_steps=100, lr=1e-3)
+    assert lr_at(0, tc) == pytest.approx(1e-5) and lr_at(99, tc) == pytest.approx(1e-3)
+    assert lr_at(100, tc) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 0.1))))
+    assert lr_at(1000, tc) == pytest.approx(1e-4) and lr_at(5000, tc) == pytest.approx(1e-4)
+    rates = [lr_at(s, tc) for s in range(100, 1001)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+
+
+def test_weight_decay_spares_the_keypoint_temperature_biases_and_norms():
+    model = VLATransformer(cup_config())
+    decay, no_decay = param_groups(model, 0.01)
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    spared = {names[id(p)] for p in no_decay["params"]}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert "patch_encoder.keypoint_log_temperature" in spared and "patch_encoder.conv1.bias" in spared
+    assert "norm.weight" in spared and "blocks.0.input_norm.weight" in spared
+    assert "patch_encoder.conv1.weight" in decayed and "action_head.weight" in decayed
+    assert spared | decayed == set(names.values()) and not spared & decayed
+    # the warm-up's groups: the stem and the frame head only, split the same way
+    stem = list(model.patch_encoder.parameters())
+    assert {names[id(p)] for g in param_groups(model, 0.01, stem) for p in g["params"]} == {names[id(p)] for p in stem}
 
 
 def test_loss_weights_do_not_blow_up_joints_that_barely_move():
@@ -135,18 +260,24 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     assert np.linalg.norm(red.mean(0) - blue.mean(0)) > 0.1
 
 
-def test_train_config_rejects_bad_values_and_keeps_the_warm_up_inside_short_budgets():
-    with pytest.raises(ValueError, match="vision_warmup_minutes"):
-        TrainConfig(vision_warmup_minutes=-1.0)
+def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="vision_warmup_steps"):
         TrainConfig(vision_warmup_steps=-1)
     with pytest.raises(ValueError, match="view_batch"):
         TrainConfig(view_batch=0)
-    assert TrainConfig(minutes=1.0).vision_warmup_minutes == 2.0  # a 1-minute run is valid: its warm-up is 15 s
+    with pytest.raises(ValueError, match="minutes must be > 0 or None"):
+        TrainConfig(minutes=0.0)
+    with pytest.raises(ValueError, match="task must be one of"):
+        TrainConfig(task="mugs")
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"])
+    assert exc.value.code == 2 and "minutes must be > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--data", "nowhere", "--out", "nowhere", "--task", "mugs"])
+    assert "invalid choice: 'mugs'" in capsys.readouterr().err
 
 
 def test_views_and_the_view_loss_refuse_what_they_cannot_use():
-    from vla_ros.model.model import VLATransformer
     from vla_ros.sim import HOME_Q
     from vla_ros.training.views import render_views
 

@@ -118,7 +118,7 @@ VERBS = {
     "record": (_record, "record topics to a bag folder: vla-ros record --use-sim-time --duration 5 --out runs/ep"),
     "bag": (_bag, "what a bag holds: vla-ros bag info runs/ep --json"),
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
-    "train": (_train, "train the policy: vla-ros train --data runs/demos --out models/vla_cups --minutes 40"),
+    "train": (_train, "train the policy: vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600"),
     "eval": (_eval, "closed-loop success rate in the sim: vla-ros eval --model models/vla_cups --episodes 50 --json"),
     "attention": (_attention, "where the colour word looks: vla-ros attention --model models/vla_cups --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),

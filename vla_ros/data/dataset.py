@@ -7,9 +7,9 @@ every accepted camera frame: the window at that moment, the pinned instruction, 
 joint positions the chunk should reach at ``t + (k+1)/chunk_rate_hz`` for k < H, where t is the newest
 observation's time (often a joint state that arrived before the frame), exactly as the node stamps chunks.
 
-Targets come from the commands the robot was given (``/forward_position_controller/commands``, what a
-policy outputs) when the bag has them, else from the measured joint states. Commands are better where
-they differ: a closed gripper squeezing a cup measures the cup's width but was commanded shut.
+Targets come from the commands the robot was given when the bag has them, else from the measured joint
+states; ``data.targets`` holds the rules (the same for training). Commands are better where they differ: a
+closed gripper squeezing a cup measures the cup's width but was commanded shut.
 
 A bag is a rosbag2 bag folder or one MCAP file (:mod:`vla_ros.data.bag`); :class:`Topics` says which of
 its topics are the camera, joint states, commands and instruction (another robot's names, not only the
@@ -29,6 +29,7 @@ import numpy as np
 
 from vla_ros.data.bag import find_bags
 from vla_ros.data.mcap_io import read_messages, read_metadata
+from vla_ros.data.targets import chunk_offsets_s, chunk_targets, chunk_usable, target_track
 from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenizerConfig, TokenStream
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ class Sample:
         instruction: the pinned instruction.
         t_s: time of the newest observation in the window (the chunk's stamp).
         target_t_s: (H,) times of the chunk points.
-        target_positions: (H, J) joint positions to reach at those times, J in the tokenizer's joint order.
+        target_positions: (H, J) joint positions to reach at those times, J in the tokenizer's joint order;
+            NaN where the recording has no target (``data.targets``).
     """
 
     episode: str
@@ -192,11 +194,6 @@ def replay(
     )
 
 
-def interpolate(t_query: np.ndarray, t: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per-joint linear interpolation; t must be increasing."""
-    return np.stack([np.interp(t_query, t, values[:, j]) for j in range(values.shape[1])], axis=1)
-
-
 def samples(
     episode: Episode,
     chunk_length: int,
@@ -204,32 +201,33 @@ def samples(
     targets: str = "auto",
     every: int = 1,
 ) -> Iterator[Sample]:
-    """Samples at every ``every``-th frame whose chunk horizon ends inside the recorded targets.
+    """Samples at every ``every``-th frame whose chunk has a target at its first point.
 
-    ``targets``: "commands", "joint_states", or "auto" (commands when the bag has enough of them).
+    Targets follow ``data.targets`` (the rules training uses): ``targets`` is the source, "commands",
+    "joint_states", or "auto" (commands when the bag has at least two); points without a target are NaN.
     """
     if episode.instruction is None:
         log.warning("%s: no instruction in the bag; no samples", episode.path.name)
         return
-    use_commands = targets == "commands" or (targets == "auto" and len(episode.command_t_s) >= 2)
-    t_src, q_src = (episode.command_t_s, episode.command_positions) if use_commands else (episode.joint_t_s, episode.joint_positions)
+    t_src, q_src, _source = target_track(episode.command_t_s, episode.command_positions, episode.joint_t_s,
+                                         episode.joint_positions, targets)
     if len(t_src) < 2:
         return
-    offsets = np.arange(1, chunk_length + 1, dtype=np.float64) / chunk_rate_hz
+    offsets = chunk_offsets_s(chunk_length, chunk_rate_hz)
     for i, (_t_frame, window) in enumerate(episode.windows):
         if i % every:
             continue
         t_ref = window[-1].t_s
-        target_t = t_ref + offsets
-        if target_t[-1] > t_src[-1] or t_ref < t_src[0]:
+        target_positions = chunk_targets(t_src, q_src, t_ref, offsets)
+        if not chunk_usable(target_positions):
             continue
         yield Sample(
             episode=episode.path.name,
             observations=window,
             instruction=episode.instruction,
             t_s=t_ref,
-            target_t_s=target_t,
-            target_positions=interpolate(target_t, t_src, q_src),
+            target_t_s=t_ref + offsets,
+            target_positions=target_positions,
         )
 
 

@@ -76,8 +76,9 @@ class Diagnosis:
         parts.append("messages read: " + ", ".join(f"{topic} {n}" for topic, n in read.items()))
         if "no_instruction" in self.skipped:
             parts.append(f"no instruction on {t.instruction}: pass --instruction-topic, or --instruction 'the task' for the whole bag")
-        if "no_commands" in self.skipped:
-            parts.append(f"no usable commands on {t.commands} (std_msgs/Float64MultiArray, one value per joint): pass --command-topic")
+        if "no_targets" in self.skipped:
+            parts.append(f"nothing to learn: fewer than two commands on {t.commands} (std_msgs/Float64MultiArray, one value per "
+                         "joint; pass --command-topic) and fewer than two usable joint states")
         if "no_frames" in self.skipped:
             parts.append(f"no usable camera frames on {t.image} (pass --camera-topic)")
         if self.skipped_topics:
@@ -98,8 +99,8 @@ def unusable_reason(episode: Episode) -> str | None:
         return "no_instruction"
     if not any(o.kind == Kind.STATE for o in episode.observations):
         return "no_joint_states"
-    if len(episode.command_t_s) < 2:
-        return "no_commands"
+    if len(episode.command_t_s) < 2 and len(episode.joint_t_s) < 2:
+        return "no_targets"  # targets are the commands, else the measured joint states (data.targets)
     if not any(o.kind == Kind.IMAGE for o in episode.observations):
         return "no_frames"
     return None

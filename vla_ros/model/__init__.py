@@ -15,7 +15,7 @@ from vla_ros.model.config import ModelConfig, tiny_config
 from vla_ros.model.io import ModelFileError, load_config, load_model, save_model
 from vla_ros.model.model import StepGraph, VLATransformer
 from vla_ros.model.runtime import ObserveReport, PolicyChunk, PolicyNotReady, StreamingPolicy, TorchBackend
-from vla_ros.model.sequence import ChunkSpec, TokenBatch, build_sequence, chunk_targets, collate
+from vla_ros.model.sequence import ChunkSpec, TokenBatch, build_sequence, collate
 
 __all__ = [
     "ChunkSpec",
@@ -30,7 +30,6 @@ __all__ = [
     "TorchBackend",
     "VLATransformer",
     "build_sequence",
-    "chunk_targets",
     "collate",
     "load_config",
     "load_model",

@@ -95,7 +95,9 @@ def save_model(model: VLATransformer, folder: str | Path, metadata: dict[str, An
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / WEIGHTS_FILE
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
-    save_file(tensors, str(weights), metadata={"format": "pt", "model_type": MODEL_TYPE})
+    # One metadata key: safetensors writes its metadata map in hash order, so two keys come out in either
+    # order and the same weights would get two checksums. The model type is in config.json.
+    save_file(tensors, str(weights), metadata={"format": "pt"})
     data = {"model_type": MODEL_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict(),
             "weights_file": WEIGHTS_FILE, "weights_sha256": sha256_file(weights),
             "metadata": dict(metadata or {})}
@@ -155,6 +157,27 @@ def check_weights(config: ModelConfig, tensors: dict[str, torch.Tensor], source:
         raise ModelFileError(f"{source} does not match its config.json: " + "; ".join(shown))
 
 
+# Tensors whose name and meaning changed: old name -> (new name, conversion). Folders written before a change
+# load unchanged (their weights file and its checksum stay as they were); the next save writes the new name.
+LEGACY_KEYPOINT_TEMPERATURE = "patch_encoder.keypoint_temperature"
+
+
+def upgrade_legacy_tensors(tensors: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """Convert tensors saved under an older name: the spatial softmax's raw ``keypoint_temperature`` became
+    ``keypoint_log_temperature`` (positive by construction); its log is computed in float64, so the
+    model computes the same function to float32 rounding."""
+    if LEGACY_KEYPOINT_TEMPERATURE not in tensors:
+        return tensors
+    tensors = dict(tensors)
+    raw = tensors.pop(LEGACY_KEYPOINT_TEMPERATURE)
+    if not bool((raw > 0).all()):
+        raise ModelFileError(f"{source}: {LEGACY_KEYPOINT_TEMPERATURE} = {raw.tolist()} is not positive (its spatial "
+                             f"softmax picks the weakest pixel); this version keeps the temperature positive and "
+                             f"cannot load it: retrain the model")
+    tensors[LEGACY_KEYPOINT_TEMPERATURE.replace("temperature", "log_temperature")] = raw.double().log().to(raw.dtype)
+    return tensors
+
+
 def load_model(folder: str | Path, device: str | torch.device = "cpu", verify_checksum: bool = True) -> VLATransformer:
     """Load a model folder with every check: config, file presence, sha256, tensor names and shapes."""
     from safetensors import SafetensorError
@@ -179,6 +202,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu", verify_ch
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise ModelFileError(f"{weights}: not a readable safetensors file ({exc})") from exc
+    tensors = upgrade_legacy_tensors(tensors, str(weights))
     check_weights(config, tensors, str(weights))
     model = VLATransformer(config)
     model.load_state_dict(tensors, strict=True)

@@ -185,7 +185,10 @@ class PatchEncoder(nn.Module):
         # to every patch token of the frame. Patches alone leave the cup's position inside a 16x18-pixel
         # patch to the attention to find, which small data does not teach.
         self.film = nn.Linear(config.text_embedding_dim, 2 * c2)
-        self.keypoint_temperature = nn.Parameter(torch.full((1,), 0.05))  # sharp maps from the start: keypoints that move with the image
+        # The softmax temperature is learned as its log: positive by construction. A raw scalar can be
+        # stepped through zero by the optimiser, and below zero the softmax picks the *weakest* pixel and
+        # the stem gets almost no gradient. 0.05: sharp maps from the start, keypoints that move with the image.
+        self.keypoint_log_temperature = nn.Parameter(torch.full((1,), math.log(0.05)))
         self.keypoints = nn.Linear(2 * c2, config.hidden_size)
         # The training frames' mean image (set by training, saved with the weights): subtracting it leaves
         # what changes from scene to scene, the cups and the arm, instead of a table that dwarfs them.
@@ -193,6 +196,11 @@ class PatchEncoder(nn.Module):
         h, w = config.image_height // 2, config.image_width // 2
         ys, xs = torch.meshgrid(torch.linspace(-1.0, 1.0, h), torch.linspace(-1.0, 1.0, w), indexing="ij")
         self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1), persistent=False)  # (HW, 2)
+
+    @property
+    def keypoint_temperature(self) -> torch.Tensor:
+        """(1,) the spatial softmax's temperature, > 0."""
+        return self.keypoint_log_temperature.exp()
 
     def forward(self, images: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
         """images (F, 3, H, W), instruction (F, 384) (normalised, one per frame) -> (F, P, D)."""

@@ -301,20 +301,3 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
         frame_batch=torch.from_numpy(np.concatenate([np.full(s.images.shape[0], b, np.int64) for b, s in enumerate(sequences)])),
         **{name: torch.from_numpy(v) for name, v in fields.items()}, **aux_fields,
     )
-
-
-def chunk_targets(config: ModelConfig, times_ns: np.ndarray, positions: np.ndarray, anchor_ns: int) -> np.ndarray:
-    """(H, J) targets for a chunk anchored at anchor_ns: the recorded joint positions linearly
-    interpolated at anchor_ns + (k + 1) / chunk_rate_hz. Points past the recording are NaN (no loss).
-
-    times_ns: (M,) increasing stamps of the recorded joint states; positions: (M, J).
-    """
-    times_ns = np.asarray(times_ns, dtype=np.int64)
-    positions = np.asarray(positions, dtype=np.float64)
-    query = anchor_ns + np.asarray(config.chunk_offsets_ns, dtype=np.int64)
-    # Interpolate on offsets from the first stamp: float64 keeps ns precision for hours of data.
-    x = (times_ns - times_ns[0]).astype(np.float64)
-    xq = (query - times_ns[0]).astype(np.float64)
-    out = np.stack([np.interp(xq, x, positions[:, j]) for j in range(positions.shape[1])], axis=1)
-    out[(query > times_ns[-1]) | (query < times_ns[0])] = np.nan
-    return out.astype(np.float32)

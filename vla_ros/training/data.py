@@ -2,7 +2,8 @@
 
 An example is a stretch of one episode: every observation in ``[t_end - span - context, t_end]`` in key
 order, plus action chunks anchored at up to ``chunks_per_sequence`` observations of the last ``span``
-seconds, each with the commanded positions at its future times as targets. One forward pass trains all
+seconds, each with its chunk targets (``data.targets``: the commanded positions at its future times, or
+the measured ones in a bag without commands). One forward pass trains all
 those chunks at once, each seeing exactly what the streaming runtime would have in its window (the
 model's per-token time-window mask). The ``context`` before the first anchor gives the window's oldest
 tokens their own history, so deeper layers see what they would online (episodes also start from empty,
@@ -21,6 +22,7 @@ import numpy as np
 from vla_ros.data.bag import bag_files
 from vla_ros.data.dataset import Episode, episode_paths, make_stream, replay
 from vla_ros.data.selection import BagSelection, Diagnosis, unusable_reason
+from vla_ros.data.targets import chunk_targets, chunk_usable, target_track
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,9 @@ class EpisodeData:
     t_s: np.ndarray  # (N,) observation times
     text: np.ndarray  # (L, 384)
     instruction: str
-    command_t_s: np.ndarray
-    command_positions: np.ndarray
+    target_t_s: np.ndarray  # (M,) times of the recorded trajectory chunk targets come from (data.targets)
+    target_positions: np.ndarray  # (M, J)
+    target_source: str = "commands"  # or "joint_states" (a bag without commands)
     cup_t_s: np.ndarray | None = None  # (M,) times of the named cup's position (from /vla/episode_status)
     cup_m: np.ndarray | None = None  # (M, 3)
 
@@ -43,7 +46,6 @@ class EpisodeData:
 AUX_CENTER_M = np.array([0.425, 0.0, 0.045])
 AUX_SCALE_M = np.array([0.125, 0.22, 0.05])
 AUX_DIM = 3
-MAX_COMMAND_GAP_S = 0.03  # commands come at 100 Hz; farther than this from one, a point has no target
 
 
 def named_color(instruction: str) -> str | None:
@@ -65,10 +67,12 @@ def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
 
 
 def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True,
-                  selection: BagSelection = BagSelection()) -> tuple[list[EpisodeData], dict]:
+                  selection: BagSelection = BagSelection(), cup_tracks: bool = False) -> tuple[list[EpisodeData], dict]:
     """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes.
 
     ``selection``: the bags' topic names, the commands' joint order and an instruction for the whole bag.
+    Chunk targets come from the bag's commands, else its joint states (``data.targets.target_track``).
+    ``cup_tracks``: also read the named cup's track from the episode statuses (the sim's cup task).
     Raises NoUsableEpisodes (what each skipped bag had) when none is usable, BagError for a bad path.
     """
     from tqdm import tqdm
@@ -88,11 +92,12 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
         diagnosis.add(ep, reason)
         if reason:
             continue
-        cup_t, cup_m = cup_track(ep)
+        cup_t, cup_m = cup_track(ep) if cup_tracks else (None, None)
+        target_t, target_q, source = target_track(ep.command_t_s, ep.command_positions, ep.joint_t_s, ep.joint_positions)
         episodes.append(EpisodeData(
             name=path.name, observations=ep.observations, t_s=np.array([o.t_s for o in ep.observations]),
             text=ep.instruction.embeddings, instruction=ep.instruction.text,
-            command_t_s=ep.command_t_s, command_positions=ep.command_positions, cup_t_s=cup_t, cup_m=cup_m,
+            target_t_s=target_t, target_positions=target_q, target_source=source, cup_t_s=cup_t, cup_m=cup_m,
         ))
     if not episodes:
         raise diagnosis.error(", ".join(str(d) for d in dirs))
@@ -103,6 +108,7 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
         "observations": int(sum(len(e.observations) for e in episodes)),
         "seconds": round(float(sum(e.t_s[-1] - e.t_s[0] for e in episodes)), 1),
         "instructions": sorted({e.instruction for e in episodes}),
+        "target_sources": {s: sum(e.target_source == s for e in episodes) for s in sorted({e.target_source for e in episodes})},
         "episodes_with_cup_track": int(sum(e.cup_t_s is not None for e in episodes)),
     }
     return episodes, summary
@@ -121,9 +127,9 @@ def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np
 
 
 def normalisation_stats(episodes: list[EpisodeData]) -> dict[str, list[float]]:
-    """Per-dimension mean/std of states and commanded positions (see ``floored_std``)."""
+    """Per-dimension mean/std of states and target positions (see ``floored_std``)."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
-    actions = np.concatenate([e.command_positions for e in episodes])
+    actions = np.concatenate([e.target_positions for e in episodes])
     return {
         "state_mean": states.mean(0).astype(float).tolist(), "state_std": floored_std(states).astype(float).tolist(),
         "action_mean": actions.mean(0).astype(float).tolist(), "action_std": floored_std(actions).astype(float).tolist(),
@@ -139,19 +145,6 @@ def mean_image(episodes: list[EpisodeData]) -> np.ndarray:
                 total = o.data.astype(np.float64) if total is None else total + o.data
                 count += 1
     return (total / max(count, 1)).astype(np.float32)
-
-
-def chunk_targets(ep: EpisodeData, anchor_t_s: float, offsets_s: np.ndarray) -> np.ndarray:
-    """(H, J) commanded positions at the chunk's times; NaN past the end of the recording (no loss)."""
-    t = anchor_t_s + offsets_s
-    out = np.stack([np.interp(t, ep.command_t_s, ep.command_positions[:, j]) for j in range(ep.command_positions.shape[1])], axis=1)
-    out[(t > ep.command_t_s[-1]) | (t < ep.command_t_s[0])] = np.nan
-    # No command near a point (a policy-driven stretch of a rollout, see ``collect --policy``): no target,
-    # rather than a line drawn across the gap.
-    i = np.clip(np.searchsorted(ep.command_t_s, t), 1, len(ep.command_t_s) - 1)
-    gap = np.minimum(np.abs(t - ep.command_t_s[i - 1]), np.abs(ep.command_t_s[i] - t))
-    out[gap > MAX_COMMAND_GAP_S] = np.nan
-    return out.astype(np.float32)
 
 
 def aux_target(ep: EpisodeData, t_s: float) -> np.ndarray | None:
@@ -213,8 +206,8 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     specs = []
     for i in picks:
         anchor = observations[i]
-        targets = chunk_targets(ep, anchor.t_s, offsets_s)
-        if np.isnan(targets[0]).any():  # the chunk must start where someone is commanding (the expert)
+        targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s)
+        if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
             continue
         aux = aux_target(ep, anchor.t_s) if config.aux_dim else None
         specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=aux))

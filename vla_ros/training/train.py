@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -19,12 +20,14 @@ from pathlib import Path
 import numpy as np
 
 EXAMPLE = """examples:
-  vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out models/vla_cups --minutes 40
+  vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600
   vla-ros train --data bags/ --out models/my_arm --joints j1,j2,j3,j4,j5,j6,gripper --camera-topic /wrist/image_raw \\
       --command-topic /arm_controller/commands --instruction "put the block in the bin"
     (your own robot's bags: rosbag2 folders or .mcap files; see docs/bags.md)"""
 
+log = logging.getLogger(__name__)
 
+TASKS = ("none", "cups")
 # The sim camera's top quarter shows only the wall and the upper arm: cutting it (and a sliver each side)
 # gives the table, cups and gripper about 30 % more pixels at the same token count.
 SIM_CAMERA_CROP = (0.25, 0.0, 0.06, 0.06)
@@ -35,25 +38,32 @@ FRAME_AUX_LOSS_WEIGHT = 1.0
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Args:
-        minutes: wall-clock budget; training stops at whichever of minutes/steps comes first.
-        steps: optimiser steps (upper bound).
+        steps: optimiser steps. The schedule is defined on them: linear learning-rate warm-up over
+            ``warmup_steps``, cosine decay to lr/10 at ``steps``.
+        minutes: wall-clock limit, or None. Only a stop: training ends there even if steps remain (the
+            report says so and how many ran); it never shapes the schedule. Counted from the first step
+            (replaying bags and rendering views are not training time).
+        task: "none": any robot's bags, the policy learns the actions from the bags' topics alone. "cups":
+            the sim's cup task adds the named cup's position as an auxiliary target (from the bags'
+            episode statuses), rendered still views for the vision stem, and the sim camera's crop.
         span_s / context_s / chunks: sequence shape (see training.data).
-        lr / weight_decay / warmup_steps: AdamW with linear warm-up and cosine decay to lr/10.
+        lr / weight_decay / warmup_steps: AdamW (matrices only, see ``param_groups``) with linear warm-up
+            and cosine decay to lr/10.
         val_fraction: share of episodes held out for the validation loss.
-        threads: torch CPU threads (0 = torch's default).
+        threads: torch CPU threads (0 = torch's default). Runs repeat bit for bit with the same seed, data
+            and thread count on one machine.
         state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
         drop_states_p: share of training sequences without joint states (training.data.make_sequence).
-        views / view_batch: rendered still views (``training.views``) and how many of them join each step's
-            loss through the frame head (only with ModelConfig.frame_aux_loss_weight > 0; 0 = none).
-        vision_warmup_minutes: the first minutes of the budget (at most a quarter of it) train the stem on
-            views alone (fast steps), so the Transformer starts from keypoints that already point at the
-            named cup.
-        vision_warmup_steps: at most this many warm-up steps (None: the time alone decides; a fixed count
-            makes a run repeatable, which tests need).
+        views / view_batch: rendered still views (``training.views``, task "cups") and how many of them join
+            each step's loss through the frame head (only with ModelConfig.frame_aux_loss_weight > 0).
+        vision_warmup_steps: steps that train the stem on views alone (2 x view_batch each, fast) before
+            the main loop, so the Transformer starts from keypoints that already point at the named cup
+            (0 = none; never when continuing from ``init``, whose stem is trained).
     """
 
-    minutes: float = 40.0  # plus about 2 min of replaying the bags: the 45-minute budget
-    steps: int = 100_000
+    steps: int = 3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
+    minutes: float | None = None
+    task: str = "none"
     span_s: float = 1.0
     context_s: float = 0.5
     chunks: int = 24
@@ -72,19 +82,30 @@ class TrainConfig:
     drop_states_p: float = 0.4
     views: int = 4000
     view_batch: int = 32
-    vision_warmup_minutes: float = 2.0
-    vision_warmup_steps: int | None = None
+    vision_warmup_steps: int = 1000
 
     def __post_init__(self) -> None:
-        if self.minutes <= 0 or self.steps <= 0:
-            raise ValueError(f"minutes ({self.minutes}) and steps ({self.steps}) must be > 0")
+        if self.steps <= 0 or self.warmup_steps < 0:
+            raise ValueError(f"steps ({self.steps}) must be > 0 and warmup_steps ({self.warmup_steps}) >= 0")
+        if self.minutes is not None and self.minutes <= 0:
+            raise ValueError(f"minutes must be > 0 or None (no time limit), got {self.minutes}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.views < 0 or self.view_batch < 1 or self.vision_warmup_minutes < 0:
-            raise ValueError(f"views ({self.views}) and vision_warmup_minutes ({self.vision_warmup_minutes}) "
-                             f"must be >= 0, view_batch ({self.view_batch}) >= 1")
-        if self.vision_warmup_steps is not None and self.vision_warmup_steps < 0:
-            raise ValueError(f"vision_warmup_steps must be >= 0 or None, got {self.vision_warmup_steps}")
+        if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
+            raise ValueError(f"views ({self.views}) and vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0, "
+                             f"view_batch ({self.view_batch}) >= 1")
+
+
+def task_model_config(task: str):
+    """The ModelConfig a fresh model of ``task`` starts from (its normalisation comes from the data)."""
+    from vla_ros.model.config import ModelConfig
+    from vla_ros.training.data import AUX_DIM
+
+    if task == "cups":
+        return ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP, frame_aux_loss_weight=FRAME_AUX_LOSS_WEIGHT)
+    return ModelConfig()
 
 
 def git_commit() -> str:
@@ -94,51 +115,77 @@ def git_commit() -> str:
         return ""
 
 
-def lr_at(step: int, tc: TrainConfig, time_fraction: float) -> float:
-    """Linear warm-up, then cosine decay to lr/10 over whichever budget (steps or minutes) runs out first."""
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """Linear warm-up over ``warmup_steps``, then cosine decay to lr/10 at ``steps``: a function of the step alone."""
     if step < tc.warmup_steps:
         return tc.lr * (step + 1) / tc.warmup_steps
-    progress = min(1.0, max(step / tc.steps, time_fraction))
+    progress = min(1.0, step / tc.steps)
     return tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def param_groups(model, weight_decay: float, params=None) -> list[dict]:
+    """AdamW groups: weight decay on matrices (and convolution kernels) only. Biases, norm gains, the
+    keypoint softmax's log-temperature and other vectors are not decayed: pulling a gain or a temperature
+    towards zero changes what the layer computes rather than making it simpler. ``params``: restrict to
+    these parameters (the vision warm-up trains the stem and the frame head alone)."""
+    wanted = None if params is None else {id(p) for p in params}
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and (wanted is None or id(p) in wanted)]
+    return [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+
+
+class Deadline:
+    """The optional wall-clock stop (``TrainConfig.minutes``): it ends a run, it never shapes one."""
+
+    def __init__(self, minutes: float | None) -> None:
+        self.end = None if minutes is None else time.monotonic() + 60.0 * minutes
+        self.hit = False
+
+    def passed(self) -> bool:
+        self.hit = self.hit or (self.end is not None and time.monotonic() >= self.end)
+        return self.hit
 
 
 def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainConfig(), model_config=None, device: str = "auto",
           progress: bool = True, init: str | Path | None = None, selection=None) -> dict:
     """Train a model on the bags under ``data_dir`` (a folder or a list of folders).
 
+    ``model_config``: the architecture of a fresh model (default: ``task_model_config(tc.task)``).
     ``selection``: a :class:`vla_ros.data.selection.BagSelection` (the bags' topic names, the commands'
     joint order, an instruction for the whole bag); None = the sim's topics.
-
     ``init``: a model folder to continue from (its weights and its config, normalisation included), e.g.
     to fine-tune on expert-labelled rollouts of that model (``vla-ros collect --policy``).
     """
     import torch
     from tqdm import tqdm
 
-    from vla_ros.model.config import ModelConfig
     from vla_ros.model.io import load_model, save_model
     from vla_ros.model.model import VLATransformer
     from vla_ros.model.runtime import resolve_device
     from vla_ros.model.sequence import collate
     from vla_ros.tokens import Kind, TokenizerConfig
     from vla_ros.data.selection import BagSelection
-    from vla_ros.training.data import AUX_DIM, load_episodes, mean_image, normalisation_stats, sample_sequence
+    from vla_ros.training.data import load_episodes, mean_image, normalisation_stats, sample_sequence
 
-    t_start = time.time()
+    t_start = time.monotonic()
     if tc.threads:
         torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
-    config = model_config or ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP, frame_aux_loss_weight=FRAME_AUX_LOSS_WEIGHT)
+    cups = tc.task == "cups"
+    config = model_config or task_model_config(tc.task)
     model = None
     if init is not None:
         # It keeps the statistics it was trained with (inputs mean the same), and the data is tokenized
         # the way it sees it.
         model = load_model(init)
         config = model.config
+    if config.aux_dim and not cups:
+        log.warning("the model has auxiliary heads (aux_dim=%d) but task %r gives them no targets; they stay untrained",
+                    config.aux_dim, tc.task)
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
     episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
-                                           selection=selection or BagSelection())
+                                           selection=selection or BagSelection(), cup_tracks=cups)
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
     val_eps = [episodes[i] for i in order[:n_val]]
@@ -150,9 +197,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         config = config.replace(**normalisation_stats(train_eps))
         model = VLATransformer(config).to(dev)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr)
+    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
     val_rng = np.random.default_rng(tc.seed + 1)
     val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng)]) for _ in range(tc.val_sequences if val_eps else 0)]
 
@@ -169,26 +214,24 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "val_step": [], "val_loss": [], "val_aux_loss": [],
                "val_frame_aux_loss": []}
     views = None
-    if model.frame_aux_head is not None and tc.views:
+    if cups and model.frame_aux_head is not None and tc.views:
         from vla_ros.training.views import render_views
 
         n = len(config.joint_names)
         poses = np.concatenate([np.stack([o.data[:n] for o in e.observations if o.kind == Kind.STATE]) for e in train_eps])
         views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress)
         history["view_loss"] = []
-    # The time budget counts from the first step (data loading and rendering are not training time).
-    t_train = time.time()
-    budget_s = tc.minutes * 60.0
-    if views is not None and tc.vision_warmup_minutes > 0 and init is None:  # a fine-tune's stem is trained already
-        history["warmup_view_loss"] = vision_warmup(model, views, tc, rng, dev, progress)
-    budget_s -= time.time() - t_train
-    t_train = time.time()
+    deadline = Deadline(tc.minutes)  # the limit counts from here: loading and rendering are not training time
+    t_train, cpu_train = time.monotonic(), time.process_time()
+    if views is not None and tc.vision_warmup_steps and init is None:  # a fine-tune's stem is trained already
+        history["warmup_view_loss"] = vision_warmup(model, views, tc, rng, dev, progress, deadline)
+    t_warm, cpu_warm = time.monotonic(), time.process_time()
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
     model.train()
-    while step < tc.steps and time.time() - t_train < budget_s:
+    while step < tc.steps and not deadline.passed():
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, tc, (time.time() - t_train) / budget_s)
+            group["lr"] = lr_at(step, tc)
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p) for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
@@ -218,24 +261,38 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         elif step % 10 == 0:
             bar.set_postfix(loss=f"{smooth:.4f}")
     bar.close()
+    t_end, cpu_end = time.monotonic(), time.process_time()
+    warmup_steps_run = len(history.get("warmup_view_loss", []))
+    if deadline.hit:
+        log.warning("stopped by the %.1f-minute limit after %d of %d warm-up steps and %d of %d steps: the learning "
+                    "rate had not finished its schedule", tc.minutes, warmup_steps_run, tc.vision_warmup_steps if views is not None else 0,
+                    step, tc.steps)
     final_val = validate() if val_batches else float("nan")
-    duration_min = (time.time() - t_start) / 60.0
+    duration_min = (time.monotonic() - t_start) / 60.0
     out = Path(out)
     report = {
         "data": {**data_summary, "train_episodes": len(train_eps), "val_episodes": len(val_eps),
                  "path": str(data_dir) if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir]},
-        "init": str(init) if init is not None else None,
+        "init": str(init) if init is not None else None, "task": tc.task,
         "train_config": dataclasses.asdict(tc),
-        "steps": step, "duration_min": round(duration_min, 2), "device": str(dev), "threads": torch.get_num_threads(),
+        "steps": step, "steps_planned": tc.steps, "stopped_by_time_limit": deadline.hit,
+        "duration_min": round(duration_min, 2), "device": str(dev), "threads": torch.get_num_threads(),
+        "vision_warmup_steps": warmup_steps_run,
+        # Wall and process CPU seconds of each phase: CPU / wall below the thread count means the run shared
+        # its cores (a busy machine), which the step rates alone do not show.
+        "timing_s": {"before_training": round(t_train - t_start, 1),
+                     "vision_warmup": round(t_warm - t_train, 1), "vision_warmup_cpu": round(cpu_warm - cpu_train, 1),
+                     "main": round(t_end - t_warm, 1), "main_cpu": round(cpu_end - cpu_warm, 1)},
+        "steps_per_s": round(step / max(t_end - t_warm, 1e-9), 3),
+        "vision_warmup_steps_per_s": round(warmup_steps_run / max(t_warm - t_train, 1e-9), 3) if warmup_steps_run else None,
         "final_train_loss_smoothed": smooth, "final_val_loss": final_val,
         "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None,
         "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
         "best_val_loss": best_val if best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
         "parameters": model.num_parameters(), "git_commit": git_commit(), "torch": torch.__version__,
-        "vision_warmup_steps": len(history.get("warmup_view_loss", [])),
     }
-    metadata = {"training": json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "git_commit")}),
+    metadata = {"training": json.dumps({k: report[k] for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")}),
                 "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
     save_model(model.cpu(), out, metadata=metadata, onnx=True)
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
@@ -253,19 +310,19 @@ def view_batch(views, n: int, rng: np.random.Generator, dev):
     return (torch.from_numpy(frames).to(dev), torch.from_numpy(instructions).to(dev), torch.from_numpy(scale_aux(cups)).to(dev))
 
 
-def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, progress: bool) -> list[float]:
-    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_minutes`` (at most
-    ``tc.vision_warmup_steps`` steps)."""
+def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, progress: bool,
+                  deadline: Deadline | None = None) -> list[float]:
+    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_steps`` steps at a
+    constant ``tc.lr`` (fewer if ``deadline`` passes first); returns the loss of every step."""
     import torch
     from tqdm import tqdm
 
     params = [*model.patch_encoder.parameters(), *model.frame_aux_head.parameters(), *model.instruction_norm.parameters()]
-    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay)
-    losses, t0 = [], time.time()
-    bar = tqdm(desc="vision warm-up", unit="step", disable=not progress)
+    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay, params), lr=tc.lr)
+    losses = []
+    bar = tqdm(total=tc.vision_warmup_steps, desc="vision warm-up", unit="step", disable=not progress)
     model.train()
-    cap = tc.vision_warmup_steps if tc.vision_warmup_steps is not None else float("inf")
-    while len(losses) < cap and time.time() - t0 < min(tc.vision_warmup_minutes, tc.minutes / 4.0) * 60.0:
+    while len(losses) < tc.vision_warmup_steps and not (deadline is not None and deadline.passed()):
         loss = model.view_loss(*view_batch(views, 2 * tc.view_batch, rng, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -286,9 +343,9 @@ def plot_losses(history: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     steps, loss = np.asarray(history["step"]), np.asarray(history["loss"])
+    k = max(1, len(loss) // 100)  # smoothing window (a run stopped before its first step has no curve)
     if len(loss):
         ax.plot(steps, loss, color="0.8", lw=0.6, label="train (per step)")
-        k = max(1, len(loss) // 100)
         smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
         ax.plot(steps[k - 1:], smooth, color="C0", lw=1.5, label=f"train ({k}-step mean)")
     view = np.asarray(history.get("view_loss", []))
@@ -308,7 +365,8 @@ def plot_losses(history: dict, path: Path) -> None:
     ax.set_ylabel("MSE (normalised joint positions)")
     ax.set_title("vla-ros train")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # a run stopped before its first step has no curve
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -326,8 +384,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 bag record)")
     parser.add_argument("--init", default=None, help="model folder to continue training from (fine-tuning)")
     parser.add_argument("--out", required=True, help="model folder to write, e.g. models/vla_cups")
-    parser.add_argument("--minutes", type=float, default=TrainConfig.minutes, help="wall-clock budget (default 40)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimiser steps at most")
+    parser.add_argument("--steps", type=int, default=TrainConfig.steps,
+                        help=f"optimiser steps; the learning-rate schedule is defined on them (default {TrainConfig.steps})")
+    parser.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps,
+                        help=f"linear learning-rate warm-up steps (default {TrainConfig.warmup_steps})")
+    parser.add_argument("--vision-warmup-steps", type=int, default=TrainConfig.vision_warmup_steps,
+                        help=f"task cups: steps on rendered views alone first (default {TrainConfig.vision_warmup_steps})")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="wall-clock limit: stop there even if steps remain (the report says so); default none")
+    parser.add_argument("--task", choices=TASKS, default=TrainConfig.task,
+                        help="none: actions from the bags' topics alone (any robot); cups: the sim's cup task adds the "
+                             "named cup's position as an auxiliary target, rendered views and the sim camera's crop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -357,11 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         if joints is not None:
             if args.init:
                 raise ValueError("--joints and --init: a fine-tune keeps the joints of the model it starts from")
-            from vla_ros.model.config import ModelConfig
-
-            # Another robot: no sim-specific crop or cup heads (they need the sim's episode statuses).
-            model_config = ModelConfig(joint_names=joints)
-        tc = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads, lr=args.lr)
+            if args.task != "none":
+                raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
+            model_config = task_model_config("none").replace(joint_names=joints)
+        tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
+                         minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr)
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
@@ -370,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BagError, NoUsableEpisodes) as exc:  # the data: a bad path, a broken file, nothing usable
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({k: report[k] for k in ("steps", "duration_min", "final_val_loss", "final_val_aux_loss", "final_val_frame_aux_loss",
+    print(json.dumps({k: report[k] for k in ("task", "steps", "steps_planned", "stopped_by_time_limit", "steps_per_s", "duration_min", "final_val_loss", "final_val_aux_loss", "final_val_frame_aux_loss",
                                         "final_mae_rad", "parameters")} | {"out": args.out}))
     return 0
 
