@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import rclpy
     from rclpy.node import Node
+    from rclpy.signals import SignalHandlerOptions
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     from vla_ros.ros.recorder import Recorder
 
     out = Path(args.out or f"runs/record-{datetime.datetime.now():%Y%m%d-%H%M%S}/episode.mcap")
-    rclpy.init()
+    # Ctrl-C and SIGTERM end the loop below, which then closes the file; rclpy's handlers would shut the
+    # context down under a running spin_once instead (see vla_ros.ros.node_main).
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = Node("vla_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, args.use_sim_time)])
     state = {"start_ns": None, "lifted_ns": None, "stop": False}
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.instruction:
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         pub = node.create_publisher(String, "/vla/instruction", latched)
-    signal.signal(signal.SIGTERM, lambda *_: state.update(stop=True))
+    old_handlers = {signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)}
     print(f"recording {len(topics)} topics to {out}", file=sys.stderr)
     published = False
     try:
@@ -82,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if state["lifted_ns"] is not None and now - state["lifted_ns"] >= 1e9:
                 break
-    except KeyboardInterrupt:
-        pass
     finally:
         writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
     info = summary(out)
     counts = ", ".join(f"{t} {v['count']}" for t, v in info["topics"].items() if v["count"])
     print(f"wrote {out}: {info['messages']} messages over {info['duration_s']:.2f} s ({counts})", file=sys.stderr)
