@@ -104,17 +104,24 @@ class LaunchedGraph:
 
 
 class Probe:
-    """An rclpy node on simulated time in the default context, spun by ``spin_until``."""
+    """An rclpy node on simulated time in the default context, spun by ``spin_until``.
+
+    It has an executor of its own, added once: successive ``spin_once`` calls then work through one wait's
+    ready callbacks without waiting again (``rclpy.spin_once(node)`` adds and removes the node each call),
+    so on a busy machine the probe keeps up with the graph and its simulated clock does not fall behind."""
 
     def __init__(self, name: str = "probe") -> None:
         import rclpy
+        from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.parameter import Parameter
 
         if not rclpy.ok():
             rclpy.init()
         self.node = Node(name, parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
-        self._spin_once = lambda timeout_s: rclpy.spin_once(self.node, timeout_sec=timeout_s)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._spin_once = lambda timeout_s: self.executor.spin_once(timeout_sec=timeout_s)
 
     def now_s(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9
@@ -137,5 +144,6 @@ class Probe:
     def close(self) -> None:
         import rclpy
 
+        self.executor.shutdown()
         self.node.destroy_node()
         rclpy.try_shutdown()

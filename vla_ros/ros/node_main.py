@@ -107,7 +107,7 @@ def run_node(make_node: Callable[[], object], args: list[str] | None = None) -> 
         else:
             rclpy.spin(node)
     except (StopRequested, KeyboardInterrupt, ExternalShutdownException):
-        pass  # KeyboardInterrupt: a signal during start-up when rclpy's handlers are in charge
+        pass  # KeyboardInterrupt: Ctrl-C where rclpy's handlers are in charge (run_node outside the main thread)
     except Exception:
         # Only a node that shut rclpy down itself (sim_node when its physics thread fails) gets here with
         # rclpy no longer ok: rclpy raises RCLError or RuntimeError then. Anything else is a real error.
