@@ -90,7 +90,7 @@ def test_the_full_graph_and_the_recorder_stop_cleanly_on_ctrl_c(tmp_path):
             probe.node.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: flow.update(chunks=flow["chunks"] + 1), 10)
             probe.node.create_subscription(Float64MultiArray, "/forward_position_controller/commands",
                                            lambda m: flow.update(commands=flow["commands"] + 1), 100)
-            assert probe.spin_until(lambda: flow["chunks"] >= 3 and flow["commands"] >= 100, 180), (flow, log.read_text()[-3000:])
+            assert probe.spin_until(lambda: flow["chunks"] >= 3 and flow["commands"] >= 100, 300), (flow, log.read_text()[-3000:])
         finally:
             probe.close()
             record_problem = stop_cleanly(recorder, record_log)
