@@ -55,8 +55,20 @@ endif
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# Tests in random order, module by module (each module's launched graph starts once); the seed is printed:
+# `make test RANDOM_ORDER_SEED=N` repeats an order, PYTEST_ARGS adds pytest options (e.g. -k sim). Python's
+# bytecode caches go to a temporary folder and pytest keeps no cache, so a run writes nothing into the
+# working tree. Exit code 5 (no test collected, e.g. a -k that matches nothing) fails: nothing was tested.
+ifndef RANDOM_ORDER_SEED
+RANDOM_ORDER_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+endif
+PYTEST_ARGS ?=
 test: setup
-	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} $(PY) -m pytest -q -p no:cacheprovider test
+	@echo "make test: random order seed $(RANDOM_ORDER_SEED) (again: make test RANDOM_ORDER_SEED=$(RANDOM_ORDER_SEED))"
+	@ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} PYTHONPYCACHEPREFIX=$${TMPDIR:-/tmp}/vla_ros-pycache-$$(id -u) \
+	  $(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) test $(PYTEST_ARGS); \
+	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): nothing was tested" >&2; fi; \
+	  exit $$code
 
 demo: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-62} $(VENV)/bin/vla-ros demo

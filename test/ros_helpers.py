@@ -1,4 +1,10 @@
-"""Helpers for tests that run the real launch files as real processes and talk to them over DDS."""
+"""Helpers for tests that run real processes and talk to them over DDS: one way to wait, one way to stop.
+
+``spin_until`` is the only wait: it returns as soon as the condition holds, and its wall-clock timeout is
+an upper bound for a slow machine, never a measurement. ``stop`` is the only way a test ends a process:
+the signal a launcher or a user would send, then SIGKILL if the process does not end in time (its
+exit code is then -9, which no test accepts).
+"""
 
 from __future__ import annotations
 
@@ -7,57 +13,121 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-import rclpy
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def spin_until(predicate: Callable[[], object], wall_timeout_s: float = 60.0, step: Callable[[float], object] = time.sleep,
+               step_s: float = 0.02) -> bool:
+    """True once ``predicate()`` holds, False if it still does not after ``wall_timeout_s``. Between two checks
+    ``step(step_s)`` runs: an executor's ``spin_once`` (so callbacks run) or, where no ROS is involved, a sleep."""
+    end = time.monotonic() + wall_timeout_s
+    while not predicate():
+        if time.monotonic() >= end:
+            return False
+        step(step_s)
+    return True
+
+
+def start_process(cmd: list[str], log_path: Path | None = None, **kwargs) -> subprocess.Popen:
+    """A process in its own session (so ``stop`` reaches its children too), output to ``log_path``."""
+    log = open(log_path, "w") if log_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO, **kwargs)
+    finally:
+        if log_path:
+            log.close()  # the child holds its own copy
+
+
+def stop(proc: subprocess.Popen, signum: int = signal.SIGINT, wall_timeout_s: float = 30.0) -> int:
+    """``signum`` to the process group (Ctrl-C by default; SIGTERM is what a launcher sends next); SIGKILL
+    after ``wall_timeout_s``. Returns the exit code."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signum)
+        try:
+            proc.wait(timeout=wall_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+def shutdown_problem(code: int, log_path: Path) -> str:
+    """'' when a process stopped by a signal ended cleanly (exit 0, no traceback in its output), else why not."""
+    text = log_path.read_text(errors="replace")
+    if code == 0 and "Traceback" not in text:
+        return ""
+    return f"{log_path.name}: exit code {code}{', a traceback' if 'Traceback' in text else ''}:\n{text[-3000:]}"
+
+
+def stop_cleanly(proc: subprocess.Popen, log_path: Path, signum: int = signal.SIGINT) -> str:
+    """``stop``, then ``shutdown_problem``: '' when the process ended cleanly."""
+    return shutdown_problem(stop(proc, signum), log_path)
+
+
+def node_cmd(module: str, *ros_args: str) -> list[str]:
+    """``python -m vla_ros.nodes.<module> --ros-args ...``: a node process as a launch file starts it."""
+    return [sys.executable, "-m", f"vla_ros.nodes.{module}", "--ros-args", *ros_args]
+
+
 class LaunchedGraph:
-    """``vla-ros launch <file> args...`` in its own process group; stopped with SIGINT like Ctrl-C."""
+    """``vla-ros launch <file> args...`` in its own process group; stopped with SIGINT like Ctrl-C.
+
+    With a ``log_path``, leaving the block also checks that every node ended cleanly: the runner exits 0
+    after a user shutdown whatever its children did, so its log is what tells (a node that exited non-zero
+    is reported as "process has died", a traceback is printed as it is)."""
+
+    # The runner escalates to SIGTERM after sigterm_timeout (5 s by default) of wall time: on a busy machine a
+    # node may well need longer to finish its cleanup, so allow it 30 s (a node that hangs still gets killed).
+    SIGTERM_TIMEOUT_S = 30
 
     def __init__(self, launch_file: str, *args: str, log_path: Path | None = None) -> None:
-        self.cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / launch_file), *args]
+        self.cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / launch_file),
+                    f"sigterm_timeout:={self.SIGTERM_TIMEOUT_S}", *args]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "LaunchedGraph":
-        log = open(self.log_path, "w") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+        self.proc = start_process(self.cmd, self.log_path)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        code = stop(self.proc, wall_timeout_s=self.SIGTERM_TIMEOUT_S + 30)  # past the runner's own SIGTERM and SIGKILL
+        if self.log_path is not None and exc_type is None:  # a failing test reports its own failure first
+            problem = shutdown_problem(code, self.log_path)
+            if not problem and "process has died" in self.log_path.read_text(errors="replace"):
+                problem = f"{self.log_path.name}: a node died:\n{self.log_path.read_text(errors='replace')[-3000:]}"
+            assert not problem, problem
 
 
 class Probe:
-    """An rclpy node on simulated time with a spin-until helper that never sleeps blindly."""
+    """An rclpy node on simulated time in the default context, spun by ``spin_until``.
+
+    It has an executor of its own, added once: successive ``spin_once`` calls then work through one wait's
+    ready callbacks without waiting again (``rclpy.spin_once(node)`` adds and removes the node each call),
+    so on a busy machine the probe keeps up with the graph and its simulated clock does not fall behind."""
 
     def __init__(self, name: str = "probe") -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rclpy.parameter import Parameter
+
         if not rclpy.ok():
             rclpy.init()
         self.node = Node(name, parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._spin_once = lambda timeout_s: self.executor.spin_once(timeout_sec=timeout_s)
 
     def now_s(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     def spin_until(self, predicate, wall_timeout_s: float = 60.0) -> bool:
-        end = time.monotonic() + wall_timeout_s
-        while time.monotonic() < end:
-            rclpy.spin_once(self.node, timeout_sec=0.02)
-            if predicate():
-                return True
-        return False
+        return spin_until(predicate, wall_timeout_s, self._spin_once)
 
     def spin_for_sim(self, seconds: float, wall_timeout_s: float = 60.0) -> None:
         """Spin until ``seconds`` of simulated time have passed (needs /clock)."""
@@ -72,5 +142,8 @@ class Probe:
         return future.result()
 
     def close(self) -> None:
+        import rclpy
+
+        self.executor.shutdown()
         self.node.destroy_node()
         rclpy.try_shutdown()

@@ -1,8 +1,9 @@
 """controller_node driving the real MuJoCo sim on simulated time: real processes, real DDS, no sleeps.
 
 One launched sim (``policy:=none``, small camera) and one controller process serve the module; chunks are
-published from a probe stamped with simulated time, as the safety filter would. The clock-jump test runs
-last because it restarts simulated time.
+published from a probe stamped with simulated time, as the safety filter would. Tests run in any order:
+each starts from wherever the previous one left the arm, and the clock-jump test drops what it recorded
+on the old timeline.
 """
 
 import json
@@ -26,7 +27,7 @@ from std_srvs.srv import SetBool, Trigger
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import bundled_urdf_path, limits_from_urdf
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -38,42 +39,18 @@ JOINTS = list(COMMANDED_JOINTS)
 PERM = [5, 0, 6, 2, 1, 4, 3]  # an output order unlike the canonical one
 PERM_NAMES = [JOINTS[i] for i in PERM]
 ARM = slice(0, 6)
+SIM_START_S = 2.0  # simulated time when the tests start (and again after the clock-jump test)
 
 
 PROBE = "controller_test_probe"  # the test's node plays the safety filter: the controllers trust it
 
 
-def start_controller(log_path, *ros_args: str, trusted: str = f"/{PROBE}") -> subprocess.Popen:
+def start_controller(log_path, *ros_args: str, trusted: str = f"/{PROBE}"):
     # A parameter file's node-specific entry (/**/controller in config/controller.yaml) beats a -p override
     # (rclpy applies wildcard entries, where -p lands, first), so the trust comes in a file of its own.
     trust = log_path.with_suffix(".trust.yaml")
     trust.write_text("".join(f"{key}:\n  ros__parameters:\n    trusted_publishers: ['{trusted}']\n" for key in ("/**/controller", "/**")))
-    cmd = [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-p", "use_sim_time:=true", *ros_args,
-           "--params-file", str(trust)]
-    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-
-
-# rclpy errors raised when its signal handler invalidates the context while spin() is between two
-# steps (creating a wait set, taking a message). run_node does not treat them as a shutdown yet, so the
-# process can exit 1 after a clean stop; the tests accept exactly these and nothing else.
-SHUTDOWN_RACES = ("context is not valid", "context is invalid", "Unable to convert call argument")
-
-
-def stop(proc: subprocess.Popen, log_path) -> int:
-    """SIGTERM, as a launcher would; 0 when the node ended cleanly (or only in rclpy's shutdown race)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    text = log_path.read_text()
-    if proc.returncode == 1 and "Traceback" in text:
-        last_line = text.strip().splitlines()[-1]
-        if any(race in last_line for race in SHUTDOWN_RACES):
-            return 0
-    return proc.returncode
+    return start_process(node_cmd("controller_node", "-p", "use_sim_time:=true", *ros_args, "--params-file", str(trust)), log_path)
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +90,15 @@ def graph(tmp_path_factory):
             probe.pub_reset = n.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
             probe.sim_reset = n.create_client(Trigger, "/sim/reset")
             # Ready when simulated time runs here too and the controller hears our chunks (discovery).
-            ready = lambda: len(rec["cmd"]) > 20 and rec["state"] and probe.now_s() > 0.0 and probe.pub_chunk.get_subscription_count() > 0  # noqa: E731
+            # Simulated time past SIM_START_S, so every test can stamp chunks in the past.
+            ready = lambda: len(rec["cmd"]) > 20 and rec["state"] and probe.now_s() > SIM_START_S and probe.pub_chunk.get_subscription_count() > 0  # noqa: E731
             assert probe.spin_until(ready, 120), (logs / "controller.log").read_text()[-3000:]
             yield probe
-        finally:  # never leave a controller behind, whatever failed
-            code = stop(ctl, logs / "controller.log")
+        finally:  # never leave a controller behind, whatever failed; SIGTERM, as a launcher escalates
+            problem = stop_cleanly(ctl, logs / "controller.log", signal.SIGTERM)
             if probe is not None:
                 probe.close()
-    assert code == 0, (logs / "controller.log").read_text()[-3000:]
+    assert not problem, problem
     assert g.proc.returncode == 0
 
 
@@ -132,8 +110,11 @@ def measured(probe, msg=None) -> np.ndarray:
 
 
 def joint_history(probe, t_from: float, t_to: float) -> tuple[np.ndarray, np.ndarray]:
-    """(stamps (K,), positions (K, 7)) of the joint states stamped in [t_from, t_to]."""
+    """(stamps (K,), positions (K, 7)) of the joint states stamped in [t_from, t_to] on the current timeline
+    (after the clock-jump test, stamps of the old one repeat)."""
     rows = [(ns_from_time_msg(m.header.stamp) * 1e-9, m) for m in probe.rec["js"]]
+    jumps = [k for k in range(1, len(rows)) if rows[k][0] < rows[k - 1][0]]
+    rows = rows[jumps[-1]:] if jumps else rows
     rows = [(t, measured(probe, m)) for t, m in rows if t_from <= t <= t_to]
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
 
@@ -181,6 +162,23 @@ def call(probe, name: str, request):
 def set_param(probe, name: str, kind: int, **value):
     v = ParameterValue(type=kind, **value)
     return probe.call(probe.set_params, SetParameters.Request(parameters=[ParameterMsg(name=name, value=v)])).results[0]
+
+
+def why(probe) -> str:
+    """What a failed wait reports: the controller's state (without the loop figures) and the probe's clock."""
+    keep = ("mode", "watchdog", "estop", "enabled", "chunk", "rejected", "stops", "clock")
+    return f"now {probe.now_s():.3f} s, state {({k: v for k, v in state(probe).items() if k.startswith(keep)})}"
+
+
+def moved_from(probe, q: np.ndarray, by: float = 0.02):
+    """A condition: the newest command is more than ``by`` from ``q`` (waited for, so a controller that a
+    busy machine delays still gets there)."""
+    return lambda: np.abs(probe.rec["cmd"][-1] - q).max() > by
+
+
+UNSTAMPED = 0.0  # a chunk stamped 0 starts when the controller receives it (joint_trajectory_controller's rule):
+# where a test needs motion, not a point in time, this keeps a probe that runs behind the graph on a busy
+# machine from sending a chunk the controller finds already over
 
 
 AMP = np.array([0.25, -0.15, 0.2, 0.3, -0.25, 0.3, -0.015])
@@ -298,31 +296,27 @@ def fifo_allowed() -> bool:
 
 
 @pytest.mark.parametrize("loop_mode, resolved", [("auto", "inline"), ("thread", "thread")])
-def test_on_wall_time_the_loop_sends_commands_at_100_hz(tmp_path, loop_mode, resolved):
+def test_on_wall_time_the_loop_runs_in_its_mode_and_never_faster_than_100_hz(tmp_path, loop_mode, resolved):
     """loop_mode auto on wall time runs cycles and callbacks in one thread (inline), thread mode the cycles in
-    their own thread; private topics keep the node off the sim's graph."""
+    their own thread; private topics keep the node off the sim's graph. How close to 100 Hz the loop keeps
+    on a given machine is a figure of ``vla-ros bench controller``; this checks what does not depend on load."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
     log_path = tmp_path / "wall.log"
-    cmd = [
-        sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", "__node:=controller_wall",
-        "-r", "/joint_states:=/wall_test/joint_states", "-p", "position_controller:=wall_test_forward",
-        "-p", "realtime_priority:=10", "-p", f"loop_mode:={loop_mode}",
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    proc = start_process(node_cmd(
+        "controller_node", "-r", "__node:=controller_wall", "-r", "/joint_states:=/wall_test/joint_states",
+        "-p", "position_controller:=wall_test_forward", "-p", "realtime_priority:=10", "-p", f"loop_mode:={loop_mode}",
+    ), log_path)  # fmt: skip
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node("controller_wall_probe", context=context)  # on wall time, unlike Probe
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
 
-    def spin_until(predicate, timeout_s):
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end and not predicate():
-            executor.spin_once(timeout_sec=0.02)
-        return predicate()
+    def wait(predicate, wall_timeout_s):
+        return spin_until(predicate, wall_timeout_s, executor.spin_once)
 
     try:
         cmds, loops = [], []
@@ -330,7 +324,7 @@ def test_on_wall_time_the_loop_sends_commands_at_100_hz(tmp_path, loop_mode, res
         def on_diag(msg):
             loops.extend({kv.key: kv.value for kv in s.values} for s in msg.status if s.name == "controller_wall: loop")
 
-        node.create_subscription(Float64MultiArray, "/wall_test_forward/commands", lambda m: cmds.append(time.monotonic()), 500)
+        node.create_subscription(Float64MultiArray, "/wall_test_forward/commands", lambda m: cmds.append(m), 500)
         node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
         js_pub = node.create_publisher(JointState, "/wall_test/joint_states", 10)
         def publish_joint_state():
@@ -340,16 +334,15 @@ def test_on_wall_time_the_loop_sends_commands_at_100_hz(tmp_path, loop_mode, res
 
         node.create_timer(0.01, publish_joint_state)
         set_params = node.create_client(SetParameters, "/controller_wall/set_parameters")
-        assert spin_until(lambda: len(cmds) > 50 or proc.poll() is not None, 60) and proc.poll() is None, log_path.read_text()[-3000:]
-        t0 = time.monotonic()
-        spin_until(lambda: False, 2.0)  # count over 2 s of wall time
-        n = sum(t0 <= t < t0 + 2.0 for t in cmds)
-        assert 170 <= n <= 230, n  # 100 Hz, with room for a busy test machine
-        assert spin_until(lambda: loops and int(loops[-1]["cycles"]) > 200, 10), loops[-1:]
+        assert wait(lambda: len(cmds) > 50 or proc.poll() is not None, 60) and proc.poll() is None, log_path.read_text()[-3000:]
+        np.testing.assert_allclose(cmds[-1].data, HOME_Q, atol=1e-9)  # holding where the joint states say
+        assert wait(lambda: loops and int(loops[-1]["cycles"]) > 200, 30), loops[-1:]
         loop = loops[-1]
         assert loop["loop_mode"] == resolved and loop["clock"] == "wall" and "skipped_cycles" in loop, loop
         assert ("late_callbacks" in loop) == (resolved == "inline"), loop
-        assert 9.0 < float(loop["period_ms_mean"]) < 11.0, loop
+        # Deadlines are absolute and a late cycle is not made up with a burst: however loaded the machine,
+        # the loop never runs faster than 100 Hz on average (slower is the bench's figure, not a defect here).
+        assert float(loop["period_ms_mean"]) > 9.0, loop
         # realtime_priority: inline, the one thread (the main one) runs SCHED_FIFO 10; thread mode, the loop
         # thread runs FIFO 10 and the executor thread (the main one) 9, so a GIL holder is never preempted by
         # ordinary processes. Where FIFO is not allowed, a warning says so.
@@ -365,23 +358,23 @@ def test_on_wall_time_the_loop_sends_commands_at_100_hz(tmp_path, loop_mode, res
         def set_spin(us: int):
             value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=us)
             request = SetParameters.Request(parameters=[ParameterMsg(name="loop_spin_us", value=value)])
-            assert set_params.wait_for_service(timeout_sec=10)
+            assert set_params.wait_for_service(timeout_sec=30)
             future = set_params.call_async(request)
-            assert spin_until(future.done, 10)
+            assert wait(future.done, 30)
             return future.result().results[0]
 
         assert set_spin(0).successful  # pure sleep: changeable while running
         assert not set_spin(5000).successful
         n_before = len(cmds)
-        spin_until(lambda: False, 0.5)
-        assert len(cmds) - n_before > 30  # still running after the change
+        assert wait(lambda: len(cmds) > n_before + 30, 30)  # still running after the change
     finally:
-        code = stop(proc, log_path)
+        problem = stop_cleanly(proc, log_path, signal.SIGTERM)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+    assert not problem, problem
     text = log_path.read_text()
-    assert code == 0 and "Exception in thread" not in text and "control cycle failed" not in text, text[-3000:]
+    assert "Exception in thread" not in text and "control cycle failed" not in text, text[-3000:]
 
 
 def _param(name: str, value) -> ParameterMsg:
@@ -445,7 +438,7 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
         # A change that is invalid as a whole configuration is refused before anything takes effect.
         assert not set_("loose", "max_chunk_age_s", 0.015).successful  # shorter than two control periods
     finally:
-        codes = [stop(proc, logs[mode]) for mode, proc in procs.items()]
+        codes = [stop(proc, signal.SIGTERM) for proc in procs.values()]
         rig.close()
     assert codes == [0, 0], [log.read_text()[-2000:] for log in logs.values()]
 
@@ -500,7 +493,7 @@ def test_stopped_clock_joint_states_and_chunks_are_reported_within_their_timeout
         sim["clock"] = sim["chunks"] = True
         assert rig.spin_until(lambda: latest()["_level"] == DiagnosticStatus.OK, 30), latest()
     finally:
-        code = stop(proc, log_path)
+        code = stop(proc, signal.SIGTERM)
         rig.close()
     assert code == 0, log_path.read_text()[-3000:]
 
@@ -562,28 +555,30 @@ def test_after_the_last_chunk_expires_the_arm_decelerates_and_holds(graph):
 
 def test_estop_stops_and_latches_and_resume_resumes(graph):
     q0 = held_command(graph)
-    ramp = lambda q, stamp: send_chunk(graph, stamp, q + np.outer(0.02 * np.arange(150), -AMP / 3))  # noqa: E731
-    ramp(q0, graph.now_s())
-    wait_until_sim(graph, graph.now_s() + 0.5)
-    response = call(graph, "estop", Trigger.Request())
-    assert response.success and "latched" in response.message
-    q_stop = held_command(graph)
-    assert np.abs(q_stop - q0).max() > 0.02  # it was moving
-    s = fresh_state(graph)
-    assert s["mode"] == "estop" and s["_level"] == DiagnosticStatus.ERROR
-    rejected = int(s.get("rejected.estopped", 0))
-    ramp(q_stop, graph.now_s())  # refused while latched
-    wait_until_sim(graph, graph.now_s() + 0.5)
-    np.testing.assert_array_equal(graph.rec["cmd"][-1], q_stop)
-    assert int(fresh_state(graph)["rejected.estopped"]) == rejected + 1
-    response = call(graph, "resume", Trigger.Request())
-    assert response.success and "resumed" in response.message
-    wait_until_sim(graph, graph.now_s() + 0.2)
-    np.testing.assert_array_equal(graph.rec["cmd"][-1], q_stop)  # resuming alone does not move the arm
-    ramp(q_stop, graph.now_s())
-    wait_until_sim(graph, graph.now_s() + 0.6)
-    assert np.abs(graph.rec["cmd"][-1] - q_stop).max() > 0.02
-    assert fresh_state(graph)["mode"] == "tracking"
+    ramp = lambda q: send_chunk(graph, UNSTAMPED, q + np.outer(0.02 * np.arange(150), -AMP / 3))  # noqa: E731
+    ramp(q0)
+    assert graph.spin_until(moved_from(graph, q0), 60), why(graph)  # moving
+    try:
+        response = call(graph, "estop", Trigger.Request())
+        assert response.success and "latched" in response.message
+        q_stop = held_command(graph)
+        s = fresh_state(graph)
+        assert s["mode"] == "estop" and s["_level"] == DiagnosticStatus.ERROR
+        rejected = int(s.get("rejected.estopped", 0))
+        ramp(q_stop)  # refused while latched
+        assert graph.spin_until(lambda: int(state(graph).get("rejected.estopped", 0)) > rejected, 30)
+        assert int(state(graph)["rejected.estopped"]) == rejected + 1
+        np.testing.assert_array_equal(graph.rec["cmd"][-1], q_stop)
+        response = call(graph, "resume", Trigger.Request())
+        assert response.success and "resumed" in response.message
+        wait_until_sim(graph, graph.now_s() + 0.2)
+        np.testing.assert_array_equal(graph.rec["cmd"][-1], q_stop)  # resuming alone does not move the arm
+        ramp(q_stop)
+        assert graph.spin_until(moved_from(graph, q_stop), 60), why(graph)
+        assert fresh_state(graph)["mode"] == "tracking"
+        held_command(graph)  # at rest again for the next test
+    finally:
+        call(graph, "resume", Trigger.Request())  # never leave the e-stop latched for the tests after this one
 
 
 def test_a_chunk_stamped_in_the_past_is_executed_from_the_current_time(graph):
@@ -605,14 +600,16 @@ def test_bad_inputs_are_rejected_and_counted_in_diagnostics(graph):
     before = fresh_state(graph)
     q = held_command(graph)
     send_chunk(graph, graph.now_s(), np.repeat(q[None], 5, axis=0), names=JOINTS[:6] + ["bogus_joint"])
-    send_chunk(graph, graph.now_s() - 10.0, np.repeat(q[None], 5, axis=0))  # long over
+    send_chunk(graph, graph.now_s() - 1.0, np.repeat(q[None], 5, axis=0))  # over 0.9 s ago
     bad = np.repeat(q[None], 5, axis=0)
     bad[2, 3] = np.nan
     send_chunk(graph, graph.now_s(), bad)
-    wait_until_sim(graph, graph.now_s() + 0.2)
-    after = fresh_state(graph)
-    for code in ("unknown_joint", "expired", "non_finite"):
-        assert int(after.get(f"rejected.{code}", 0)) == int(before.get(f"rejected.{code}", 0)) + 1, code
+    codes = ("unknown_joint", "expired", "non_finite")
+    count = lambda s, code: int(s.get(f"rejected.{code}", 0))  # noqa: E731
+    assert graph.spin_until(lambda: all(count(state(graph), c) > count(before, c) for c in codes), 30), why(graph)
+    after = state(graph)
+    for code in codes:
+        assert count(after, code) == count(before, code) + 1, code
     np.testing.assert_array_equal(graph.rec["cmd"][-1], q)
 
 
@@ -620,7 +617,8 @@ def test_diagnostics_report_loop_timing_and_state_and_parameters_are_validated(g
     loop = graph.rec["loop"][-1]
     for key in ("period_ms_mean", "period_err_ms.p50", "period_err_ms.p99", "overruns", "compute_ms.p99", "cycles"):
         assert key in loop, key
-    assert loop["clock"] == "sim" and abs(float(loop["period_ms_mean"]) - 10.0) < 2.0
+    # The period is measured in simulated time; a loaded machine can only make it longer (figures: the bench).
+    assert loop["clock"] == "sim" and float(loop["period_ms_mean"]) > 9.0, loop
     s = state(graph)
     for key in ("mode", "watchdog", "estop", "enabled", "chunk_age_s", "tracking_error.max", "clock_jumps", "output_topic"):
         assert key in s, key
@@ -679,10 +677,10 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
         np.testing.assert_allclose(isaac.position, target[PERM], atol=1e-6)
         np.testing.assert_allclose(out["fwd"][-1].data, target[PERM], atol=1e-6)
     finally:
-        codes = [stop(p, log) for p, log in zip(procs, logs)]
+        problems = [stop_cleanly(p, log, signal.SIGTERM) for p, log in zip(procs, logs)]
         n_cmd = len(rec["cmd"])
         assert call(probe, "enable", SetBool.Request(data=True)).success
-    assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs]
+    assert problems == ["", "", ""], problems
     # Re-enabled, the main controller restarts from where the arm is now, not from its old command.
     np.testing.assert_allclose(held_command(probe, after=n_cmd), target, atol=5e-3)
 
@@ -845,33 +843,43 @@ def test_on_simulated_time_the_loop_is_judged_by_keeping_up_not_by_clock_jitter(
 
 
 def test_a_backwards_clock_jump_restarts_from_the_reset_arm(graph):
-    """Runs last: the sim restarts simulated time at 0 on reset (as Gazebo does)."""
+    """The sim restarts simulated time at 0 on reset (as Gazebo does); the other tests work on the new timeline."""
     probe = graph
     sim_params = probe.node.create_client(SetParameters, "/sim/set_parameters")
-    v = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=True)
-    assert probe.call(sim_params, SetParameters.Request(parameters=[ParameterMsg(name="reset_clock_on_reset", value=v)])).results[0].successful
-    q0 = held_command(probe)
-    send_chunk(probe, probe.now_s(), q0 + np.outer(0.02 * np.arange(150), AMP / 3))  # moving when the clock jumps
-    wait_until_sim(probe, probe.now_s() + 0.5)
-    t_before = probe.now_s()
-    jumps = int(state(probe)["clock_jumps"])
-    probe.call(probe.node.create_client(Trigger, "/sim/reset"), Trigger.Request())
-    assert probe.spin_until(lambda: probe.now_s() < t_before - 0.3, 30)
-    wait_until_sim(probe, probe.now_s() + 1.0)
-    s = fresh_state(probe)
-    assert int(s["clock_jumps"]) == jumps + 1
-    assert s["mode"] == "holding" and s["watchdog"] == "no_chunk"  # the old chunk was dropped
-    # Restarted from the reset arm's joint states and holding there. (Commands already in flight when
-    # the sim reset can nudge the arm towards the old pose for a step or two before the new timeline's
-    # first joint state; the controller then holds wherever that left the arm, it does not go back.)
-    held = held_command(probe)
-    np.testing.assert_allclose(held, measured(probe), atol=5e-3)
-    # Not on the old plan, which would have gone on to q0 + 2.98 s x AMP/3 (how close to home the arm is
-    # depends on how long the sim ran the in-flight old commands: a loaded machine stretches that).
-    plan_end = q0 + 149 * 0.02 * AMP / 3
-    assert np.abs(held - plan_end)[ARM].max() > 0.15, (held, plan_end)
-    home = held
-    # A chunk of the new timeline is executed.
-    send_chunk(probe, probe.now_s(), home + np.outer(0.02 * np.arange(50), AMP / 3))
-    wait_until_sim(probe, probe.now_s() + 0.6)
-    assert np.abs(probe.rec["cmd"][-1] - home).max() > 0.02
+
+    def reset_clock_on_reset(on: bool):
+        v = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
+        return probe.call(sim_params, SetParameters.Request(parameters=[ParameterMsg(name="reset_clock_on_reset", value=v)])).results[0]
+
+    assert reset_clock_on_reset(True).successful
+    try:
+        home = np.array(HOME_Q)
+        # Far from home (wherever the tests before left the arm) and tracking a chunk when the clock jumps:
+        # 1.5 s to a pose 0.48 rad from home, then 1.5 s more of chunk there.
+        q0, far = held_command(probe), home + 1.6 * AMP
+        send_chunk(probe, UNSTAMPED, q0 + np.minimum(0.02 * np.arange(150) / 1.5, 1.0)[:, None] * (far - q0))
+        assert probe.spin_until(lambda: np.abs(probe.rec["cmd"][-1] - home).max() > 0.42, 60), why(probe)
+        wait_until_sim(probe, 1.0)  # far enough from 0 that the jump is clearly backwards
+        q_before = probe.rec["cmd"][-1].copy()
+        t_before = probe.now_s()
+        jumps = int(state(probe)["clock_jumps"])
+        probe.call(probe.node.create_client(Trigger, "/sim/reset"), Trigger.Request())
+        assert probe.spin_until(lambda: probe.now_s() < t_before - 0.3, 30)
+        wait_until_sim(probe, probe.now_s() + 1.0)
+        s = fresh_state(probe)
+        assert int(s["clock_jumps"]) == jumps + 1
+        assert s["mode"] == "holding" and s["watchdog"] == "no_chunk"  # the old chunk was dropped
+        # Restarted from the reset arm's joint states and holding there. (Commands already in flight when
+        # the sim reset can nudge the arm towards the old pose for a step or two before the new timeline's
+        # first joint state; the controller then holds wherever that left the arm, it does not go back.)
+        held = held_command(probe)
+        np.testing.assert_allclose(held, measured(probe), atol=5e-3)
+        assert np.abs(held - home).max() < 0.15 and np.abs(q_before - home).max() > 0.4, (held, home, q_before)
+        home = held
+        # A chunk of the new timeline is executed.
+        send_chunk(probe, UNSTAMPED, home + np.outer(0.02 * np.arange(50), AMP / 3))
+        assert probe.spin_until(moved_from(probe, home), 60), why(probe)
+        held_command(probe)  # at rest again for the next test
+    finally:
+        assert reset_clock_on_reset(False).successful
+    wait_until_sim(probe, SIM_START_S)  # as the fixture hands the graph over

@@ -14,11 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from ros_helpers import REPO, spin_until
 
 from vla_ros.launch_runner import (
     LaunchError,
@@ -31,7 +31,6 @@ from vla_ros.launch_runner.packages import SOURCE_ROOT
 from vla_ros.launch_runner.substitutions import EvalContext, substitute
 
 FIXTURES = Path(__file__).parent / 'launch_fixtures'
-REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
@@ -80,15 +79,6 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: os.kill succeeded, so assume it runs
     return stat.rsplit(')', 1)[1].split()[0] != 'Z'
-
-
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 # --------------------------------------------------------------------- substitutions
@@ -460,11 +450,9 @@ def test_cli_package_lookup_and_errors(ament_prefix, capsys):
 
 def test_required_process_exit_code_stops_siblings(tmp_path, capsys):
     ready = tmp_path / 'ready'
-    started = time.monotonic()
     code = run_launch_file(FIXTURES / 'supervise_required.launch.xml',
                            {'python': PY, 'ready': str(ready)})
-    assert code == 3
-    assert time.monotonic() - started < 10
+    assert code == 3  # returned at all: the sleeper (which never ends by itself) was stopped
     sleeper_pid = int(ready.read_text())
     assert not pid_alive(sleeper_pid)
     captured = capsys.readouterr()
@@ -494,14 +482,14 @@ def test_sigint_to_runner_stops_children(tmp_path):
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready = [tmp_path / 'first', tmp_path / 'second']
     try:
-        started = wait_until(lambda: all(p.exists() for p in ready))
+        started = spin_until(lambda: all(p.exists() for p in ready), 60)
         if started:
             pids = [int(p.read_text()) for p in ready]
             assert all(pid_alive(pid) for pid in pids)
             runner.send_signal(signal.SIGINT)
         else:
             runner.kill()
-        out, err = runner.communicate(timeout=15)
+        out, err = runner.communicate(timeout=60)
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -509,7 +497,7 @@ def test_sigint_to_runner_stops_children(tmp_path):
     assert started, f'children did not start:\n{out}\n{err}'
     assert runner.returncode == 0, err
     assert '[first-1] first got SIGINT' in out and '[second-2] second got SIGINT' in out
-    assert wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout=2)
+    assert spin_until(lambda: not any(pid_alive(pid) for pid in pids), 30)
 
 
 def test_respawn_limited(tmp_path):
@@ -547,7 +535,7 @@ def test_grandchildren_are_not_orphaned(tmp_path):
                                   f"'sleep 30 &amp; echo $! &gt; {pid_file}'\"/>")
     assert run_launch_file(path, {}) == 0
     grandchild = int(pid_file.read_text())
-    assert wait_until(lambda: not pid_alive(grandchild), timeout=2)
+    assert spin_until(lambda: not pid_alive(grandchild), 30)
 
 
 def test_start_failure_shuts_down(tmp_path, capsys):

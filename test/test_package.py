@@ -1,6 +1,7 @@
 """package.xml and setup.py agree, and everything they name exists (what colcon and pip will install)."""
 
 import importlib
+import os
 import re
 import runpy
 import xml.etree.ElementTree as ET
@@ -13,12 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def setup_kwargs() -> dict:
     captured = {}
-    real = setuptools.setup
+    real, cwd = setuptools.setup, os.getcwd()
     setuptools.setup = lambda **kw: captured.update(kw)
     try:
+        os.chdir(REPO)  # setup.py globs relative to its folder, as pip and colcon run it
         runpy.run_path(str(REPO / "setup.py"), run_name="__main__")
     finally:
         setuptools.setup = real
+        os.chdir(cwd)
     return captured
 
 

@@ -259,7 +259,7 @@ def check_properties(rig, chunk, st_, out, report):
 # Two draws per case (hypothesis' own cost per draw is comparable to a filter call); the rest comes from
 # numpy seeded by the second.
 CASES = st.tuples(st.sampled_from(MODES), st.integers(0, 2**32 - 1))
-SEEN: dict[str, set] = {}
+PROPERTY_SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 
 
 def run_case(rig, case, seen):
@@ -279,17 +279,17 @@ def run_case(rig, case, seen):
     seen.setdefault("count", set()).add(case)
 
 
-@settings(max_examples=10_000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-@given(case=CASES)
-def test_sim_arm_every_output_is_safe(sim_rig, case):
-    run_case(sim_rig, case, SEEN.setdefault("sim", {}))
+def test_sim_arm_every_output_is_safe_and_every_kind_of_outcome_occurs(sim_rig):
+    """10,000 cases, then the check that makes them meaningful: they hit passes, every family of rejection
+    and truncation (one test, so it never depends on another having run first)."""
+    seen = {}
 
+    @settings(max_examples=10_000, **PROPERTY_SETTINGS)
+    @given(case=CASES)
+    def every_output_is_safe(case):
+        run_case(sim_rig, case, seen)
 
-def test_sim_arm_cases_covered_every_kind_of_outcome():
-    """The run above is only meaningful if it hit passes, every family of rejection and truncation."""
-    seen = SEEN.get("sim")
-    if not seen:
-        pytest.skip("runs after test_sim_arm_every_output_is_safe")
+    every_output_is_safe()
     assert len(seen["count"]) >= 10_000  # distinct chunks
     outcomes = set().union(*(v for k, v in seen.items() if k != "count"))
     for reason in ("pass", "modified", "non_finite", "non_increasing_time", "position_limit", "velocity_limit",
@@ -298,7 +298,7 @@ def test_sim_arm_cases_covered_every_kind_of_outcome():
     assert "pass" in seen["smooth"]
 
 
-@settings(max_examples=1_500, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1_500, **PROPERTY_SETTINGS)
 @given(case=CASES)
 def test_fr3_every_output_is_safe(fr3_rig, case):
-    run_case(fr3_rig, case, SEEN.setdefault("fr3", {}))
+    run_case(fr3_rig, case, {})

@@ -192,9 +192,12 @@ class SimNode(Node):
                     self._publish_diagnostics((self.sim.time_s - window_sim) / max(elapsed, 1e-9))
                     window_wall, window_sim = time.perf_counter(), self.sim.time_s
         except Exception as err:  # never die silently: report, then stop the node
+            self.failed = True  # first: whatever fails below, main() exits non-zero and the launcher says so
             self.get_logger().error(f"physics thread failed: {err!r}")
-            self.diag.publish(time_msg_from_ns(self.sim.time_ns), [("simulation", ERROR, f"physics thread failed: {err!r}", {})])
-            self.failed = True
+            try:
+                self.diag.publish(time_msg_from_ns(self.sim.time_ns), [("simulation", ERROR, f"physics thread failed: {err!r}", {})])
+            except Exception:  # noqa: BLE001 - publishing may be what failed; the log line has the reason
+                pass
             rclpy.try_shutdown()  # ends spin() in the main thread; main() then exits non-zero
             raise
         finally:

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import rclpy
     from rclpy.node import Node
+    from rclpy.signals import SignalHandlerOptions
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.serialization import deserialize_message
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from vla_ros.ros.recorder import Recorder
 
-    rclpy.init()
+    # Ctrl-C and SIGTERM end the loop below, which then closes the bag; rclpy's handlers would shut the
+    # context down under a running spin_once instead (see vla_ros.ros.node_main).
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = Node("vla_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, args.use_sim_time)])
     state = {"start_ns": None, "lifted_ns": None, "stop": False}
 
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         pub = node.create_publisher(String, "/vla/instruction", latched)
     recorder = Recorder(node, writer, topics, on_message)
-    signal.signal(signal.SIGTERM, lambda *_: state.update(stop=True))
+    old_handlers = {signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)}
     print(f"recording {len(topics)} topics to {out}/", file=sys.stderr)
     published, t_wall0, noted, last_poll = False, time.monotonic(), False, 0.0
     try:
@@ -103,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                 waiting = recorder.waiting
                 print(f"still waiting for the first message on {args.wait_for}"
                       + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
     finally:
         writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
     summary = info(out)
     counts = ", ".join(f"{t['name']} {t['count']}" for t in summary["topics"] if t["count"])
     missing = recorder.waiting
