@@ -72,6 +72,19 @@ def node_cmd(module: str, *ros_args: str) -> list[str]:
     return [sys.executable, "-m", f"vla_ros.nodes.{module}", "--ros-args", *ros_args]
 
 
+def override_params(path: Path, node: str, **params) -> str:
+    """A parameter file that sets ``params`` for ``node``, to pass after a shipped one: a file's node-specific
+    entry (``/**/controller`` in config/controller.yaml) beats a ``-p`` override (rclpy applies wildcard
+    entries, where ``-p`` lands, first), so an override of such a parameter comes in a file of its own."""
+    import copy
+
+    import yaml
+
+    entries = {key: {"ros__parameters": copy.deepcopy(params)} for key in (f"/**/{node}", "/**")}  # no YAML aliases
+    path.write_text(yaml.safe_dump(entries, default_flow_style=None))
+    return str(path)
+
+
 class LaunchedGraph:
     """``vla-ros launch <file> args...`` in its own process group; stopped with SIGINT like Ctrl-C.
 

@@ -7,11 +7,12 @@ of its phase, 10 chunks a second on the robot's /clock:
     normal  (offset 0)        --count chunks
     skewed  (offset +skew)    --count chunks: the safety filter must refuse them (future_stamp)
     late    (offset -late)    --count chunks: stale on arrival, the filter must refuse them (stale_chunk)
-    widened (offset +skew)    --count chunks after the filter's max_future_stamp_s is raised to
-                              --widen over the link: they pass the filter, the controller must refuse them
+    widen_refused (+skew)     asks the filter to raise max_future_stamp_s to --widen over the link (a
+                              loosening: refused at run time), then --count chunks, still refused
     normal  (offset 0)        --count chunks: accepted again
 
-Prints one JSON line per phase start ({"phase": name, "mono": ...}) and {"done": counts} at the end.
+Prints one JSON line per phase start ({"phase": name, "mono": ...}), the widening's answer ({"widen":
+{"successful", "reason"}}) and {"done": counts} at the end.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skew", type=float, default=1.0, help="seconds the skewed stamps lie ahead")
     parser.add_argument("--late", type=float, default=0.7, help="seconds the late chunks' stamps lie behind")
-    parser.add_argument("--widen", type=float, default=5.0, help="the filter's max_future_stamp_s in the third phase")
+    parser.add_argument("--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the fourth phase")
     parser.add_argument("--count", type=int, default=15, help="chunks per phase")
     args = parser.parse_args()
     rclpy.init()
@@ -88,9 +89,9 @@ def main() -> int:
         rclpy.spin_once(node, timeout_sec=0.05)
     counts = {}
     try:
-        for phase, offset in (("normal", 0.0), ("skewed", args.skew), ("late", -args.late), ("widened", args.skew),
+        for phase, offset in (("normal", 0.0), ("skewed", args.skew), ("late", -args.late), ("widen_refused", args.skew),
                               ("normal_again", 0.0)):
-            if phase == "widened":
+            if phase == "widen_refused":  # loosening a safety bound over the link is refused at run time
                 value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=args.widen)
                 request = SetParameters.Request(parameters=[ParameterMsg(name="max_future_stamp_s", value=value)])
                 assert set_params.wait_for_service(timeout_sec=30.0), "/safety_filter/set_parameters not available"
@@ -98,7 +99,7 @@ def main() -> int:
                 while not future.done():
                     rclpy.spin_once(node, timeout_sec=0.05)
                 result = future.result().results[0]
-                assert result.successful, result.reason
+                print(json.dumps({"widen": {"successful": result.successful, "reason": result.reason}}), flush=True)
             print(json.dumps({"phase": phase, "mono": time.monotonic()}), flush=True)
             for _ in range(args.count):
                 publish(offset)

@@ -21,13 +21,22 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import (
+    REPO,
+    LaunchedGraph,
+    Probe,
+    node_cmd,
+    override_params,
+    spin_until,
+    start_process,
+    stop,
+    stop_cleanly,
+)
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import SetBool, Trigger
-from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import bundled_urdf_path, limits_from_urdf
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -43,14 +52,14 @@ SIM_START_S = 2.0  # simulated time when the tests start (and again after the cl
 
 
 PROBE = "controller_test_probe"  # the test's node plays the safety filter: the controllers trust it
+# The module's controller hears episode resets from the probe only, not the simulator's announcements: a test
+# chooses whether a reset is announced (as the sim does) or not (as on a robot pushed by hand).
+RESET_TOPIC = "/controller_test/episode_reset"
 
 
 def start_controller(log_path, *ros_args: str, trusted: str = f"/{PROBE}"):
-    # A parameter file's node-specific entry (/**/controller in config/controller.yaml) beats a -p override
-    # (rclpy applies wildcard entries, where -p lands, first), so the trust comes in a file of its own.
-    trust = log_path.with_suffix(".trust.yaml")
-    trust.write_text("".join(f"{key}:\n  ros__parameters:\n    trusted_publishers: ['{trusted}']\n" for key in ("/**/controller", "/**")))
-    return start_process(node_cmd("controller_node", "-p", "use_sim_time:=true", *ros_args, "--params-file", str(trust)), log_path)
+    trust = override_params(log_path.with_suffix(".trust.yaml"), "controller", trusted_publishers=[trusted])
+    return start_process(node_cmd("controller_node", "-p", "use_sim_time:=true", *ros_args, "--params-file", trust), log_path)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +70,8 @@ def graph(tmp_path_factory):
     # half as long in simulated time, and the smoothness checks measure the controller, not the load.
     with LaunchedGraph("sim.launch.xml", "policy:=none", "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
                        log_path=logs / "sim.log") as g:
-        ctl = start_controller(logs / "controller.log", "--params-file", str(REPO / "config" / "controller.yaml"))
+        ctl = start_controller(logs / "controller.log", "--params-file", str(REPO / "config" / "controller.yaml"),
+                               "-r", f"{EPISODE_RESET_TOPIC}:={RESET_TOPIC}")
         probe = None
         try:
             probe = Probe(PROBE)
@@ -87,7 +97,7 @@ def graph(tmp_path_factory):
             probe.pub_chunk = n.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
             probe.srv = {name: n.create_client(kind, f"/controller/{name}") for name, kind in (("estop", Trigger), ("resume", Trigger), ("enable", SetBool))}
             probe.set_params = n.create_client(SetParameters, "/controller/set_parameters")
-            probe.pub_reset = n.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
+            probe.pub_reset = n.create_publisher(Header, RESET_TOPIC, episode_reset_qos())
             probe.sim_reset = n.create_client(Trigger, "/sim/reset")
             # Ready when simulated time runs here too and the controller hears our chunks (discovery).
             # Simulated time past SIM_START_S, so every test can stamp chunks in the past.
@@ -174,11 +184,6 @@ def moved_from(probe, q: np.ndarray, by: float = 0.02):
     """A condition: the newest command is more than ``by`` from ``q`` (waited for, so a controller that a
     busy machine delays still gets there)."""
     return lambda: np.abs(probe.rec["cmd"][-1] - q).max() > by
-
-
-UNSTAMPED = 0.0  # a chunk stamped 0 starts when the controller receives it (joint_trajectory_controller's rule):
-# where a test needs motion, not a point in time, this keeps a probe that runs behind the graph on a busy
-# machine from sending a chunk the controller finds already over
 
 
 AMP = np.array([0.25, -0.15, 0.2, 0.3, -0.25, 0.3, -0.015])
@@ -555,7 +560,7 @@ def test_after_the_last_chunk_expires_the_arm_decelerates_and_holds(graph):
 
 def test_estop_stops_and_latches_and_resume_resumes(graph):
     q0 = held_command(graph)
-    ramp = lambda q: send_chunk(graph, UNSTAMPED, q + np.outer(0.02 * np.arange(150), -AMP / 3))  # noqa: E731
+    ramp = lambda q: send_chunk(graph, graph.now_s(), q + np.outer(0.02 * np.arange(150), -AMP / 3))  # noqa: E731
     ramp(q0)
     assert graph.spin_until(moved_from(graph, q0), 60), why(graph)  # moving
     try:
@@ -857,7 +862,7 @@ def test_a_backwards_clock_jump_restarts_from_the_reset_arm(graph):
         # Far from home (wherever the tests before left the arm) and tracking a chunk when the clock jumps:
         # 1.5 s to a pose 0.48 rad from home, then 1.5 s more of chunk there.
         q0, far = held_command(probe), home + 1.6 * AMP
-        send_chunk(probe, UNSTAMPED, q0 + np.minimum(0.02 * np.arange(150) / 1.5, 1.0)[:, None] * (far - q0))
+        send_chunk(probe, probe.now_s(), q0 + np.minimum(0.02 * np.arange(150) / 1.5, 1.0)[:, None] * (far - q0))
         assert probe.spin_until(lambda: np.abs(probe.rec["cmd"][-1] - home).max() > 0.42, 60), why(probe)
         wait_until_sim(probe, 1.0)  # far enough from 0 that the jump is clearly backwards
         q_before = probe.rec["cmd"][-1].copy()
@@ -877,7 +882,7 @@ def test_a_backwards_clock_jump_restarts_from_the_reset_arm(graph):
         assert np.abs(held - home).max() < 0.15 and np.abs(q_before - home).max() > 0.4, (held, home, q_before)
         home = held
         # A chunk of the new timeline is executed.
-        send_chunk(probe, UNSTAMPED, home + np.outer(0.02 * np.arange(50), AMP / 3))
+        send_chunk(probe, probe.now_s(), home + np.outer(0.02 * np.arange(50), AMP / 3))
         assert probe.spin_until(moved_from(probe, home), 60), why(probe)
         held_command(probe)  # at rest again for the next test
     finally:

@@ -15,7 +15,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from ros_helpers import LaunchedGraph, Probe, node_cmd, shutdown_problem, spin_until, start_process, stop, stop_cleanly
-from vla_ros.data.mcap_io import summary
+from vla_ros.data.bag import info as bag_info
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
@@ -78,11 +78,11 @@ def test_the_full_graph_and_the_recorder_stop_cleanly_on_ctrl_c(tmp_path):
     beside them: Ctrl-C while chunks (a random model: the filter rejects them) and commands flow. Every node exits 0 with no traceback (LaunchedGraph checks the
     runner's log on the way out) and the recorder closes a readable file."""
     torch.manual_seed(0)
-    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0)), tmp_path / "tiny")
+    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0)), tmp_path / "tiny", onnx=True)  # the default backend
     log = tmp_path / "launch.log"
     with LaunchedGraph("sim.launch.xml", "policy:=vla", f"model:={tmp_path / 'tiny'}", "instruction:=pick up the red cup",
                        log_path=log) as graph:
-        record_log, bag = tmp_path / "record.log", tmp_path / "episode.mcap"
+        record_log, bag = tmp_path / "record.log", tmp_path / "episode"
         recorder = start_process([sys.executable, "-m", "vla_ros.cli", "record", "--use-sim-time", "--out", str(bag)], record_log)
         probe = Probe("shutdown_probe")
         try:
@@ -95,7 +95,7 @@ def test_the_full_graph_and_the_recorder_stop_cleanly_on_ctrl_c(tmp_path):
             probe.close()
             record_problem = stop_cleanly(recorder, record_log)
     assert not record_problem, record_problem
-    assert summary(bag)["messages"] > 0
+    assert bag_info(bag)["messages"] > 0
     text = log.read_text()
     assert graph.proc.returncode == 0 and text.count("process has finished cleanly") == 4, text[-3000:]
 

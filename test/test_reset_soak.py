@@ -201,8 +201,6 @@ def judge(rec: Recorder, resets: list[dict], ends_ns: list[int]) -> tuple[list[s
 
 
 @pytest.mark.reset_soak
-@pytest.mark.xfail(strict=False, reason="until the controller, filter and policy react to /vla/episode_reset "
-                   "(branches i15, i18): the controller keeps its pre-reset plan and yanks the arm back; remove after merging")
 def test_plain_resets_during_the_pick_leave_no_yank_no_displaced_cup_and_the_task_resumes(tmp_path):
     log = tmp_path / "launch.log"
     missed: list[str] = []

@@ -13,24 +13,35 @@ ros2_control cannot run here).
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import yaml
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from ros_helpers import (
+    REPO,
+    LaunchedGraph,
+    Probe,
+    node_cmd,
+    override_params,
+    spin_until,
+    start_process,
+    stop,
+)
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
-from vla_ros.control.ros2_control import JTC_DISTROS, check_controller_joints, controlled_stop, validate_jtc_trajectory
+from vla_ros.control.ros2_control import (
+    JTC_DISTROS,
+    check_controller_joints,
+    controlled_stop,
+    validate_jtc_trajectory,
+)
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.time import ns_from_time_msg
 
@@ -155,19 +166,7 @@ def test_the_shipped_controller_file_matches_the_controller_nodes_joints_and_the
 
 # ---- a real controller process driving the sim through JTC's interface -------------------------------
 def start_controller(log_path, *ros_args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", *ros_args]
-    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode
+    return start_process(node_cmd("controller_node", *ros_args), log_path)
 
 
 def sample_message(msg: JointTrajectory, t_ns: int) -> np.ndarray:
@@ -190,7 +189,8 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
     with LaunchedGraph("sim.launch.xml", "policy:=none", "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
                        log_path=tmp_path / "sim.log") as g:
         ctl = start_controller(tmp_path / "controller.log", "--params-file", str(REPO / "config" / "controller.yaml"),
-                               "-p", "use_sim_time:=true", "-p", "output_interface:=joint_trajectory")
+                               "-p", "use_sim_time:=true", "-p", "output_interface:=joint_trajectory", "--params-file",
+                               override_params(tmp_path / "trust.yaml", "controller", trusted_publishers=["/jtc_stream_probe"]))
         probe = Probe("jtc_stream_probe")
         try:
             n = probe.node
@@ -300,24 +300,20 @@ def test_the_controller_sends_only_to_a_ros2_control_controller_configured_with_
         {s.name.split(":")[0]: (s.level, s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name.endswith(": output")}), 50)
     node.create_subscription(String, "/vla_test/fake_ros2_control", lambda m: fakes.append(json.loads(m.data)), 50)
 
-    def spin_until(predicate, timeout_s):
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end and not predicate():
-            executor.spin_once(timeout_sec=0.05)
-        return predicate()
+    def wait(predicate, timeout_s):
+        return spin_until(predicate, timeout_s, executor.spin_once)
 
     fake = None
     try:
         # Before ros2_control is up nobody receives: both wait, sending nothing.
-        assert spin_until(lambda: {"ctl_fwd", "ctl_jtc"} <= set(outputs), 60), [p.read_text()[-2000:] for p in tmp_path.glob("*.log")]
+        assert wait(lambda: {"ctl_fwd", "ctl_jtc"} <= set(outputs), 60), [p.read_text()[-2000:] for p in tmp_path.glob("*.log")]
         assert all(outputs[n][2]["check"] == "no_receiver" and outputs[n][0] == DiagnosticStatus.WARN for n in ("ctl_fwd", "ctl_jtc"))
-        fake = subprocess.Popen(
-            [sys.executable, str(REPO / "test" / "fake_ros2_control.py"), f"forward:vla_fwd:{','.join(swapped)}",
-             f"trajectory:vla_jtc:{','.join(shuffled)}", "--joint-states", ",".join(JOINTS), "--ros-args", "-r", f"/joint_states:={env_topic}"],
-            stdout=open(tmp_path / "fake.log", "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-        assert spin_until(lambda: fakes and fakes[-1]["vla_jtc"]["received"] > 200, 90), \
+        fake = start_process([sys.executable, str(REPO / "test" / "fake_ros2_control.py"), f"forward:vla_fwd:{','.join(swapped)}",
+                              f"trajectory:vla_jtc:{','.join(shuffled)}", "--joint-states", ",".join(JOINTS),
+                              "--ros-args", "-r", f"/joint_states:={env_topic}"], tmp_path / "fake.log")
+        assert wait(lambda: fakes and fakes[-1]["vla_jtc"]["received"] > 200, 90), \
             (outputs, fakes[-1:], (tmp_path / "fake.log").read_text()[-2000:])
-        assert spin_until(lambda: outputs["ctl_fwd"][2]["check"] == "mismatch" and outputs["ctl_jtc"][2]["check"] == "verified", 30), outputs
+        assert wait(lambda: outputs["ctl_fwd"][2]["check"] == "mismatch" and outputs["ctl_jtc"][2]["check"] == "verified", 30), outputs
         level, message, values = outputs["ctl_fwd"]
         assert level == DiagnosticStatus.ERROR and "order differs" in message and int(values["withheld_cycles"]) > 100
         assert values["controller.joints"] == ",".join(swapped) and values["joints"] == ",".join(JOINTS)

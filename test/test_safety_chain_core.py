@@ -230,6 +230,22 @@ def test_an_input_stops_on_the_steady_clock_even_when_simulated_time_stands_stil
     assert not watch.stopped(int(3.1 * NS), 1 * NS)
 
 
+def test_the_clock_counts_as_arriving_while_ros_time_moves_and_each_stop_is_reported_once():
+    dog = Watchdog({"clock": InputWatch("/clock", 0.5, b"\x02", "simulator dead?"),
+                    "chunks": InputWatch("chunks", 2.0, b"\x01")})
+    reports = []
+    report = lambda line, key: reports.append(key)  # noqa: E731
+    assert not dog.poll(0, 0, report) and dog["clock"].count == 0  # time 0: no /clock yet
+    dog["chunks"].seen(0, None)
+    assert not dog.poll(int(0.1 * NS), 5 * NS, report) and dog["clock"].count == 1  # time moves: /clock arrives
+    assert not dog.poll(int(0.5 * NS), int(5.1 * NS), report) and dog["clock"].count == 2 and not reports
+    assert dog.poll(int(1.2 * NS), int(5.1 * NS), report) and reports == ["input.clock"]  # frozen for 0.7 s wall
+    assert not dog.poll(int(1.3 * NS), int(5.1 * NS), report) and reports == ["input.clock"]  # reported once
+    assert dog.poll(int(2.5 * NS), int(5.1 * NS), report) and reports[1:] == ["input.clock", "input.chunks"]  # the new set
+    dog.set_timeouts({"clock_timeout_s": 5.0, "chunk_timeout_s": 0.1, "joint_state_timeout_s": 9.0})
+    assert dog["clock"].timeout_s == 5.0 and dog["chunks"].timeout_s == 0.1
+
+
 def test_each_rejection_reason_has_its_own_log_throttle():
     lines, now = [], [0.0]
     log = ReasonLog(lines.append, period_s=2.0, clock=lambda: now[0])

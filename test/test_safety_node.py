@@ -180,9 +180,9 @@ def _get(probe, name, node="safety_filter"):
 
 def _filter_values(probe):
     """The newest periodic 'filter' status values (published every second)."""
-    n = len(_statuses(probe.rec, "safety_filter: filter"))
-    assert probe.spin_until(lambda: len(_statuses(probe.rec, "safety_filter: filter")) > n, 20)
-    return _statuses(probe.rec, "safety_filter: filter")[-1][1]
+    n = len(_statuses(probe.rec, "filter"))
+    assert probe.spin_until(lambda: len(_statuses(probe.rec, "filter")) > n, 20)
+    return _statuses(probe.rec, "filter")[-1][1]
 
 
 def test_a_huge_chunk_is_refused_before_it_is_deserialized(graph):
@@ -211,9 +211,9 @@ def test_joint_states_are_validated_where_they_arrive_and_refusals_counted(graph
         pub.publish(msg)
 
     def counted():
-        values = _statuses(graph.rec, "safety_filter: filter")[-1][1]
+        values = _statuses(graph.rec, "filter")[-1][1]
         return all(int(values.get(f"rejected.{c}", 0)) > int(before.get(f"rejected.{c}", 0)) for c in codes)
-    assert graph.spin_until(counted, 30), _statuses(graph.rec, "safety_filter: filter")[-1][1]
+    assert graph.spin_until(counted, 30), _statuses(graph.rec, "filter")[-1][1]
     graph.node.destroy_publisher(pub)
     # The sim's good joint states still pass chunks.
     q, stamp = _latest(graph)
@@ -240,7 +240,7 @@ def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_me
     first = _traj(q + np.outer(np.arange(0, 5) / 50, np.r_[np.ones(6) * 0.05, 0.0]), 0.1, stamp, t0=0.3)
     out = _send_and_wait(graph, first)
     assert len(out) == 1, _statuses(graph.rec, "chunk rejected")[-1:]
-    episode = lambda: [kv["episode"] for _, kv in _statuses(graph.rec, "safety_filter: inputs")][-1:]  # noqa: E731
+    episode = lambda: [kv["episode"] for _, kv in _statuses(graph.rec, "inputs")][-1:]  # noqa: E731
     assert graph.spin_until(lambda: episode() == ["7"], 20), episode()
 
 
@@ -248,23 +248,20 @@ def test_a_second_filter_started_with_the_opt_in_may_be_loosened_and_says_so(gra
     """allow_runtime_loosening:=true (read-only) lets a loosening through, logged at WARN and reported on
     /diagnostics as loosened. On its own topics, so the module's strict filter is untouched."""
     log_path = tmp_path / "loose.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vla_ros.nodes.safety_filter_node", "--ros-args", "-r", "__node:=safety_filter_loose",
-         "--params-file", str(REPO / "config" / "safety_filter.yaml"), "-p", "use_sim_time:=true",
-         "-r", "/vla/action_chunk:=/loose/action_chunk", "-r", "/vla/safe_action_chunk:=/loose/safe_action_chunk",
-         "-p", "allow_runtime_loosening:=true"],
-        stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)  # fmt: skip
+    proc = start_process(node_cmd("safety_filter_node", "-r", "__node:=safety_filter_loose",
+                                  "--params-file", str(REPO / "config" / "safety_filter.yaml"), "-p", "use_sim_time:=true",
+                                  "-r", "/vla/action_chunk:=/loose/action_chunk", "-r", "/vla/safe_action_chunk:=/loose/safe_action_chunk",
+                                  "-p", "allow_runtime_loosening:=true"), log_path)
     try:
-        assert graph.spin_until(lambda: any(s.message == "filtering" for s, _ in _statuses(graph.rec, "safety_filter_loose: filter")), 120), log_path.read_text()[-2000:]
+        assert graph.spin_until(lambda: any(s.message == "filtering" for s, _ in _statuses(graph.rec, "filter", node="safety_filter_loose")), 120), log_path.read_text()[-2000:]
         assert _set(graph, "table_enabled", False, node="safety_filter_loose").successful
         assert _get(graph, "table_enabled", node="safety_filter_loose") is False
         assert graph.spin_until(lambda: any("table_enabled: True -> False (loosened)" in s.message and s.level == DiagnosticStatus.WARN
-                                            for s, _ in _statuses(graph.rec, "safety_filter_loose: parameters")), 20)
+                                            for s, _ in _statuses(graph.rec, "parameters", node="safety_filter_loose")), 20)
         assert "parameter table_enabled: True -> False (loosened) (allowed by allow_runtime_loosening)" in log_path.read_text()
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=30)
-    assert code == 0, log_path.read_text()[-2000:]
+        problem = stop_cleanly(proc, log_path)
+    assert not problem, problem
 
 
 @pytest.mark.parametrize("name, loose", [
@@ -287,7 +284,7 @@ def test_removing_an_obstacle_is_refused_adding_one_and_tightening_are_taken_and
     assert _get(graph, "obstacles") == far_box
     assert _set(graph, "clearance_m", 0.012).successful  # tightening
     assert _get(graph, "clearance_m") == 0.012
-    assert graph.spin_until(lambda: any("clearance_m: 0.01 -> 0.012" in s.message for s, _ in _statuses(graph.rec, "safety_filter: parameters")), 20)
+    assert graph.spin_until(lambda: any("clearance_m: 0.01 -> 0.012" in s.message for s, _ in _statuses(graph.rec, "parameters")), 20)
     values = _filter_values(graph)
     assert values["params.change.0"] == "clearance_m: 0.01 -> 0.012" and int(values["params.refused"]) >= 1
 

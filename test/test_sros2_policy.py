@@ -21,6 +21,8 @@ POLICY = REPO / "config" / "sros2" / "policy.xml"
 # Served by rclpy on Jazzy and later only; allowed for every node so one policy serves all three distros.
 DISTRO_SERVICES = {"get_type_description"}
 ROS2CLI_PREFIX = "_ros2cli"
+# Allowed because a parameter turns them on (debug_attention:=true advertises the overlay); absent by default.
+OPTIONAL_TOPICS = {"/policy/attention_overlay"}
 
 
 def expand(name: str, ns: str, node: str) -> str:
@@ -113,9 +115,12 @@ class GraphProbe:
 
 
 def _wanted(entry: dict, graph: dict) -> dict:
-    """What the graph must show for a node: the policy's sets, less the services only newer distros serve."""
+    """What the graph must show for a node: the policy's sets, less the services only newer distros serve and
+    the topics a parameter turns on."""
     distro = {s for s in entry["reply"] if s.rsplit("/", 1)[-1] in DISTRO_SERVICES and s not in graph["reply"]}
-    return {"publish": entry["publish"], "subscribe": entry["subscribe"], "reply": entry["reply"] - distro}
+    off = {kind: {t for t in entry[kind] if t in OPTIONAL_TOPICS and t not in graph[kind]} for kind in ("publish", "subscribe")}
+    return {"publish": entry["publish"] - off["publish"], "subscribe": entry["subscribe"] - off["subscribe"],
+            "reply": entry["reply"] - distro}
 
 
 @pytest.mark.parametrize("variant, nodes", [

@@ -18,7 +18,7 @@ import pytest
 
 from ros_helpers import REPO
 from vla_ros.tools import netns
-from vla_ros.tools.two_hosts import Run, analyse, commands_within_limits, latest_diag, sim_time_at
+from vla_ros.tools.two_hosts import Run, commands_within_limits, latest_diag, sim_time_at
 
 NETNS_OK, NETNS_WHY = netns.available()
 needs_netns = pytest.mark.skipif(not NETNS_OK, reason=NETNS_WHY or "network namespaces available")
@@ -116,11 +116,11 @@ def test_host_pair_setup_is_idempotent_and_teardown_removes_everything():
 
 
 @needs_netns
-def test_skewed_stamps_are_refused_by_the_filter_and_the_controller(pair, tmp_path):
-    """A GPU host whose stamps lie 1 s ahead: the filter refuses them (future_stamp, bound 0.05 s); with
-    the filter's bound widened over the link to 5 s they pass it and the controller refuses them
-    (stamp_in_future, bound 0.5 s); chunks stamped right pass both, before and after. Chunks that arrive
-    0.7 s late are refused as stale (the filter's max_chunk_age_s is 0.5 s)."""
+def test_skewed_stamps_are_refused_by_the_filter_and_its_bound_cannot_be_widened_over_the_link(pair, tmp_path):
+    """A GPU host whose stamps lie 1 s ahead: the filter refuses them (future_stamp, bound 0.05 s). Chunks
+    that arrive 0.7 s late are refused as stale (the filter's max_chunk_age_s is 0.5 s). The GPU host then
+    asks the filter to widen its bound to 5 s: a loosening, refused at run time, so its skewed chunks are
+    still refused; chunks stamped right pass, before and after, and are all the controller executes."""
     count = 15
     injector = [sys.executable, str(REPO / "test" / "skewed_chunks.py"), "--skew", "1.0", "--late", "0.7", "--widen", "5.0",
                 "--count", str(count)]
@@ -130,23 +130,20 @@ def test_skewed_stamps_are_refused_by_the_filter_and_the_controller(pair, tmp_pa
         run.start_watch()
         run.watch.wait(lambda s: s["safe_chunks"] >= 1, WALL_S, "the first normal chunk at the controller", run.alive())
         log = tmp_path / "gpu_host.log"
-        run.watch.wait(lambda s: '"done"' in log.read_text(), WALL_S, "the injector's four phases", run.alive())
+        run.watch.wait(lambda s: '"done"' in log.read_text(), WALL_S, "the injector's phases", run.alive())
         run.watch.wait_wall(2.5)  # the next diagnostics (1 Hz, wall time)
         record = run.finish()
-    lines = [line for line in log.read_text().splitlines() if line.startswith('{"phase"')]
-    phases = {p["phase"]: p["mono"] for p in map(json.loads, lines)}
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    (widen,) = [line["widen"] for line in lines if "widen" in line]
+    assert not widen["successful"] and "loosens" in widen["reason"], widen
     filt = latest_diag(record, "safety_filter: filter")["values"]
     ctrl = latest_diag(record, "controller: state")["values"]
-    # Skewed and late phases: refused by the filter, by reason.
-    assert int(filt.get("rejected.future_stamp", 0)) >= count - 1, filt
+    # Skewed (twice) and late phases: refused by the filter, by reason.
+    assert int(filt.get("rejected.future_stamp", 0)) >= 2 * count - 2, filt
     assert int(filt.get("rejected.stale_chunk", 0)) >= count - 1, filt
-    # Widened phase: through the filter (stamped 1 s ahead of the robot's clock on arrival) ...
-    t_widened = sim_time_at(record, phases["widened"])
-    t_again = sim_time_at(record, phases["normal_again"])
-    ahead = [r for r in record["safe"] if t_widened <= r[0] < t_again and r[2] - r[0] > 0.5]
-    assert len(ahead) >= count - 1, record["safe"][-5:]
-    # ... and refused by the controller, by reason; it accepted the normal chunks and nothing else.
-    assert int(ctrl.get("rejected.stamp_in_future", 0)) >= count - 1, ctrl
+    assert not [r for r in record["safe"] if r[2] - r[0] > 0.5]  # nothing stamped ahead got through
+    # The controller accepted the normal chunks and nothing else.
+    assert int(ctrl.get("rejected.stamp_in_future", 0)) == 0, ctrl
     assert count <= int(ctrl["chunks.accepted"]) <= 2 * count, ctrl
     normal_safe = [r for r in record["safe"] if abs(r[2] - r[0]) < 0.5]
     assert len(normal_safe) >= 2 * count - 2
@@ -231,9 +228,10 @@ def test_policy_host_gone_for_good_robot_stops_and_reports(gpu_host_off_then_bac
     assert t_rest is not None and t_rest <= last[2] + last[3] + 0.3, (t_rest, last)
     assert commands_within_limits(record)
     ctrl = latest_diag(record, "controller: state", before_mono=mono_boot)
-    assert ctrl["values"]["mode"] == "holding"
-    # Reported: after 5 s without a chunk the operator sees a warning naming the watchdog, not "OK".
-    assert ctrl["level"] >= 1 and ctrl["values"]["watchdog"] != "ok", (ctrl["level"], ctrl["message"], ctrl["values"]["watchdog"])
+    assert ctrl["values"]["mode"] == "holding" and ctrl["values"]["watchdog"] == "chunk_expired"
+    # Reported: after 5 s without a chunk the operator sees a warning naming the silent input, not "OK".
+    inputs = latest_diag(record, "controller: inputs", before_mono=mono_boot)
+    assert inputs["level"] >= 1 and "no chunk from" in inputs["message"], (inputs["level"], inputs["message"])
 
 
 @needs_netns

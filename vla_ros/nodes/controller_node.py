@@ -177,7 +177,6 @@ class ControllerNode(Node):
                                  event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
         self.watchdog = self._make_watchdog()
-        self._last_ros_ns: int | None = None
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/resume", self._on_resume)
         self.create_service(SetBool, "~/enable", self._on_enable)
@@ -243,15 +242,11 @@ class ControllerNode(Node):
         self._spin_ns = values["loop_spin_us"] * 1000  # read by the loop thread at its next deadline
         with self._lock:
             self.core.set_config(config)
-        for key, name in (("joint_states", "joint_state_timeout_s"), ("chunks", "chunk_timeout_s"), ("clock", "clock_timeout_s")):
-            if key in self.watchdog.watches:
-                self.watchdog[key].timeout_s = values[name]
+        self.watchdog.set_timeouts(values)
 
     def _on_params_changed(self, changes: list[ParamChange]) -> None:
         if changes:
-            level = WARN if any(c.loosened for c in changes) else OK
-            self.diag.publish(self.get_clock().now().to_msg(), [
-                ("parameters", level, "changed: " + "; ".join(str(c) for c in changes), self.guard.diagnostic_values())])
+            self.diag.publish(self.get_clock().now().to_msg(), [self.guard.changes_status(changes)])
 
     # ---- inputs ----------------------------------------------------------------------------------
     def _reject(self, source: str, code: str, detail: str = "") -> None:
@@ -518,13 +513,7 @@ class ControllerNode(Node):
             names = ", ".join(e.label for e in foreign)
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
                                 "chunks are refused while it is there", "source.untrusted")
-        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
-            self._last_ros_ns = ros
-            self.watchdog["clock"].seen(mono, None)
-        stopped, changed = self.watchdog.check(mono, ros)
-        if changed:
-            for key, watch in stopped:
-                self.rejections.log(watch.describe(mono, ros), f"input.{key}")
+        changed = self.watchdog.poll(mono, ros, self.rejections.log)
         if changed or (foreign and not self._foreign_reported):
             self._publish_diagnostics()
         self._foreign_reported = bool(foreign)

@@ -96,7 +96,6 @@ class SafetyFilterNode(Node):
         self._resets = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
         self.watchdog = self._make_watchdog()
-        self._last_ros_ns: int | None = None
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
@@ -188,15 +187,11 @@ class SafetyFilterNode(Node):
         self.config, filt = built
         if filt is not None:
             self.filter, self._problem = filt, ""
-        for key, name in (("joint_states", "joint_state_timeout_s"), ("chunks", "chunk_timeout_s"), ("clock", "clock_timeout_s")):
-            if key in self.watchdog.watches:
-                self.watchdog[key].timeout_s = values[name]
+        self.watchdog.set_timeouts(values)
 
     def _on_params_changed(self, changes: list[ParamChange]) -> None:
         if changes:
-            level = WARN if any(c.loosened for c in changes) else OK
-            self.diag.publish(self.get_clock().now().to_msg(), [
-                ("parameters", level, "changed: " + "; ".join(str(c) for c in changes), self.guard.diagnostic_values())])
+            self.diag.publish(self.get_clock().now().to_msg(), [self.guard.changes_status(changes)])
 
     # ---- inputs ------------------------------------------------------------------------------------
     def _on_episode_reset(self, msg: Header) -> None:
@@ -299,13 +294,7 @@ class SafetyFilterNode(Node):
         """Steady-clock timer: simulated time advancing counts as /clock arriving; publish at once when an
         input stops or comes back."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        if "clock" in self.watchdog.watches and ros != self._last_ros_ns and ros != 0:  # 0: no /clock yet
-            self._last_ros_ns = ros
-            self.watchdog["clock"].seen(mono, None)
-        stopped, changed = self.watchdog.check(mono, ros)
-        if changed:
-            for key, watch in stopped:
-                self.rejections.log(watch.describe(mono, ros), f"input.{key}")
+        if self.watchdog.poll(mono, ros, self.rejections.log):
             self._publish_diagnostics()
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:

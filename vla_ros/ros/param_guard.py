@@ -107,6 +107,13 @@ class ParamGuard:
         for listener in self._listeners:
             listener(changes)
 
+    def changes_status(self, changes: list[ParamChange]) -> tuple[str, int, str, dict[str, Any]]:
+        """The ``parameters`` diagnostic for accepted ``changes``: WARN when one loosened a limit."""
+        from diagnostic_msgs.msg import DiagnosticStatus
+
+        level = DiagnosticStatus.WARN if any(c.loosened for c in changes) else DiagnosticStatus.OK
+        return ("parameters", level, "changed: " + "; ".join(str(c) for c in changes), self.diagnostic_values())
+
     def diagnostic_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
             "params.allow_runtime_loosening": self.allow_loosening,

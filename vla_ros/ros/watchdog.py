@@ -14,6 +14,7 @@ as an input stops or comes back, so a dead input is reported within its timeout 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 NS = 1_000_000_000
 
@@ -66,9 +67,19 @@ class Watchdog:
         self.watches = watches
         self._stopped: frozenset[str] = frozenset()
         self.stops = 0  # inputs that stopped, counted at each stop
+        self._last_ros_ns: int | None = None
 
     def __getitem__(self, key: str) -> InputWatch:
         return self.watches[key]
+
+    # The parameter that sets each input's timeout, the same in every node that watches it.
+    TIMEOUT_PARAMS = {"joint_states": "joint_state_timeout_s", "chunks": "chunk_timeout_s", "clock": "clock_timeout_s"}
+
+    def set_timeouts(self, values: dict) -> None:
+        """Apply the ``*_timeout_s`` parameters in ``values`` to the inputs this node watches."""
+        for key, name in self.TIMEOUT_PARAMS.items():
+            if key in self.watches and name in values:
+                self.watches[key].timeout_s = values[name]
 
     def stopped(self, mono_ns: int, ros_ns: int | None = None) -> list[tuple[str, InputWatch]]:
         """[(key, watch)] of the inputs that stopped."""
@@ -82,6 +93,20 @@ class Watchdog:
         self.stops += len(keys - self._stopped)
         self._stopped = keys
         return stopped, changed
+
+    def poll(self, mono_ns: int, ros_ns: int, report: Callable[[str, str], None]) -> bool:
+        """The nodes' steady-clock check: ROS time advancing counts as /clock arriving (0: no /clock yet);
+        whenever the set of stopped inputs changes, each one in it is reported as
+        ``report(description, "input.<key>")`` (the node's log throttles per key). True when the set changed
+        (time to publish diagnostics)."""
+        if "clock" in self.watches and ros_ns != self._last_ros_ns and ros_ns != 0:
+            self._last_ros_ns = ros_ns
+            self.watches["clock"].seen(mono_ns, None)
+        stopped, changed = self.check(mono_ns, ros_ns)
+        if changed:
+            for key, watch in stopped:
+                report(watch.describe(mono_ns, ros_ns), f"input.{key}")
+        return changed
 
     def values(self, mono_ns: int, ros_ns: int | None = None) -> dict[str, float | str]:
         """Silence per input for diagnostics (``silence_s.<key>``, "never" before the first message)."""
