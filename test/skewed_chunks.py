@@ -6,6 +6,8 @@ of its phase, 10 chunks a second on the robot's /clock:
 
     normal  (offset 0)        --count chunks
     skewed  (offset +skew)    --count chunks: the safety filter must refuse them (future_stamp)
+    ahead   (offset +ahead)   --count chunks within the filter's bound (the test starts it with a wide one)
+                              but beyond the controller's: the controller must refuse them (stamp_in_future)
     late    (offset -late)    --count chunks: stale on arrival, the filter must refuse them (stale_chunk)
     widen_refused (+skew)     asks the filter to raise max_future_stamp_s to --widen over the link (a
                               loosening: refused at run time), then --count chunks, still refused
@@ -41,8 +43,9 @@ from vla_ros.ros.time import ns_from_time_msg
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skew", type=float, default=1.0, help="seconds the skewed stamps lie ahead")
+    parser.add_argument("--ahead", type=float, default=1.0, help="seconds the stamps of the ahead phase lie ahead")
     parser.add_argument("--late", type=float, default=0.7, help="seconds the late chunks' stamps lie behind")
-    parser.add_argument("--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the fourth phase")
+    parser.add_argument("--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the widen_refused phase")
     parser.add_argument("--count", type=int, default=15, help="chunks per phase")
     args = parser.parse_args()
     rclpy.init()
@@ -89,7 +92,7 @@ def main() -> int:
         rclpy.spin_once(node, timeout_sec=0.05)
     counts = {}
     try:
-        for phase, offset in (("normal", 0.0), ("skewed", args.skew), ("late", -args.late), ("widen_refused", args.skew),
+        for phase, offset in (("normal", 0.0), ("skewed", args.skew), ("ahead", args.ahead), ("late", -args.late), ("widen_refused", args.skew),
                               ("normal_again", 0.0)):
             if phase == "widen_refused":  # loosening a safety bound over the link is refused at run time
                 value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=args.widen)

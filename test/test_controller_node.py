@@ -121,12 +121,19 @@ def measured(probe, msg=None) -> np.ndarray:
 
 def joint_history(probe, t_from: float, t_to: float) -> tuple[np.ndarray, np.ndarray]:
     """(stamps (K,), positions (K, 7)) of the joint states stamped in [t_from, t_to] on the current timeline
-    (after the clock-jump test, stamps of the old one repeat)."""
-    rows = [(ns_from_time_msg(m.header.stamp) * 1e-9, m) for m in probe.rec["js"]]
-    jumps = [k for k in range(1, len(rows)) if rows[k][0] < rows[k - 1][0]]
-    rows = rows[jumps[-1]:] if jumps else rows
-    rows = [(t, measured(probe, m)) for t, m in rows if t_from <= t <= t_to]
-    return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    (after the clock-jump test, stamps of the old one repeat). Waits until one stamped at or after ``t_to``
+    (or the newest /clock) has arrived: /clock and /joint_states are separate topics, and on a busy machine
+    the clock can run ahead of the joint states that were sampled before it."""
+    def rows():
+        stamped = [(ns_from_time_msg(m.header.stamp) * 1e-9, m) for m in probe.rec["js"]]
+        jumps = [k for k in range(1, len(stamped)) if stamped[k][0] < stamped[k - 1][0]]
+        return stamped[jumps[-1]:] if jumps else stamped
+
+    t_end = min(t_to, probe.now_s())
+    assert probe.spin_until(lambda: rows() and rows()[-1][0] >= t_end - 0.011, 30), \
+        f"no joint state stamped {t_end:.3f} s or later (newest {rows()[-1:][0][0] if rows() else None})"
+    kept = [(t, measured(probe, m)) for t, m in rows() if t_from <= t <= t_to]
+    return np.array([r[0] for r in kept]), np.array([r[1] for r in kept])
 
 
 LIMITS = limits_from_urdf(bundled_urdf_path(), JOINTS)

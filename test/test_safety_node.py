@@ -16,15 +16,17 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
+from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS
+from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, seconds_from_duration_msg
 from vla_ros.sim import HOME_Q, default_urdf_path
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+STALE_S = 3  # seconds a stale chunk's stamp lies back: past the module's max_chunk_age_s (2 s)
 DIVE = np.array([0.0, 1.6, 1.4, 0.0, 0.8, 0.0, 0.04])  # through the table
 
 
@@ -65,8 +67,9 @@ def graph(tmp_path_factory):
         node = start_process(node_cmd("safety_filter_node", "--params-file", str(REPO / "config" / "safety_filter.yaml"),
                                       "-p", "use_sim_time:=true", "-p", "max_chunk_age_s:=2.0"), logs / "node.log")
         probe = Probe("safety_test_probe")
-        rec = {"js": [], "safe": [], "diag": []}
+        rec = {"js": [], "safe": [], "diag": [], "resets": []}
         n = probe.node
+        n.create_subscription(Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)[0]), episode_reset_qos())
         n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 50)
         n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", lambda m: rec["safe"].append(m), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 200)
@@ -137,13 +140,14 @@ def test_chunk_through_the_table_is_cut_and_reported(graph):
     (lambda q, stamp: _traj([np.r_[q[:2], np.nan, q[3:]]] * 3, 0.1, stamp), "non_finite"),
     (lambda q, stamp: _traj([q, q], 0.1, stamp, names=["bogus"] + list(COMMANDED_JOINTS[1:])), "unknown_joint"),
     (lambda q, stamp: _traj([q, q, q], -0.1, stamp, t0=0.5), "non_increasing_time"),
-    (lambda q, stamp: _traj([q + 0.01], 0.1, type(stamp)(sec=max(stamp.sec - 5, 0), nanosec=stamp.nanosec)), "stale_chunk"),
+    (lambda q, stamp: _traj([q + 0.01], 0.1, type(stamp)(sec=max(stamp.sec - STALE_S, 0), nanosec=stamp.nanosec)), "stale_chunk"),
     (lambda q, stamp: JointTrajectory(joint_names=list(COMMANDED_JOINTS), header=_traj([q], 0.1, stamp).header), "empty_chunk"),
 ])
 def test_bad_chunks_are_rejected_with_the_reason_and_nothing_passes(graph, make, code):
     q, stamp = _latest(graph)
-    if code == "stale_chunk" and stamp.sec < 5:
-        graph.spin_for_sim(5.0 - stamp.sec + 0.5)
+    if code == "stale_chunk":  # old, but not from before the newest episode began (that is before_reset)
+        since = max([0] + graph.rec["resets"]) * 1e-9 + STALE_S + 0.5
+        graph.spin_for_sim(max(0.0, since - ns_from_time_msg(stamp) * 1e-9))
         q, stamp = _latest(graph)
     out = _send_and_wait(graph, make(q, stamp))
     assert out == []
@@ -224,10 +228,6 @@ def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_me
     """The episode announcement: chunks stamped before the new episode are refused (before_reset); the
     first chunk of the new episode that starts at the measured state passes (no unreachable_first_point
     deadlock). The announcement is latched (transient local), so this runs late in the module."""
-    from std_msgs.msg import Header
-
-    from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos
-
     q_old, stamp_old = _latest(graph)
     graph.spin_for_sim(0.2)
     q, stamp = _latest(graph)

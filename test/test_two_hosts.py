@@ -15,10 +15,16 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 
 from ros_helpers import REPO
 from vla_ros.tools import netns
-from vla_ros.tools.two_hosts import Run, commands_within_limits, latest_diag, sim_time_at
+from vla_ros.tools.two_hosts import (
+    Run,
+    commands_within_limits,
+    latest_diag,
+    sim_time_at,
+)
 
 NETNS_OK, NETNS_WHY = netns.available()
 needs_netns = pytest.mark.skipif(not NETNS_OK, reason=NETNS_WHY or "network namespaces available")
@@ -116,15 +122,21 @@ def test_host_pair_setup_is_idempotent_and_teardown_removes_everything():
 
 
 @needs_netns
-def test_skewed_stamps_are_refused_by_the_filter_and_its_bound_cannot_be_widened_over_the_link(pair, tmp_path):
-    """A GPU host whose stamps lie 1 s ahead: the filter refuses them (future_stamp, bound 0.05 s). Chunks
-    that arrive 0.7 s late are refused as stale (the filter's max_chunk_age_s is 0.5 s). The GPU host then
-    asks the filter to widen its bound to 5 s: a loosening, refused at run time, so its skewed chunks are
-    still refused; chunks stamped right pass, before and after, and are all the controller executes."""
+def test_skewed_stamps_are_refused_by_the_filter_and_the_controller_and_no_bound_is_widened_over_the_link(pair, tmp_path):
+    """A GPU host whose clock is off. The robot's filter is started with max_future_stamp_s 2 s (a launch-time
+    choice) so that both bounds show: stamps 3 s ahead are refused by the filter (future_stamp); stamps 1 s
+    ahead pass it and the controller refuses them (stamp_in_future, bound 0.5 s). Chunks that arrive 0.7 s
+    late are refused as stale (max_chunk_age_s 0.5 s). The GPU host then asks the filter to widen its bound
+    to 5 s: a loosening, refused at run time. Chunks stamped right pass, before and after, and are all the
+    controller executes."""
     count = 15
-    injector = [sys.executable, str(REPO / "test" / "skewed_chunks.py"), "--skew", "1.0", "--late", "0.7", "--widen", "5.0",
-                "--count", str(count)]
-    with Run(pair, tmp_path, discovery="static", gpu_argv=injector) as run:
+    config = yaml.safe_load((REPO / "config" / "safety_filter.yaml").read_text())
+    config["/**/safety_filter"]["ros__parameters"]["max_future_stamp_s"] = 2.0
+    safety_config = tmp_path / "safety_filter.yaml"
+    safety_config.write_text(yaml.safe_dump(config))
+    injector = [sys.executable, str(REPO / "test" / "skewed_chunks.py"), "--skew", "3.0", "--ahead", "1.0", "--late", "0.7",
+                "--widen", "5.0", "--count", str(count)]
+    with Run(pair, tmp_path, discovery="static", gpu_argv=injector, robot_args=(f"safety_config:={safety_config}",)) as run:
         run.start_robot()
         run.start_gpu()
         run.start_watch()
@@ -141,9 +153,11 @@ def test_skewed_stamps_are_refused_by_the_filter_and_its_bound_cannot_be_widened
     # Skewed (twice) and late phases: refused by the filter, by reason.
     assert int(filt.get("rejected.future_stamp", 0)) >= 2 * count - 2, filt
     assert int(filt.get("rejected.stale_chunk", 0)) >= count - 1, filt
-    assert not [r for r in record["safe"] if r[2] - r[0] > 0.5]  # nothing stamped ahead got through
-    # The controller accepted the normal chunks and nothing else.
-    assert int(ctrl.get("rejected.stamp_in_future", 0)) == 0, ctrl
+    # The ahead phase passed the filter (stamped 1 s ahead of the robot's clock on arrival) ...
+    ahead = [r for r in record["safe"] if 0.5 < r[2] - r[0] < 2.0]
+    assert len(ahead) >= count - 1, record["safe"][-5:]
+    # ... and the controller refused it, by reason; it accepted the normal chunks and nothing else.
+    assert int(ctrl.get("rejected.stamp_in_future", 0)) >= count - 1, ctrl
     assert count <= int(ctrl["chunks.accepted"]) <= 2 * count, ctrl
     normal_safe = [r for r in record["safe"] if abs(r[2] - r[0]) < 0.5]
     assert len(normal_safe) >= 2 * count - 2

@@ -143,7 +143,8 @@ class Run:
     def __init__(self, pair: netns.HostPair | None, out: Path, color: str = "red", seed: int = 0,
                  model: str = "vla_cups", instruction: str = "", backend: str = "torch", device: str = "auto",
                  discovery: str = "subnet", real_time_factor: float = 1.0, sensor_qos: str = "best_effort",
-                 dds_profile: str | None = "", policy_args: tuple[str, ...] = (), gpu_argv: list[str] | None = None) -> None:
+                 dds_profile: str | None = "", policy_args: tuple[str, ...] = (), gpu_argv: list[str] | None = None,
+                 robot_args: tuple[str, ...] = ()) -> None:
         from vla_ros.model.io import resolve_model_dir
 
         self.pair = pair
@@ -153,6 +154,7 @@ class Run:
         self.model = str(resolve_model_dir(model))
         self.instruction = instruction or f"pick up the {color} cup"
         self.backend, self.device, self.discovery = backend, device, discovery
+        self.robot_args = robot_args  # more sim.launch.xml arguments for the robot's half
         self.real_time_factor = real_time_factor
         # The network choices (README "Running on two computers"), for two hosts only: the policy reads camera
         # and joint states best effort across the link, and Fast DDS gets socket buffers that hold a frame.
@@ -191,7 +193,7 @@ class Run:
 
     def start_robot(self) -> None:
         launch = [sys.executable, "-m", "vla_ros.launch_runner", _launch_file("sim.launch.xml"), "policy:=vla", f"seed:={self.seed}",
-                  f"real_time_factor:={self.real_time_factor}"]
+                  f"real_time_factor:={self.real_time_factor}", *self.robot_args]
         if self.pair is None:
             self.robot = self._spawn(None, [*launch, *self._policy_args()], "one_host")
         else:
