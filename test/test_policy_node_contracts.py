@@ -205,6 +205,9 @@ def test_every_rejection_reason_reaches_the_log(robot):
     text = robot.log_path.read_text()
     for code in ("late", "unknown_encoding", "empty_image"):
         assert f": {code}:" in text, code
+    # Received is counted on arrival, a rejection when the window takes the message in: wait for both.
+    counted = lambda v: int(v.get("joint_states.rejected.late", 0)) >= 20 and int(v.get("image.rejected.unknown_encoding", 0)) >= 1  # noqa: E731
+    assert robot.spin_until(lambda: counted(robot.latest()), 30), robot.latest()
     v = robot.latest()
     assert int(v["joint_states.rejected.late"]) >= 20 and int(v["image.rejected.unknown_encoding"]) == 1
 
