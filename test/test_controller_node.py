@@ -21,22 +21,12 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_helpers import (
-    REPO,
-    LaunchedGraph,
-    Probe,
-    node_cmd,
-    override_params,
-    spin_until,
-    start_process,
-    stop,
-    stop_cleanly,
-)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, override_params, spin_until, start_process, stop, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import bundled_urdf_path, limits_from_urdf
 from vla_ros.ros.chunk_msgs import msg_from_chunk

@@ -21,27 +21,13 @@ import pytest
 import yaml
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from ros_helpers import (
-    REPO,
-    LaunchedGraph,
-    Probe,
-    node_cmd,
-    override_params,
-    spin_until,
-    start_process,
-    stop,
-)
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, override_params, spin_until, start_process, stop
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
-from vla_ros.control.ros2_control import (
-    JTC_DISTROS,
-    check_controller_joints,
-    controlled_stop,
-    validate_jtc_trajectory,
-)
+from vla_ros.control.ros2_control import JTC_DISTROS, check_controller_joints, controlled_stop, validate_jtc_trajectory
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.time import ns_from_time_msg
 
