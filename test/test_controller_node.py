@@ -138,13 +138,13 @@ def send_chunk(probe, stamp_s: float, points: np.ndarray, dt_s: float = 0.02, na
     probe.pub_chunk.publish(msg_from_chunk(ActionChunk(tuple(names), round(stamp_s * 1e9), tfs, points)))
 
 
-def send_accepted(probe, points, attempts: int = 5) -> float:
-    """Send ``points()`` stamped now until the controller accepts it; returns the accepted stamp. A probe that
+def send_accepted(probe, points, attempts: int = 5, age_s: float = 0.0) -> float:
+    """Send ``points()`` stamped now (``age_s`` ago) until the controller accepts it; returns the accepted stamp. A probe that
     was not spun for a while (the tests without the sim) works through its backlog first, and its clock can
     lag the controller's by more than a short chunk: such a chunk is refused as expired and sent again."""
     for _ in range(attempts):
         before = fresh_state(probe)
-        stamp = probe.now_s()
+        stamp = probe.now_s() - age_s
         send_chunk(probe, stamp, points())
         outcome = lambda: [k for k in ("chunks.accepted", "rejected.expired") if count(state(probe), k) > count(before, k)]  # noqa: E731
         assert probe.spin_until(outcome, 30), why(probe)
@@ -600,9 +600,9 @@ def test_estop_stops_and_latches_and_resume_resumes(graph):
 def test_a_chunk_stamped_in_the_past_is_executed_from_the_current_time(graph):
     q0 = held_command(graph)
     rate = np.array([0.2, 0.15, -0.15, 0.2, 0.15, -0.2, 0.0])
-    stamp = graph.now_s() - 0.5  # observed half a second ago (a slow policy)
-    send_chunk(graph, stamp, q0 + np.outer(0.02 * np.arange(126), rate))  # 2.5 s long
-    t_sent = graph.now_s()
+    # observed half a second ago (a slow policy); 2.5 s long
+    stamp = send_accepted(graph, lambda: q0 + np.outer(0.02 * np.arange(126), rate), age_s=0.5)
+    t_sent = stamp + 0.5
     wait_until_sim(graph, t_sent + 1.5)
     t, q = joint_history(graph, t_sent + 1.0, t_sent + 1.5)
     # The arm is where the chunk says for the current time, 0.1 rad further than if it replayed the
@@ -831,9 +831,8 @@ def test_a_plain_reset_without_announcement_trips_the_path_tolerance_and_does_no
     probe = graph
     q0 = held_command(probe)
     away = q0 + np.array([0.0, 0.35, -0.45, 0.0, 0.3, 0.0, 0.0])  # far from home
-    stamp = probe.now_s()
     move = q0 + (1.0 - np.cos(np.pi * np.linspace(0.0, 1.0, 100)))[:, None] / 2.0 * (away - q0)  # 2 s, rest to rest
-    send_chunk(probe, stamp, np.vstack([move, np.repeat(away[None], 10, axis=0)]))
+    stamp = send_accepted(probe, lambda: np.vstack([move, np.repeat(away[None], 10, axis=0)]))
     wait_until_sim(probe, stamp + 2.5)
     np.testing.assert_allclose(held_command(probe), away, atol=1e-6)
     before = fresh_state(probe)

@@ -205,11 +205,12 @@ def test_every_rejection_reason_reaches_the_log(robot):
     text = robot.log_path.read_text()
     for code in ("late", "unknown_encoding", "empty_image"):
         assert f": {code}:" in text, code
-    # Received is counted on arrival, a rejection when the window takes the message in: wait for both.
-    counted = lambda v: int(v.get("joint_states.rejected.late", 0)) >= 20 and int(v.get("image.rejected.unknown_encoding", 0)) >= 1  # noqa: E731
+    # Received is counted on arrival, a rejection when the window takes the message in: wait for both. How
+    # many of the burst are late depends on how far the policy had drained when it came (lateness is judged
+    # against the newest stamp it consumed), so the count is checked for "some", the log for the reason.
+    counted = lambda v: int(v.get("joint_states.rejected.late", 0)) >= 1 and int(v.get("image.rejected.unknown_encoding", 0)) >= 1  # noqa: E731
     assert robot.spin_until(lambda: counted(robot.latest()), 30), robot.latest()
-    v = robot.latest()
-    assert int(v["joint_states.rejected.late"]) >= 20 and int(v["image.rejected.unknown_encoding"]) == 1
+    assert int(robot.latest()["image.rejected.unknown_encoding"]) == 1
 
 
 def test_an_episode_reset_restarts_the_window_and_refuses_the_old_episodes_messages(robot):
