@@ -111,7 +111,7 @@ def test_benign_chunk_passes_unchanged_with_its_stamp(graph):
     # A probe that runs behind on a loaded machine stamps with an old joint state: then it sends again.
     for _ in range(3):
         q, stamp = _latest(graph)
-        pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.1, -0.05, 0.05, 0.1, -0.05, 0.1, -0.01])
+        pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.0, -0.05, 0.05, 0.1, -0.05, 0.1, -0.01])  # pan still: see below
         msg = _traj(pts, 0.1, stamp, t0=1.0)
         out = _send_and_wait(graph, msg)
         assert len(out) == 1, _event(graph, "rejected")
@@ -312,7 +312,8 @@ def test_parameter_changes_are_validated_and_never_loosen_the_urdf(graph):
     out = _send_and_wait(graph, _traj(pts, 0.1, stamp))
     assert len(out) == 1
     assert seconds_from_duration_msg(out[0].points[-1].time_from_start) > 1.5  # stretched about 2x
-    # Taking the override back loosens the limit: refused at run time (the last graph test, so it stays).
+    # Taking the override back loosens the limit: refused at run time, so it stays for the rest of the module
+    # (the other tests' chunks keep the pan joint still or under 0.05 rad/s).
     back = _set(graph, "limit_overrides", [""])
     assert not back.successful and "shoulder_pan_joint velocity 0.05 -> 2" in back.reason
 
