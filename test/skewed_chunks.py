@@ -57,7 +57,9 @@ def main() -> int:
         newest["stamp_ns"] = ns_from_time_msg(msg.header.stamp)
         newest["q"] = dict(zip(msg.name, msg.position))
 
-    node.create_subscription(JointState, "/joint_states", on_joints, 10)
+    # Depth 1: the newest joint state only. A deeper queue would hand a busy injector a backlog of older
+    # ones, and its "normal" chunks would be stamped late enough to be refused as stale.
+    node.create_subscription(JointState, "/joint_states", on_joints, 1)
     set_params = node.create_client(SetParameters, "/safety_filter/set_parameters")
 
     def spin_sim(seconds: float) -> None:

@@ -26,7 +26,7 @@ from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, override_params, spin_until, start_process, stop, stop_cleanly
+from ros_helpers import REPO, LaunchedGraph, Probe, controller_trusts, node_cmd, override_params, spin_until, start_process, stop, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import bundled_urdf_path, limits_from_urdf
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -93,6 +93,7 @@ def graph(tmp_path_factory):
             # Simulated time past SIM_START_S, so every test can stamp chunks in the past.
             ready = lambda: len(rec["cmd"]) > 20 and rec["state"] and probe.now_s() > SIM_START_S and probe.pub_chunk.get_subscription_count() > 0  # noqa: E731
             assert probe.spin_until(ready, 120), (logs / "controller.log").read_text()[-3000:]
+            assert probe.spin_until(lambda: controller_trusts(rec["inputs"], "/" + PROBE), 60), rec["inputs"][-1:]
             yield probe
         finally:  # never leave a controller behind, whatever failed; SIGTERM, as a launcher escalates
             problem = stop_cleanly(ctl, logs / "controller.log", signal.SIGTERM)

@@ -25,7 +25,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, override_params, spin_until, start_process, stop
+from ros_helpers import REPO, LaunchedGraph, Probe, controller_trusts, node_cmd, override_params, spin_until, start_process, stop
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control.ros2_control import JTC_DISTROS, check_controller_joints, controlled_stop, validate_jtc_trajectory
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -182,9 +182,12 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
             n = probe.node
             n.create_subscription(JointTrajectory, JTC_TOPIC, received.append, 500)
 
+            inputs = []
+
             def on_diag(msg):
                 states.extend({kv.key: kv.value for kv in s.values} | {"_message": s.message}
                               for s in msg.status if s.name == "controller: state")
+                inputs.extend({kv.key: kv.value for kv in s.values} for s in msg.status if s.name == "controller: inputs")
 
             n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
             pub = n.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
@@ -192,6 +195,7 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
             resume = n.create_client(Trigger, "/controller/resume")
             assert probe.spin_until(lambda: len(received) > 20 and pub.get_subscription_count() > 0, 120), \
                 (tmp_path / "controller.log").read_text()[-3000:]
+            assert probe.spin_until(lambda: controller_trusts(inputs, "/jtc_stream_probe"), 60), inputs[-1:]
 
             def now_s():
                 return probe.now_s()
