@@ -47,6 +47,7 @@ class EvalConfig:
     frame_delay_s: float = 0.02
     hold_after_success_s: float = 0.0
     chunk_smoothing_degree: int | None = None
+    shape_chunks: bool = False
     image_width: int = 320
     image_height: int = 240
 
@@ -87,10 +88,20 @@ class ClosedLoop:
         policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
         if self.config.chunk_smoothing_degree is not None:
             policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
-        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
-                                                     config=policy.session_config_from_params(policy_p))
         safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
-        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter.config_from_params(safety_p))
+        safety_config = safety_filter.config_from_params(safety_p)
+        session_config = policy.session_config_from_params(policy_p)
+        if self.config.shape_chunks:
+            import dataclasses as dc
+
+            from vla_ros.model.io import load_config
+            from vla_ros.policy.shaping import chunk_limits
+
+            names = load_config(model_dir).joint_names
+            session_config = dc.replace(session_config, chunk_limits=chunk_limits(self.sim.urdf_xml, names, safety_config, latency_s=self.config.inference_latency_s))
+        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
+                                                     config=session_config)
+        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
         control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
