@@ -260,7 +260,31 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     assert np.linalg.norm(red.mean(0) - blue.mean(0)) > 0.1
 
 
+def test_grasp_views_put_the_gripper_over_a_cup_of_their_own_layout():
+    """A grasp pose puts the tool centre point over the chosen cup (within GRASP_VIEW_XY_M and the IK's
+    rounding), between the grasp and the approach height."""
+    from vla_ros.sim.arm_sim import ArmSim, SimConfig
+    from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M
+    from vla_ros.sim.tasks import COLORS
+    from vla_ros.training.views import GRASP_VIEW_XY_M, grasp_pose
+
+    rng = np.random.default_rng(3)
+    sim = ArmSim(SimConfig())
+    try:
+        for k in range(12):
+            sim.reset(500_000 + k)
+            cup = sim.cup_positions()[COLORS[k % 3]]
+            sim.place_arm(grasp_pose(cup, rng))
+            tcp = sim.tcp_position()
+            assert np.all(np.abs(tcp[:2] - cup[:2]) <= GRASP_VIEW_XY_M + 0.005), (k, tcp, cup)
+            assert GRASP_TCP_Z_M - 0.005 <= tcp[2] <= APPROACH_TCP_Z_M + 0.005, (k, tcp)
+    finally:
+        sim.close()
+
+
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
+    with pytest.raises(ValueError, match="grasp_views"):
+        TrainConfig(grasp_views=1.5)
     with pytest.raises(ValueError, match="vision_warmup_steps"):
         TrainConfig(vision_warmup_steps=-1)
     with pytest.raises(ValueError, match="view_batch"):
@@ -285,6 +309,8 @@ def test_views_and_the_view_loss_refuse_what_they_cannot_use():
         render_views(4, tok, np.zeros((0, 7)), progress=False)
     with pytest.raises(ValueError, match="n >= 1"):
         render_views(0, tok, np.array([HOME_Q]), progress=False)
+    with pytest.raises(ValueError, match="grasp_share"):
+        render_views(4, tok, np.array([HOME_Q]), progress=False, grasp_share=-0.1)
     config = tiny_config(aux_dim=AUX_DIM)  # an aux head but no frame head
     images = torch.zeros(2, 3, config.image_height, config.image_width)
     with pytest.raises(ValueError, match="needs a frame head"):

@@ -20,9 +20,15 @@ limits and the filter's configuration), with a margin (``fraction``), for a filt
    the state forward over the latency);
 3. the later points follow the chunk within the velocity and acceleration limits, joint by joint (a
    second-order limiter: where the chunk is feasible it is reproduced, where not it is followed as
-   closely as the limits allow).
+   closely as the limits allow);
+4. the chunk comes to rest at its last point, braking within the acceleration limits over its tail. The
+   filter also checks the stop after a chunk's last point (at the last segment's speed, all joints
+   braking together, the slowest-braking joint setting the time): a chunk that ends while the arm
+   still moves down towards the cup is cut where that stop would reach the table. A policy publishes a
+   new chunk every tick, so the tail is almost never executed; where the chunks stop coming, the arm
+   comes to rest along it.
 
-Where the policy's chunk is within the limits nothing changes (to float rounding). The filter stays the
+Where the policy's chunk is within the limits and ends at rest nothing changes (to float rounding). The filter stays the
 independent check: it sees the shaped chunk and checks it as before, collisions included.
 """
 
@@ -45,6 +51,7 @@ class ChunkLimits:
             are not motion).
         latency_s: the filter sees a chunk this long after its stamp (inference plus transport).
         fraction: share of the velocity, acceleration and tolerance the shaped chunk may use.
+        end_at_rest: the chunk comes to rest at its last point (see the module docstring).
     """
 
     joint_names: tuple[str, ...]
@@ -55,6 +62,7 @@ class ChunkLimits:
     tolerance: np.ndarray
     latency_s: float = 0.05
     fraction: float = 0.9
+    end_at_rest: bool = True
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -107,22 +115,29 @@ def shape_chunk(time_from_start_s: np.ndarray, positions: np.ndarray, q_state: n
     q_then = q_state + v0 * age
     reach = limits.tolerance * fr + v_max * (float(t[0]) - age)
     out = np.empty_like(p)
-    import os
-    MODE = os.environ.get("SHAPE_MODE", "full")
-    if MODE == "clip":
-        return p
-    out[0] = np.clip(p[0], q_then - reach, q_then + reach) if MODE != "nofirst" else p[0]
+    out[0] = np.clip(p[0], q_then - reach, q_then + reach)
+    # Speed that still lets the chunk come to rest at its last point, braking at the acceleration limit
+    # (the filter's own second difference, point by point from the end): cap[k] bounds segment k.
+    H = len(t)
+    dv = np.zeros(H)  # dv[k]: the most the speed may change at point k - 1 (between segments k - 1 and k)
+    dv[2:] = 0.5 * (t[2:] - t[:-2])
+    cap = np.zeros((H, len(q_state)))
+    # At the last segment, a speed whose stop (a fraction of a millimetre or milliradian) is no motion.
+    cap[H - 1] = a_max * 0.5 * (t[-1] - t[-2]) if H > 1 else 0.0
+    for k in range(H - 2, 0, -1):
+        cap[k] = cap[k + 1] + a_max * dv[k + 1]
     v = None  # the first interior segment's velocity is free (the filter checks no acceleration at point 0)
-    for k in range(1, len(t)):
+    for k in range(1, H):
         h = t[k] - t[k - 1]
         new_v = np.clip((p[k] - out[k - 1]) / h, -v_max, v_max)
         # Slow enough to brake ahead of a position limit (a gripper shutting) ...
         new_v = np.clip(new_v, -_braking_speed(out[k - 1] - limits.lower, a_max, h),
                         _braking_speed(limits.upper - out[k - 1], a_max, h))
         if v is not None:
-            # ... and a change of speed within the filter's second difference: 2 (v_k - v_{k-1}) / (h_{k-1} + h_k) <= a.
-            dv = a_max * 0.5 * (h + t[k - 1] - t[k - 2])
-            new_v = np.clip(new_v, v - dv, v + dv)
+            # ... a change of speed within the filter's second difference: 2 (v_k - v_{k-1}) / (h_{k-1} + h_k) <= a ...
+            new_v = np.clip(new_v, v - a_max * dv[k], v + a_max * dv[k])
+        if limits.end_at_rest:
+            new_v = np.clip(new_v, -cap[k], cap[k])  # ... and slow enough to be at rest at the end
         out[k] = np.clip(out[k - 1] + new_v * h, limits.lower, limits.upper)
         v = (out[k] - out[k - 1]) / h
     return out
