@@ -28,10 +28,14 @@ EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 
 
 
 def load_templates(path: str | None) -> tuple[str, ...]:
-    from vla_ros.sim.tasks import HELDOUT_TEMPLATES
+    """The phrasings to evaluate with: None or "heldout" (the default, never trained on), "unseen"
+    (in neither the training nor the held-out list), or a file of templates with {color}, one per line."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, UNSEEN_TEMPLATES
 
-    if not path:
+    if not path or path == "heldout":
         return HELDOUT_TEMPLATES
+    if path == "unseen":
+        return UNSEEN_TEMPLATES
     lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
     bad = [line for line in lines if "{color}" not in line]
     if not lines or bad:
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
-    parser.add_argument("--instructions", default=None, help="file of templates with {color}, one per line (default: held-out phrasings)")
+    parser.add_argument("--instructions", default=None, help="heldout (default: phrasings held out from training), unseen (in neither list) or a file of templates with {color}, one per line")
     parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
