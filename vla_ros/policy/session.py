@@ -278,10 +278,11 @@ class PolicySession:
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
         positions = smooth_positions(chunk.time_from_start_s, chunk.positions, c.chunk_smoothing_degree)
+        times = chunk.time_from_start_s
         if c.chunk_limits is not None and state is not None:
-            positions = self._shape(chunk, positions, state, c.chunk_limits)
+            times, positions = self._shape(chunk, positions[:horizon], state, c.chunk_limits)
         out = ActionChunk(joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
-                          time_from_start_s=chunk.time_from_start_s[:horizon], positions=positions[:horizon])
+                          time_from_start_s=times[:horizon], positions=positions[:horizon])
         if not np.all(np.isfinite(out.positions)):
             return self._skip(result, "non_finite_output", "the model produced NaN/Inf: no chunk")
         with self._lock:
@@ -290,13 +291,16 @@ class PolicySession:
         self.chunks += 1
         return result
 
-    def _shape(self, chunk, positions: np.ndarray, state: Observation, limits: ChunkLimits) -> np.ndarray:
-        """``positions`` shaped into ``limits`` from ``state`` (the joint state the chunk is anchored on;
-        when a frame is newer, the points' times count from the state's stamp)."""
+    def _shape(self, chunk, positions: np.ndarray, state: Observation, limits: ChunkLimits) -> tuple[np.ndarray, np.ndarray]:
+        """(times, positions) of the published points shaped into ``limits`` from ``state`` (the joint
+        state the chunk is anchored on; when a frame is newer, the points' times count from the state's
+        stamp for the shaping, and from the chunk's stamp again after it)."""
         n = len(limits.joint_names)
         since_state_s = (chunk.stamp_ns - state.stamp_ns) * 1e-9
         velocities = state.data[n:2 * n] if self.policy.config.state_velocities else None
-        return shape_chunk(chunk.time_from_start_s + since_state_s, positions, state.data[:n], velocities, limits)
+        times = chunk.time_from_start_s[:len(positions)] + since_state_s
+        times, positions = shape_chunk(times, positions, state.data[:n], velocities, limits)
+        return times - since_state_s, positions
 
     def _blocker(self, instruction, ages: dict, new: list) -> tuple[str, str] | None:
         """Why no chunk may be decoded now (code, detail), or None."""

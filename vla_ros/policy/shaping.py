@@ -15,20 +15,17 @@ limits and the filter's configuration), with a margin (``fraction``), for a filt
 ``latency_s`` after its stamp:
 
 1. every target is clipped into the position limits;
-2. the first point is moved, joint by joint, no further from where the measured state will be than the
-   tracking tolerance plus what the velocity limit covers in the time left (the measured velocity carries
-   the state forward over the latency);
-3. the later points follow the chunk within the velocity and acceleration limits, joint by joint (a
-   second-order limiter: where the chunk is feasible it is reproduced, where not it is followed as
-   closely as the limits allow);
-4. the chunk comes to rest at its last point, braking within the acceleration limits over its tail. The
-   filter also checks the stop after a chunk's last point (at the last segment's speed, all joints
-   braking together, the slowest-braking joint setting the time): a chunk that ends while the arm
-   still moves down towards the cup is cut where that stop would reach the table. A policy publishes a
-   new chunk every tick, so the tail is almost never executed; where the chunks stop coming, the arm
-   comes to rest along it.
+2. the first point is moved, joint by joint, no further from where the
+   measured state will be then (the measured velocity carries it forward over the latency) than the
+   tracking tolerance plus what the velocity limit covers in the time left, at the pace the rest of the
+   chunk needs: a first point off the arm by one regression error is not motion to slow the chunk for;
+3. the chunk is slowed down by one time scale, the smallest that brings every segment's velocity and
+   every point's acceleration within the limits, computed by the filter's own ``safety.timing``. One
+   scale for all joints keeps the path: clamping joints one by one would bend it, towards the table or
+   the cup the collision check then finds (measured on the shipped model: 285 chunks of 6,195 cut, against
+   67 without shaping).
 
-Where the policy's chunk is within the limits and ends at rest nothing changes (to float rounding). The filter stays the
+Where the policy's chunk is within the limits nothing changes. The filter stays the
 independent check: it sees the shaped chunk and checks it as before, collisions included.
 """
 
@@ -51,7 +48,6 @@ class ChunkLimits:
             are not motion).
         latency_s: the filter sees a chunk this long after its stamp (inference plus transport).
         fraction: share of the velocity, acceleration and tolerance the shaped chunk may use.
-        end_at_rest: the chunk comes to rest at its last point (see the module docstring).
     """
 
     joint_names: tuple[str, ...]
@@ -62,7 +58,6 @@ class ChunkLimits:
     tolerance: np.ndarray
     latency_s: float = 0.05
     fraction: float = 0.9
-    end_at_rest: bool = True
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -100,54 +95,33 @@ def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s
 
 
 def shape_chunk(time_from_start_s: np.ndarray, positions: np.ndarray, q_state: np.ndarray,
-                v_state: np.ndarray | None, limits: ChunkLimits) -> np.ndarray:
-    """(H, J) positions within ``limits`` (module docstring). ``time_from_start_s`` (H,) from the stamp,
-    strictly increasing and > 0; ``q_state`` / ``v_state`` (J,) the joint state at the stamp (velocities
-    may be None: taken as zero)."""
+                v_state: np.ndarray | None, limits: ChunkLimits) -> tuple[np.ndarray, np.ndarray]:
+    """(times (H,), positions (H, J)) within ``limits`` (module docstring). ``time_from_start_s`` (H,) from
+    the stamp, strictly increasing and > 0; ``q_state`` / ``v_state`` (J,) the joint state at the stamp
+    (velocities may be None: taken as zero)."""
+    from vla_ros.safety.timing import limit_ratios, prefix_scales
+
     t = np.asarray(time_from_start_s, np.float64)
     p = np.clip(np.asarray(positions, np.float64), limits.lower, limits.upper)
     q_state = np.asarray(q_state, np.float64)
     fr = limits.fraction
-    v_max, a_max = limits.velocity * fr, limits.acceleration * fr
-    # Where the measured state will be when the filter looks, and how far the first point may be from it.
-    age = min(limits.latency_s, float(t[0]))
+    # Where the measured state will be when the filter looks. Every point counts as still ahead then: a
+    # filter that sees the chunk sooner than latency_s checks the first point too (the policy's first
+    # point is due about then).
+    age = min(limits.latency_s, 0.5 * float(t[0]))
     v0 = np.zeros_like(q_state) if v_state is None else np.clip(np.asarray(v_state, np.float64), -limits.velocity, limits.velocity)
     q_then = q_state + v0 * age
-    reach = limits.tolerance * fr + v_max * (float(t[0]) - age)
-    out = np.empty_like(p)
-    out[0] = np.clip(p[0], q_then - reach, q_then + reach)
-    # Speed that still lets the chunk come to rest at its last point, braking at the acceleration limit
-    # (the filter's own second difference, point by point from the end): cap[k] bounds segment k.
-    H = len(t)
-    dv = np.zeros(H)  # dv[k]: the most the speed may change at point k - 1 (between segments k - 1 and k)
-    dv[2:] = 0.5 * (t[2:] - t[:-2])
-    cap = np.zeros((H, len(q_state)))
-    # At the last segment, a speed whose stop (a fraction of a millimetre or milliradian) is no motion.
-    cap[H - 1] = a_max * 0.5 * (t[-1] - t[-2]) if H > 1 else 0.0
-    for k in range(H - 2, 0, -1):
-        cap[k] = cap[k + 1] + a_max * dv[k + 1]
-    v = None  # the first interior segment's velocity is free (the filter checks no acceleration at point 0)
-    for k in range(1, H):
-        h = t[k] - t[k - 1]
-        new_v = np.clip((p[k] - out[k - 1]) / h, -v_max, v_max)
-        # Slow enough to brake ahead of a position limit (a gripper shutting) ...
-        new_v = np.clip(new_v, -_braking_speed(out[k - 1] - limits.lower, a_max, h),
-                        _braking_speed(limits.upper - out[k - 1], a_max, h))
-        if v is not None:
-            # ... a change of speed within the filter's second difference: 2 (v_k - v_{k-1}) / (h_{k-1} + h_k) <= a ...
-            new_v = np.clip(new_v, v - a_max * dv[k], v + a_max * dv[k])
-        if limits.end_at_rest:
-            new_v = np.clip(new_v, -cap[k], cap[k])  # ... and slow enough to be at rest at the end
-        out[k] = np.clip(out[k - 1] + new_v * h, limits.lower, limits.upper)
-        v = (out[k] - out[k - 1]) / h
-    return out
-
-
-def _braking_speed(distance: np.ndarray, a_max: np.ndarray, h: float) -> np.ndarray:
-    """Highest speed from which steps of ``h``, the speed falling by a h each, stop within ``distance``.
-
-    From v = (m + r) a h (m whole, 0 <= r < 1) the steps cover a h^2 ((m + 1) r + m (m + 1) / 2), at most
-    a h^2 / 8 more than v (v / (a h) + 1) h / 2; solving that for v on distance - a h^2 / 8 is safe."""
-    ah = a_max * h
-    d = np.maximum(distance - ah * h / 8.0, 0.0)
-    return ah * (np.sqrt(0.25 + 2.0 * d / (ah * h)) - 0.5)
+    tau = t - age
+    v_max, a_max, tol = limits.velocity * fr, limits.acceleration * fr, limits.tolerance * fr
+    # The scale the rest of the chunk needs anyway (segments and points that do not touch the first
+    # point): the first point may use it too.
+    r_v, r_a = limit_ratios(tau, p, q_then, v_max, a_max, None, tol)
+    rest = max([1.0, *r_v[2:], *np.sqrt(r_a[2:])])
+    reach = tol + v_max * tau[0] * rest  # the tracking tolerance, plus what the limit covers by the first point
+    p[0] = np.clip(p[0], q_then - reach, q_then + reach)
+    # One time scale for the whole chunk, as the filter computes it (safety.timing): it keeps the path.
+    r_v, r_a = limit_ratios(tau, p, q_then, v_max, a_max, None, tol)
+    scale = max(1.0, float(prefix_scales(r_v, r_a)[-1]))
+    if scale > 1.0:
+        t = age + scale * tau
+    return t, p
