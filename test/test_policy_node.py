@@ -67,7 +67,7 @@ def graph(tmp_path_factory):
             # max_observation_age_s 5 s: a busy machine delays observations by more than the default 0.5 s of
             # simulated time, and the node would (rightly) skip those ticks; nothing here is about freshness
             start_node("policy", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", "max_observation_age_s:=5.0",
-                       log_path=logs[0]),
+                       "shape_chunks:=true", log_path=logs[0]),
             start_node("policy_nomodel", f"model:={tmp / 'missing'}", "instruction:=pick up the red cup", log_path=logs[1]),
             start_node("policy_silent", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", log_path=logs[2],
                        remaps=("/vla/instruction:=/policy_silent/instruction", "/vla/action_chunk:=/policy_silent/action_chunk")),
@@ -190,9 +190,10 @@ def _limit_findings(probe, flt, count: int) -> list[set[str]]:
 
 
 def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switched_off(graph):
-    """shape_chunks (on by default): the node reads the URDF on /robot_description and the filter's shipped
-    parameter file, and its chunks pass the filter's limit checks, whatever a random model decodes. Switched
-    off at run time, the same model's chunks go out as decoded and the filter finds them outside the limits."""
+    """shape_chunks (started true here): the node reads the URDF on /robot_description and the filter's
+    shipped parameter file, and its chunks pass the filter's limit checks, whatever a random model decodes.
+    Switched off at run time, the same model's chunks go out as decoded and the filter finds them outside
+    the limits."""
     from vla_ros.params import safety_filter as filter_params
     from vla_ros.params.spec import values_from_yaml
     from vla_ros.safety import SafetyFilter, load_robot
