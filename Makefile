@@ -90,9 +90,9 @@ bench: setup
 model: setup
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 0 --out runs/demos/a & pid=$$!; \
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 180 --out runs/demos/b && wait $$pid
-	$(VENV)/bin/vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600 --vision-warmup-steps 1000 \
+	$(VENV)/bin/vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 \
 	  --minutes 42 --threads 2
-	$(VENV)/bin/vla-ros eval --model runs/vla_cups --episodes 50 --seed 0 --workers 2 --json
+	$(VENV)/bin/vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --workers 2 --json
 
 params: setup
 	$(VENV)/bin/vla-ros params

@@ -45,6 +45,15 @@ def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["episodes"]) == 2
+    # per phrasing: the held-out templates the episodes were asked with, and every episode counted once
+    by_phrasing = summary["success_by_phrasing"]
+    assert set(by_phrasing) <= set(load_templates(None)) and sum(v["episodes"] for v in by_phrasing.values()) == 2
+    for e in saved["episodes"]:
+        assert e["instruction"].replace(e["color"], "{color}", 1) in by_phrasing
+    verdicts = summary["safety_verdicts"]
+    total = sum(verdicts.values())
+    assert total > 0 and summary["filter_pass_unmodified_pct"] == pytest.approx(100 * verdicts.get("pass", 0) / total, abs=0.01)
+    assert summary["filter_rejected_pct"] == pytest.approx(100 * verdicts.get("rejected", 0) / total, abs=0.01)
 
 
 def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):

@@ -14,7 +14,8 @@ from vla_ros.evaluation.run_eval import load_templates
 from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
 
 IN_PROCESS_KEYS = {"success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "safety_verdicts",
-                   "wrong_cup", "mean_distance_reduction", "episodes", "seeds", "model", "backend", "wall_s", "load_avg_1min"}
+                   "wrong_cup", "mean_distance_reduction", "episodes", "seeds", "model", "backend", "wall_s", "load_avg_1min",
+                   "success_by_phrasing", "filter_pass_unmodified_pct", "filter_rejected_pct"}
 LIVE_KEYS = {"latency_ms_p50", "latency_ms_p99", "latency_chunks", "joint_msgs_dropped_pct", "image_msgs_dropped_pct",
              "filter_pass_unmodified_pct", "controller_period_err_ms_p99", "real_time_factor", "real_time_factor_achieved"}
 
@@ -37,6 +38,8 @@ def test_the_live_json_has_the_in_process_keys_and_the_live_figures(live):
     assert summary["seeds"] == [EVAL_SEED_START + 3, EVAL_SEED_START + 4]
     assert summary["success_rate"] in (0.0, 0.5, 1.0)
     assert set(summary["success_by_color"]) == {"red", "green", "blue"}
+    assert sum(v["episodes"] for v in summary["success_by_phrasing"].values()) == 2
+    assert set(summary["success_by_phrasing"]) <= set(load_templates(None))
     assert summary["real_time_factor"] == 1.0 and summary["real_time_factor_achieved"] > 0.0
 
 

@@ -14,11 +14,11 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import LaunchedGraph, Probe, node_cmd, start_process, stop_cleanly
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, start_process, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.evaluation.attention import word_heat
 from vla_ros.model.config import tiny_config
@@ -53,6 +53,8 @@ def graph(tmp_path_factory):
         probe.set_params = n.create_client(SetParameters, "/policy/set_parameters")
         n.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: rec["chunks"].append((probe.now_s(), m)), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 100)
+        rec["js"] = []
+        n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         probe.pub_instruction = n.create_publisher(String, "/vla/instruction", latched)
         # A third node on a private instruction topic answers for "no instruction" in any test order (the
@@ -65,7 +67,7 @@ def graph(tmp_path_factory):
             # max_observation_age_s 5 s: a busy machine delays observations by more than the default 0.5 s of
             # simulated time, and the node would (rightly) skip those ticks; nothing here is about freshness
             start_node("policy", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", "max_observation_age_s:=5.0",
-                       log_path=logs[0]),
+                       "shape_chunks:=true", log_path=logs[0]),
             start_node("policy_nomodel", f"model:={tmp / 'missing'}", "instruction:=pick up the red cup", log_path=logs[1]),
             start_node("policy_silent", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", log_path=logs[2],
                        remaps=("/vla/instruction:=/policy_silent/instruction", "/vla/action_chunk:=/policy_silent/action_chunk")),
@@ -155,10 +157,63 @@ def test_the_reported_observation_age_matches_an_independent_subscriber(graph):
     assert all(node >= 0.0 for _, node in pairs)
 
 
-def set_debug_attention(probe, on: bool) -> None:
+def set_bool_param(probe, name: str, on: bool) -> None:
     value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
-    result = probe.call(probe.set_params, SetParameters.Request(parameters=[ParameterMsg(name="debug_attention", value=value)])).results[0]
+    result = probe.call(probe.set_params, SetParameters.Request(parameters=[ParameterMsg(name=name, value=value)])).results[0]
     assert result.successful, result.reason
+
+
+def set_debug_attention(probe, on: bool) -> None:
+    set_bool_param(probe, "debug_attention", on)
+
+
+def _limit_findings(probe, flt, count: int) -> list[set[str]]:
+    """The safety filter core's limit findings on the next ``count`` chunks, each seen 50 ms after its stamp
+    (the node's shaping_latency_s) with the arm where the newest joint state at the stamp had it (nothing
+    commands the arm in this module: it stands still)."""
+    from vla_ros.ros.chunk_msgs import chunk_from_msg
+    from vla_ros.safety import JointStateSample
+
+    start = len(probe.rec["chunks"])
+    assert probe.spin_until(lambda: len(probe.rec["chunks"]) >= start + count, 120), statuses(probe, "policy")[-2:]
+    found = []
+    for _, msg in probe.rec["chunks"][start:start + count]:
+        chunk = chunk_from_msg(msg)
+        before = [m for m in probe.rec["js"] if ns_from_time_msg(m.header.stamp) <= chunk.stamp_ns]
+        assert before, "no joint state at or before the chunk's stamp"
+        pos = dict(zip(before[-1].name, before[-1].position))
+        now = chunk.stamp_ns + 50_000_000
+        state = JointStateSample(COMMANDED_JOINTS, np.array([pos[j] for j in COMMANDED_JOINTS]), now)
+        _, report = flt.filter(chunk, state, now)
+        found.append({f.code for f in report.findings} & {"unreachable_first_point", "position_limit", "velocity_limit", "acceleration_limit"})
+    return found
+
+
+def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switched_off(graph):
+    """shape_chunks (started true here): the node reads the URDF on /robot_description and the filter's
+    shipped parameter file, and its chunks pass the filter's limit checks, whatever a random model decodes.
+    Switched off at run time, the same model's chunks go out as decoded and the filter finds them outside
+    the limits."""
+    from vla_ros.params import safety_filter as filter_params
+    from vla_ros.params.spec import values_from_yaml
+    from vla_ros.safety import SafetyFilter, load_robot
+    from vla_ros.sim import default_urdf_path
+
+    config = filter_params.config_from_params(values_from_yaml(filter_params.PARAMS, REPO / "config" / "safety_filter.yaml", "safety_filter"))
+    flt = SafetyFilter(load_robot(default_urdf_path().read_text()), config)
+    graph.pub_instruction.publish(String(data="pick up the red cup"))
+    try:
+        assert graph.spin_until(lambda: any(s[2].get("shaping") == "on" for s in statuses(graph, "policy")), 300), statuses(graph, "policy")[-2:]
+        graph.spin_for_sim(0.3)  # a tick with the limits in place
+        assert _limit_findings(graph, flt, 6) == [set()] * 6
+        set_bool_param(graph, "shape_chunks", False)
+        n = len(statuses(graph, "policy"))
+        assert graph.spin_until(lambda: any(s[2].get("shaping") == "off" for s in statuses(graph, "policy")[n:]), 60)
+        graph.spin_for_sim(0.3)
+        unshaped = _limit_findings(graph, flt, 6)
+        assert any(unshaped), unshaped  # a random model's chunks are far from the arm
+    finally:
+        set_bool_param(graph, "shape_chunks", True)
 
 
 def test_debug_attention_publishes_the_overlay_on_the_models_crop_and_chunks_keep_coming(graph):

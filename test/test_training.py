@@ -15,7 +15,7 @@ from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
-from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color
+from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color, sample_sequence
 from vla_ros.training.train import TrainConfig, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
@@ -260,7 +260,59 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     assert np.linalg.norm(red.mean(0) - blue.mean(0)) > 0.1
 
 
+def test_grasp_views_put_the_gripper_over_a_cup_of_their_own_layout():
+    """A grasp pose puts the tool centre point over the chosen cup (within GRASP_VIEW_XY_M and the IK's
+    rounding), between the grasp and the approach height."""
+    from vla_ros.sim.arm_sim import ArmSim, SimConfig
+    from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M
+    from vla_ros.sim.tasks import COLORS
+    from vla_ros.training.views import GRASP_VIEW_XY_M, grasp_pose
+
+    rng = np.random.default_rng(3)
+    sim = ArmSim(SimConfig())
+    try:
+        for k in range(12):
+            sim.reset(500_000 + k)
+            cup = sim.cup_positions()[COLORS[k % 3]]
+            sim.place_arm(grasp_pose(cup, rng))
+            tcp = sim.tcp_position()
+            assert np.all(np.abs(tcp[:2] - cup[:2]) <= GRASP_VIEW_XY_M + 0.005), (k, tcp, cup)
+            assert GRASP_TCP_Z_M - 0.005 <= tcp[2] <= APPROACH_TCP_Z_M + 0.005, (k, tcp)
+    finally:
+        sim.close()
+
+
+def test_phrasing_swap_gives_a_sequence_another_phrasing_of_its_own_colour(demos):
+    """With swap_p 1, every sequence's instruction is one of the phrasings of its episode's colour; with 0,
+    the episode's own."""
+    config = cup_config()
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False, cup_tracks=True)
+    marks = {c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)] for i, c in enumerate(("red", "green", "blue"))}
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=1.0)
+        value = float(seq.text[0, 0])
+        colors = {c for c, pool in marks.items() if any(float(m[0, 0]) == value for m in pool)}
+        assert len(colors) == 1 and seq.text.shape == (3, 384), value
+        assert any(np.array_equal(seq.text, ep.text) for ep in episodes) is False
+    own = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=0.0)
+    assert any(np.array_equal(own.text, ep.text) for ep in episodes)
+
+
+def test_training_unseen_and_held_out_phrasings_are_three_disjoint_lists():
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
+
+    lists = [{t.format(color="red").lower() for t in x} for x in (TRAIN_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES)]
+    assert not (lists[0] & lists[1]) and not (lists[0] & lists[2]) and not (lists[1] & lists[2])
+    for templates in (TRAIN_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES):
+        assert all(named_color(t.format(color=c)) == c for t in templates for c in ("red", "green", "blue"))
+
+
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
+    with pytest.raises(ValueError, match="grasp_views"):
+        TrainConfig(grasp_views=1.5)
+    with pytest.raises(ValueError, match="phrasing_swap_p"):
+        TrainConfig(phrasing_swap_p=-0.5)
     with pytest.raises(ValueError, match="vision_warmup_steps"):
         TrainConfig(vision_warmup_steps=-1)
     with pytest.raises(ValueError, match="view_batch"):
@@ -285,6 +337,8 @@ def test_views_and_the_view_loss_refuse_what_they_cannot_use():
         render_views(4, tok, np.zeros((0, 7)), progress=False)
     with pytest.raises(ValueError, match="n >= 1"):
         render_views(0, tok, np.array([HOME_Q]), progress=False)
+    with pytest.raises(ValueError, match="grasp_share"):
+        render_views(4, tok, np.array([HOME_Q]), progress=False, grasp_share=-0.1)
     config = tiny_config(aux_dim=AUX_DIM)  # an aux head but no frame head
     images = torch.zeros(2, 3, config.image_height, config.image_width)
     with pytest.raises(ValueError, match="needs a frame head"):

@@ -46,6 +46,11 @@ class UrdfJointLimits:
     velocity: np.ndarray
     prismatic: np.ndarray
 
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """The names, as a ``RobotModel`` calls them (``safety.limits.resolve_limits`` takes either)."""
+        return self.names
+
 
 def _root(urdf: str | Path | ET.Element) -> tuple[ET.Element, str]:
     """The <robot> element and how to name the description in messages."""

@@ -39,6 +39,8 @@ class EvalConfig:
         frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
         hold_after_success_s: keep running after success (for videos).
         chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
+        shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
+            config/policy.yaml sets it.
     """
 
     max_episode_s: float = 15.0
@@ -47,6 +49,7 @@ class EvalConfig:
     frame_delay_s: float = 0.02
     hold_after_success_s: float = 0.0
     chunk_smoothing_degree: int | None = None
+    shape_chunks: bool | None = None
     image_width: int = 320
     image_height: int = 240
 
@@ -87,10 +90,20 @@ class ClosedLoop:
         policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
         if self.config.chunk_smoothing_degree is not None:
             policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
-        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
-                                                     config=policy.session_config_from_params(policy_p))
+        if self.config.shape_chunks is not None:
+            policy_p["shape_chunks"] = self.config.shape_chunks
         safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
-        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_filter.config_from_params(safety_p))
+        safety_config = safety_filter.config_from_params(safety_p)
+        policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
+        limits = None
+        if policy_p["shape_chunks"]:
+            from vla_ros.model.io import load_config
+
+            names = load_config(model_dir).joint_names
+            limits = policy.shaping_limits_from_params(policy_p, self.sim.urdf_xml, names)
+        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
+                                                     config=policy.session_config_from_params(policy_p, limits))
+        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
         control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.evaluation.tables import success_breakdown, verdict_shares
+
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
 
@@ -294,18 +296,17 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
     joint_pct, joint_counts = _drop_pct(policy_a, policy_b, "joint_states")
     image_pct, image_counts = _drop_pct(policy_a, policy_b, "image")
     latencies = [ms for r in results for ms in r.pop("_latencies", [])]
-    by_color = {}
-    for c in ("red", "green", "blue"):
-        rs = [r for r in results if r["color"] == c]
-        by_color[c] = round(float(np.mean([r["success"] for r in rs])), 3) if rs else None
+    breakdown = success_breakdown(results)
     times = [r["time_to_success_s"] for r in results if r["success"]]
     sim_values = after.get("sim: simulation") or {}
     summary = {
         "success_rate": round(float(np.mean([r["success"] for r in results])), 3) if results else None,
-        "success_by_color": by_color,
+        "success_by_color": breakdown["success_by_color"],
         "mean_time_to_success_s": round(float(np.mean(times)), 3) if times else None,
         "safety_interventions": total - verdicts["pass"],
         "safety_verdicts": verdicts,
+        **verdict_shares(verdicts),
+        "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in results if r["lifted"] not in (None, r["color"])),
         "mean_distance_reduction": round(float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in results])), 3) if results else None,
         "episodes": len(results),
@@ -316,7 +317,6 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "latency_chunks": len(latencies),
         "joint_msgs_dropped_pct": joint_pct, "image_msgs_dropped_pct": image_pct,
         "joint_msgs": joint_counts, "image_msgs": image_counts,
-        "filter_pass_unmodified_pct": round(100.0 * verdicts["pass"] / total, 2) if total else None,
         "controller_period_err_ms_p99": round(max(period_err), 3) if period_err else None,
         "policy_inference_ms_p50": _weighted_median(policy_reports, "inference_ms"),
         "policy_inference_cpu_ms_p50": _weighted_median(policy_reports, "inference_cpu_ms"),

@@ -21,15 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.evaluation.tables import success_breakdown, verdict_shares
+
 EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
            "          vla-ros eval --live --episodes 20 --seed 0 --json")
 
 
 def load_templates(path: str | None) -> tuple[str, ...]:
-    from vla_ros.sim.tasks import HELDOUT_TEMPLATES
+    """The phrasings to evaluate with: None or "heldout" (the default, never trained on), "unseen"
+    (in neither the training nor the held-out list), or a file of templates with {color}, one per line."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, UNSEEN_TEMPLATES
 
-    if not path:
+    if not path or path == "heldout":
         return HELDOUT_TEMPLATES
+    if path == "unseen":
+        return UNSEEN_TEMPLATES
     lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
     bad = [line for line in lines if "{color}" not in line]
     if not lines or bad:
@@ -98,18 +104,18 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
                 done(r)
     bar.close()
     results.sort(key=lambda r: r.seed)
-    by_color = {}
-    for c in ("red", "green", "blue"):
-        rs = [r for r in results if r.color == c]
-        by_color[c] = round(float(np.mean([r.success for r in rs])), 3) if rs else None
+    breakdown = success_breakdown([r.__dict__ for r in results])
     times = [r.time_to_success_s for r in results if r.success]
     interventions = sum(v for r in results for k, v in r.verdicts.items() if k != "pass")
+    verdicts = dict(sum((Counter(r.verdicts) for r in results), Counter()))
     summary = {
         "success_rate": round(float(np.mean([r.success for r in results])), 3),
-        "success_by_color": by_color,
+        "success_by_color": breakdown["success_by_color"],
         "mean_time_to_success_s": round(float(np.mean(times)), 3) if times else None,
         "safety_interventions": int(interventions),
-        "safety_verdicts": dict(sum((Counter(r.verdicts) for r in results), Counter())),
+        "safety_verdicts": verdicts,
+        **verdict_shares(verdicts),
+        "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in results if r.lifted not in (None, r.color)),
         "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
         "episodes": len(results),
@@ -141,13 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
-    parser.add_argument("--instructions", default=None, help="file of templates with {color}, one per line (default: held-out phrasings)")
+    parser.add_argument("--instructions", default=None, help="heldout (default: phrasings held out from training), unseen (in neither list) or a file of templates with {color}, one per line")
     parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
     parser.add_argument("--out", default="", help="output folder (default runs/eval-<date>)")
     parser.add_argument("--max-episode-s", type=float, default=15.0)
     parser.add_argument("--smoothing-degree", type=int, default=None, help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)")
+    parser.add_argument("--shape-chunks", choices=("on", "off"), default=None, help="override the policy's shape_chunks (default: config/policy.yaml)")
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
     parser.add_argument("--live", action="store_true", help="run the episodes through the launched graph (sim, policy, "
                         "safety filter and controller processes, DDS, simulated time) instead of in process")
@@ -155,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=240.0, help="--live: wall seconds for the graph to come up")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
-    if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None):
-        parser.error("--live runs the shipped configuration in one graph: --videos, --workers and --smoothing-degree do not apply")
+    if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None or args.shape_chunks is not None):
+        parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree and --shape-chunks do not apply")
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.model.io import resolve_model_dir
 
@@ -174,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary))
         return 0
     summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
-                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree),
+                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree,
+                                                           shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on"),
                        workers=args.workers)
     if not args.json:
         for k, v in summary.items():

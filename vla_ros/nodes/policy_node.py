@@ -37,7 +37,7 @@ from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.model.io import resolve_model_dir
-from vla_ros.params.policy import PARAMS, session_config_from_params
+from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.spec import validate_all
 from vla_ros.policy.intake import ReasonThrottle
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -119,6 +119,15 @@ class PolicyNode(Node):
         self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
         self._last_chunk: tuple[int, float] | None = None  # (stamp ns, observation age ms at publish)
         self.pub_attention = None
+        # Chunk shaping (shape_chunks): the URDF the filter's limits come from, and limits per joint list.
+        self._urdf: str | None = None
+        self._shaping_cache: dict[tuple[str, ...], tuple[object, str]] = {}
+        self._shaping_problem = "waiting for /robot_description"
+        if p["robot_description_file"]:
+            try:
+                self._urdf = open(p["robot_description_file"], encoding="utf-8").read()
+            except OSError as err:
+                self._shaping_problem = f"cannot read robot_description_file: {err}"
         self.session = self._load(p["model"], raise_on_error=False)
 
         mc = self.session.policy.config if self.session is not None else None
@@ -138,6 +147,8 @@ class PolicyNode(Node):
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(String, "/vla/instruction", self._on_instruction, latched)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        if not p["robot_description_file"]:
+            self.create_subscription(String, "/robot_description", self._on_description, latched)
 
         self._due = threading.Event()  # a tick is due
         self._due_ns = 0  # node clock when it fell due
@@ -174,6 +185,7 @@ class PolicyNode(Node):
             return None
         if self._instruction_text:
             session.set_instruction(self._instruction_text)
+        self._apply_session_config(session)
         cfg = session.policy.config
         self.get_logger().info(
             f"model {folder.name}: {cfg.num_hidden_layers} layers, window {cfg.window_seconds} s, chunk "
@@ -204,8 +216,48 @@ class PolicyNode(Node):
             self._attention["model"] = None
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
-        elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s") and self.session is not None:
-            self.session.config = session_config_from_params(self._p)  # read once per tick
+        elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s", "shape_chunks",
+                      "shaping_latency_s"):
+            if name == "shaping_latency_s":
+                self._shaping_cache.clear()
+            self._apply_session_config(self.session)
+
+    # ---- chunk shaping -------------------------------------------------------------------------------
+    def _on_description(self, msg: String) -> None:
+        self._urdf = msg.data
+        self._shaping_cache.clear()
+        self._apply_session_config(self.session)
+
+    def _chunk_limits(self, session):
+        """The safety filter's limits for ``session``'s joints (``policy.shaping``), or None: shaping off, or
+        not possible (the reason in ``_shaping_problem``)."""
+        if not self._p["shape_chunks"] or session is None:
+            return None
+        if self._urdf is None:
+            return None
+        names = tuple(session.policy.config.joint_names)
+        if names not in self._shaping_cache:
+            try:
+                self._shaping_cache[names] = (shaping_limits_from_params(self._p, self._urdf, names), "")
+            except ValueError as err:
+                self._shaping_cache[names] = (None, f"cannot shape chunks: {err}")
+                self.get_logger().error(f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded")
+        limits, self._shaping_problem = self._shaping_cache[names]
+        return limits
+
+    def _apply_session_config(self, session) -> None:
+        """The parameters' session configuration, shaping limits included (the session reads it once per tick)."""
+        if session is not None:
+            session.config = session_config_from_params(self._p, self._chunk_limits(session))
+
+    def _shaping_state(self) -> str:
+        """'on', 'off', or why chunks are not shaped although shape_chunks asks for it."""
+        session = self.session
+        if not self._p["shape_chunks"]:
+            return "off"
+        if session is not None and session.config.chunk_limits is not None:
+            return "on"
+        return self._shaping_problem
 
     # ---- inputs (executor thread) --------------------------------------------------------------------
     def _now_ns(self) -> int:
@@ -411,6 +463,9 @@ class PolicyNode(Node):
             return ERROR, "no " + " and no ".join(sorted(self._dead)) + f" for more than {self._p['source_timeout_s']} s (wall time)"
         code, message = self._status
         if code == "publishing":
+            shaping = self._shaping_state()
+            if shaping not in ("on", "off"):
+                return WARN, f"publishing chunks as decoded, not shaped into the filter's limits: {shaping}"
             return OK, message
         return (ERROR if code in ("tick_error", "model_input_error", "non_finite_output") else WARN), message
 
@@ -434,6 +489,7 @@ class PolicyNode(Node):
                 values[f"{name}.p99"] = float(np.percentile(series, 99))
                 values[f"{name}.max"] = float(np.max(series))
                 values[f"{name}.n"] = len(series)
+        values["shaping"] = self._shaping_state()
         values["clock"] = "sim" if self.get_parameter("use_sim_time").value else "wall"
         if self._last_chunk is not None:  # one chunk's own figure: a subscriber can check it against its own
             values["last_chunk.stamp_ns"], values["last_chunk.observation_age_ms"] = self._last_chunk

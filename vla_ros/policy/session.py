@@ -28,6 +28,7 @@ import numpy as np
 
 from vla_ros.chunks import ActionChunk, smooth_positions
 from vla_ros.policy.intake import SourceStats
+from vla_ros.policy.shaping import ChunkLimits, shape_chunk
 from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenError, TokenizerConfig, TokenStream, stamp_ns
 
 # ROS type name -> the kind of observation it becomes (None: the instruction).
@@ -56,6 +57,8 @@ class SessionConfig:
             policy must not move the arm on joint states alone).
         input_width / input_height: required camera size (0 = any); max_input_pixels: larger frames are
             refused before decoding.
+        chunk_limits: shape every chunk into these limits (the safety filter's, ``policy.shaping``) from
+            the joint state it is anchored on, after the smoothing fit; None = publish it as decoded.
     """
 
     publish_horizon: int = 0
@@ -65,6 +68,7 @@ class SessionConfig:
     input_width: int = 0
     input_height: int = 0
     max_input_pixels: int = TokenizerConfig.max_input_pixels
+    chunk_limits: ChunkLimits | None = None
 
     def __post_init__(self) -> None:
         if self.publish_horizon < 0 or self.chunk_smoothing_degree < 0:
@@ -105,9 +109,16 @@ class PolicySession:
             input_width=c.input_width, input_height=c.input_height, max_input_pixels=c.max_input_pixels,
         )
         self._encoder = encoder
+        self._check_limits(self.config)
         self._lock = threading.Lock()
         self._state_arrived = threading.Condition(self._lock)
         self.reset()
+
+    def _check_limits(self, config: SessionConfig) -> None:
+        limits = config.chunk_limits
+        names = tuple(self.policy.config.joint_names)
+        if limits is not None and tuple(limits.joint_names) != names:
+            raise ValueError(f"chunk_limits are for joints {list(limits.joint_names)}, the model commands {list(names)}")
 
     def reset(self) -> None:
         """Forget everything but the model: a fresh window (no instruction), fresh counts; the next tick
@@ -240,6 +251,7 @@ class PolicySession:
             # round) are never late, and the chunk is anchored where the policy knows the arm's state.
             newest_state = stream.newest_stamp(Kind.STATE)
             new = stream.drain(restart=restart, upto_ns=HOLD_ALL if newest_state is None else newest_state)
+            state = stream.newest(Kind.STATE)
             instruction = stream.instruction
             newest = {kind: stream.newest_stamp(kind) for kind in SOURCE_NAMES}
         ages = {kind: None if stamp is None else (now_ns - stamp) * 1e-9 for kind, stamp in newest.items()}
@@ -266,8 +278,11 @@ class PolicySession:
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
         positions = smooth_positions(chunk.time_from_start_s, chunk.positions, c.chunk_smoothing_degree)
+        times = chunk.time_from_start_s
+        if c.chunk_limits is not None and state is not None:
+            times, positions = self._shape(chunk, positions[:horizon], state, c.chunk_limits)
         out = ActionChunk(joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
-                          time_from_start_s=chunk.time_from_start_s[:horizon], positions=positions[:horizon])
+                          time_from_start_s=times[:horizon], positions=positions[:horizon])
         if not np.all(np.isfinite(out.positions)):
             return self._skip(result, "non_finite_output", "the model produced NaN/Inf: no chunk")
         with self._lock:
@@ -275,6 +290,17 @@ class PolicySession:
         result.chunk = out
         self.chunks += 1
         return result
+
+    def _shape(self, chunk, positions: np.ndarray, state: Observation, limits: ChunkLimits) -> tuple[np.ndarray, np.ndarray]:
+        """(times, positions) of the published points shaped into ``limits`` from ``state`` (the joint
+        state the chunk is anchored on; when a frame is newer, the points' times count from the state's
+        stamp for the shaping, and from the chunk's stamp again after it)."""
+        n = len(limits.joint_names)
+        since_state_s = (chunk.stamp_ns - state.stamp_ns) * 1e-9
+        velocities = state.data[n:2 * n] if self.policy.config.state_velocities else None
+        times = chunk.time_from_start_s[:len(positions)] + since_state_s
+        times, positions = shape_chunk(times, positions, state.data[:n], velocities, limits)
+        return times - since_state_s, positions
 
     def _blocker(self, instruction, ages: dict, new: list) -> tuple[str, str] | None:
         """Why no chunk may be decoded now (code, detail), or None."""

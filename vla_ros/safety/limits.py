@@ -13,6 +13,7 @@ import numpy as np
 
 from vla_ros.safety.config import ConfigError, SafetyConfig
 from vla_ros.safety.robot import RobotModel
+from vla_ros.urdf_limits import UrdfJointLimits
 
 
 class LimitError(ConfigError):
@@ -41,7 +42,9 @@ class JointLimitTable:
     commanded: np.ndarray
 
 
-def resolve_limits(robot: RobotModel, config: SafetyConfig) -> JointLimitTable:
+def resolve_limits(robot: RobotModel | UrdfJointLimits, config: SafetyConfig) -> JointLimitTable:
+    """The limits ``config`` gives ``robot``'s joints: a ``RobotModel`` (the filter) or the URDF limits of
+    some joints (``urdf_limits.limits_for``; the policy shapes its chunks to the same numbers)."""
     names = robot.joint_names
     reasons = []
     unknown = [j for j in config.joints if j not in names]

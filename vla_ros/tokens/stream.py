@@ -139,12 +139,17 @@ class TokenStream:
         """The observations in the window, oldest first (a copy: safe to keep)."""
         return list(self._items)
 
-    def newest_stamp(self, kind: Kind) -> int | None:
-        """Stamp of the newest observation of ``kind`` in the window (None: none)."""
+    def newest(self, kind: Kind) -> Observation | None:
+        """The newest observation of ``kind`` in the window (None: none)."""
         for obs in reversed(self._items):
             if obs.kind == kind:
-                return obs.stamp_ns
+                return obs
         return None
+
+    def newest_stamp(self, kind: Kind) -> int | None:
+        """Stamp of the newest observation of ``kind`` in the window (None: none)."""
+        obs = self.newest(kind)
+        return None if obs is None else obs.stamp_ns
 
     def __len__(self) -> int:
         return len(self._items)

@@ -165,7 +165,7 @@ def unscale_aux(aux: np.ndarray) -> np.ndarray:
 
 
 def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False):
+                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False, text: np.ndarray | None = None):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
 
     ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
@@ -175,6 +175,7 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     joint states tells where the arm is heading, hence where the cup is, everywhere but at the start; a
     policy trained only with them learns to read the target off its own motion and, at rest, goes to the
     average cup. Without them the camera is the only way to the cup and to the arm.
+    ``text``: the instruction's token embeddings to use instead of the episode's own (another phrasing).
     """
     import dataclasses as dc
 
@@ -216,17 +217,25 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     frame_aux = None
     if config.aux_dim and config.frame_aux_loss_weight > 0:
         frame_aux = [aux_target(ep, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
-    return build_sequence(config, observations, text=ep.text, chunks=specs, validate=False, frame_aux=frame_aux)
+    return build_sequence(config, observations, text=ep.text if text is None else text, chunks=specs, validate=False,
+                          frame_aux=frame_aux)
 
 
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                    state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0):
+                    state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
+                    phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
-    states are dropped with probability ``drop_states_p`` (see make_sequence)."""
+    states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
+    token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
+    phrasing of the same request: a random one naming the episode's colour."""
     while True:
         ep = episodes[int(rng.integers(len(episodes)))]
         t_end = float(rng.uniform(ep.t_s[0] + 0.05, ep.t_s[-1]))
         drop = bool(rng.random() < drop_states_p)
-        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop)
+        text = None
+        if phrasings and rng.random() < swap_p:
+            pool = phrasings.get(named_color(ep.instruction) or "", [])
+            text = pool[int(rng.integers(len(pool)))] if pool else None
+        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop, text)
         if seq is not None:
             return seq

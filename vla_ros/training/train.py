@@ -59,6 +59,11 @@ class TrainConfig:
         vision_warmup_steps: steps that train the stem on views alone (2 x view_batch each, fast) before
             the main loop, so the Transformer starts from keypoints that already point at the named cup
             (0 = none; never when continuing from ``init``, whose stem is trained).
+        grasp_views: share of the views with the gripper over a cup of the view's own layout
+            (``training.views.grasp_pose``) instead of a demonstration's arm pose.
+        phrasing_swap_p: task "cups": share of training sequences whose instruction is replaced by another
+            training phrasing naming the same colour (``sim.tasks.TRAIN_TEMPLATES``), so every layout is
+            seen with many wordings of its request, not just the one its episode was recorded with.
     """
 
     steps: int = 3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
@@ -83,6 +88,8 @@ class TrainConfig:
     views: int = 4000
     view_batch: int = 32
     vision_warmup_steps: int = 1000
+    grasp_views: float = 0.0
+    phrasing_swap_p: float = 0.0
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.warmup_steps < 0:
@@ -93,6 +100,8 @@ class TrainConfig:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0.0 <= self.grasp_views <= 1.0 or not 0.0 <= self.phrasing_swap_p <= 1.0:
+            raise ValueError(f"grasp_views ({self.grasp_views}) and phrasing_swap_p ({self.phrasing_swap_p}) must be in [0, 1]")
         if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
             raise ValueError(f"views ({self.views}) and vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0, "
                              f"view_batch ({self.view_batch}) >= 1")
@@ -219,8 +228,15 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
 
         n = len(config.joint_names)
         poses = np.concatenate([np.stack([o.data[:n] for o in e.observations if o.kind == Kind.STATE]) for e in train_eps])
-        views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress)
+        views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress, grasp_share=tc.grasp_views)
         history["view_loss"] = []
+    phrasings = None
+    if cups and tc.phrasing_swap_p > 0:
+        from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
+        from vla_ros.tokens.text import shared_encoder
+
+        encoder = shared_encoder()
+        phrasings = {c: [encoder(t.format(color=c)).embeddings for t in TRAIN_TEMPLATES] for c in COLORS}
     deadline = Deadline(tc.minutes)  # the limit counts from here: loading and rendering are not training time
     t_train, cpu_train = time.monotonic(), time.process_time()
     if views is not None and tc.vision_warmup_steps and init is None:  # a fine-tune's stem is trained already
@@ -233,7 +249,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc)
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
-        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p) for _ in range(tc.batch_sequences)]).to(dev)
+        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
+                                         phrasings, tc.phrasing_swap_p) for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
         if views is not None:
             view_loss = model.view_loss(*view_batch(views, tc.view_batch, rng, dev))
@@ -395,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", choices=TASKS, default=TrainConfig.task,
                         help="none: actions from the bags' topics alone (any robot); cups: the sim's cup task adds the "
                              "named cup's position as an auxiliary target, rendered views and the sim camera's crop")
+    parser.add_argument("--grasp-views", type=float, default=TrainConfig.grasp_views,
+                        help="task cups: share of the rendered views with the gripper over a cup of the view's layout "
+                             f"(default {TrainConfig.grasp_views})")
+    parser.add_argument("--phrasing-swap", type=float, default=TrainConfig.phrasing_swap_p,
+                        help="task cups: share of training sequences whose instruction is another training phrasing of "
+                             f"the same request (default {TrainConfig.phrasing_swap_p})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -428,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
             model_config = task_model_config("none").replace(joint_names=joints)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
-                         minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr)
+                         minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
+                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap)
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2

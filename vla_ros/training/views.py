@@ -7,6 +7,13 @@ from a training seed, the arm placed in a pose taken from the demonstrations (so
 distracts as it does there), the frame tokenized exactly as online (``preprocess_image``), and every
 cup's position as the label. The frame head (``ModelConfig.frame_aux_loss_weight``) learns "where is the
 <colour> cup" on them, with the instruction vector of a training phrasing naming that colour.
+
+Grasp views (``grasp_share``): the demonstrations' arm poses put the gripper over the cups of *their*
+layouts, so on a fresh layout the gripper rarely covers a cup, and the stem sees few frames like the
+last centimetres of a grasp (cup half hidden under the fingers, seen from close by). A grasp view places
+the tool centre point over one of the layout's cups, a few centimetres off in x and y, anywhere from
+the approach height down to the grasp height, the gripper open or closed (``top_down_ik``, the
+expert's own solution).
 """
 
 from __future__ import annotations
@@ -34,10 +41,25 @@ class Views:
         return self.frames[i], self.instructions[c, t], self.cups_m[i, c]
 
 
+GRASP_VIEW_XY_M = 0.03  # grasp views: the tool centre point within this of the cup's axis, in x and y
+
+
+def grasp_pose(cup_m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(7,) joints with the tool centre point over ``cup_m`` (see the module docstring)."""
+    from vla_ros.sim.scripted import (APPROACH_TCP_Z_M, GRASP_TCP_Z_M, GRIPPER_CLOSED_M, GRIPPER_OPEN_M,
+                                      top_down_ik)
+
+    xy = np.asarray(cup_m[:2], float) + rng.uniform(-GRASP_VIEW_XY_M, GRASP_VIEW_XY_M, 2)
+    z = rng.uniform(GRASP_TCP_Z_M, APPROACH_TCP_Z_M)
+    gripper = GRIPPER_OPEN_M if rng.random() < 0.7 else rng.uniform(GRIPPER_CLOSED_M, GRIPPER_OPEN_M)
+    return np.append(top_down_ik(np.array([xy[0], xy[1], z])), gripper)
+
+
 def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_size: tuple[int, int] = (320, 240),
-                 progress: bool = True) -> Views:
+                 progress: bool = True, grasp_share: float = 0.0) -> Views:
     """``n`` views (see the module docstring): view k has the layout of seed VIEW_SEED_OFFSET + k and an arm
-    pose drawn from ``arm_poses`` (M, 7) with ``seed``."""
+    pose drawn from ``arm_poses`` (M, 7) with ``seed``, or, for a share ``grasp_share`` of the views, a
+    grasp pose over one of its cups."""
     from tqdm import tqdm
 
     from vla_ros.model.sequence import instruction_vector
@@ -47,6 +69,9 @@ def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_
 
     if n < 1 or len(arm_poses) < 1:
         raise ValueError(f"need n >= 1 views ({n}) and at least one arm pose ({len(arm_poses)})")
+    if not 0.0 <= grasp_share <= 1.0:
+        raise ValueError(f"grasp_share must be in [0, 1], got {grasp_share}")
+    from vla_ros.sim.scripted import UnreachableError
     rng = np.random.default_rng([seed, 29])
     sim = ArmSim(SimConfig(image_width=image_size[0], image_height=image_size[1]))
     frames = np.empty((n, 3, tokenizer.image_height, tokenizer.image_width), np.float32)
@@ -54,9 +79,15 @@ def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_
     try:
         for k in tqdm(range(n), desc="rendering views", unit="view", disable=not progress):
             sim.reset(TRAIN_SEED_START + VIEW_SEED_OFFSET + k)
-            sim.place_arm(arm_poses[int(rng.integers(len(arm_poses)))])
-            frames[k] = preprocess_image(sim.render(), tokenizer)
             positions = sim.cup_positions()
+            pose = arm_poses[int(rng.integers(len(arm_poses)))]
+            if rng.random() < grasp_share:
+                try:
+                    pose = grasp_pose(positions[COLORS[int(rng.integers(len(COLORS)))]], rng)
+                except UnreachableError:
+                    pass  # a cup out of the top-down reach: the demonstration pose stays
+            sim.place_arm(pose)
+            frames[k] = preprocess_image(sim.render(), tokenizer)
             cups[k] = [positions[c] for c in COLORS]
     finally:
         sim.close()
