@@ -67,7 +67,7 @@ def graph(tmp_path_factory):
             # max_observation_age_s 5 s: a busy machine delays observations by more than the default 0.5 s of
             # simulated time, and the node would (rightly) skip those ticks; nothing here is about freshness
             start_node("policy", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", "max_observation_age_s:=5.0",
-                       "shape_chunks:=true", log_path=logs[0]),
+                       log_path=logs[0]),
             start_node("policy_nomodel", f"model:={tmp / 'missing'}", "instruction:=pick up the red cup", log_path=logs[1]),
             start_node("policy_silent", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", log_path=logs[2],
                        remaps=("/vla/instruction:=/policy_silent/instruction", "/vla/action_chunk:=/policy_silent/action_chunk")),
@@ -190,10 +190,10 @@ def _limit_findings(probe, flt, count: int) -> list[set[str]]:
 
 
 def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switched_off(graph):
-    """shape_chunks (started true here): the node reads the URDF on /robot_description and the filter's
+    """shape_chunks switched on at run time: the node reads the URDF on /robot_description and the filter's
     shipped parameter file, and its chunks pass the filter's limit checks, whatever a random model decodes.
-    Switched off at run time, the same model's chunks go out as decoded and the filter finds them outside
-    the limits."""
+    Switched off again, the same model's chunks go out as decoded and the filter finds them outside the
+    limits."""
     from vla_ros.params import safety_filter as filter_params
     from vla_ros.params.spec import values_from_yaml
     from vla_ros.safety import SafetyFilter, load_robot
@@ -202,8 +202,11 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
     config = filter_params.config_from_params(values_from_yaml(filter_params.PARAMS, REPO / "config" / "safety_filter.yaml", "safety_filter"))
     flt = SafetyFilter(load_robot(default_urdf_path().read_text()), config)
     graph.pub_instruction.publish(String(data="pick up the red cup"))
+    assert graph.spin_until(lambda: statuses(graph, "policy"), 300)
     try:
-        assert graph.spin_until(lambda: any(s[2].get("shaping") == "on" for s in statuses(graph, "policy")), 300), statuses(graph, "policy")[-2:]
+        set_bool_param(graph, "shape_chunks", True)
+        n = len(statuses(graph, "policy"))
+        assert graph.spin_until(lambda: any(s[2].get("shaping") == "on" for s in statuses(graph, "policy")[n:]), 60), statuses(graph, "policy")[-2:]
         graph.spin_for_sim(0.3)  # a tick with the limits in place
         assert _limit_findings(graph, flt, 6) == [set()] * 6
         set_bool_param(graph, "shape_chunks", False)
@@ -213,7 +216,7 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
         unshaped = _limit_findings(graph, flt, 6)
         assert any(unshaped), unshaped  # a random model's chunks are far from the arm
     finally:
-        set_bool_param(graph, "shape_chunks", True)
+        set_bool_param(graph, "shape_chunks", False)  # as shipped, for the other tests
 
 
 def test_debug_attention_publishes_the_overlay_on_the_models_crop_and_chunks_keep_coming(graph):
