@@ -129,8 +129,9 @@ def test_the_keypoint_temperature_stays_positive():
 
 
 def test_model_files_with_a_raw_keypoint_temperature_still_load(tmp_path):
-    """Folders saved before the temperature became a log (the shipped model among them) load unchanged and
-    compute the same function; a non-positive stored temperature is refused with the reason."""
+    """The shipped model's temperature is what its file stores (a log, or a raw value in folders saved
+    before it became one) and its two backends agree; a folder with a raw value (written here) loads
+    unchanged; a non-positive stored temperature is refused with the reason."""
     from pathlib import Path
 
     from safetensors.torch import load_file, save_file
@@ -139,9 +140,13 @@ def test_model_files_with_a_raw_keypoint_temperature_still_load(tmp_path):
     from vla_ros.model.runtime import StreamingPolicy
 
     shipped = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
-    raw = load_file(str(shipped / "model.safetensors"))["patch_encoder.keypoint_temperature"]
-    assert load_model(shipped).patch_encoder.keypoint_temperature.item() == pytest.approx(raw.item(), rel=1e-6)
-    check_onnx(shipped)  # its ONNX export (from the raw value) still belongs to its weights
+    stored = load_file(str(shipped / "model.safetensors"))
+    if "patch_encoder.keypoint_temperature" in stored:
+        expected = stored["patch_encoder.keypoint_temperature"].item()
+    else:
+        expected = float(np.exp(stored["patch_encoder.keypoint_log_temperature"].item()))
+    assert load_model(shipped).patch_encoder.keypoint_temperature.item() == pytest.approx(expected, rel=1e-6)
+    check_onnx(shipped)  # its ONNX export still belongs to its weights
     config = load_model(shipped).config
     text = random_instruction(config, 6, 0).embeddings
     chunks = []
