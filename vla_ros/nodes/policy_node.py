@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
@@ -125,7 +126,7 @@ class PolicyNode(Node):
         self._shaping_problem = "waiting for /robot_description"
         if p["robot_description_file"]:
             try:
-                self._urdf = open(p["robot_description_file"], encoding="utf-8").read()
+                self._urdf = Path(p["robot_description_file"]).read_text(encoding="utf-8")
             except OSError as err:
                 self._shaping_problem = f"cannot read robot_description_file: {err}"
         self.session = self._load(p["model"], raise_on_error=False)

@@ -84,8 +84,9 @@ def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s
     from vla_ros.urdf_limits import limits_for
 
     cfg = safety_config or SafetyConfig()
-    table = resolve_limits(limits_for(urdf, tuple(joint_names)), cfg)
-    prismatic = limits_for(urdf, tuple(joint_names)).prismatic
+    urdf_limits = limits_for(urdf, tuple(joint_names))
+    table = resolve_limits(urdf_limits, cfg)
+    prismatic = urdf_limits.prismatic
     return ChunkLimits(
         joint_names=tuple(joint_names), lower=table.lower, upper=table.upper, velocity=table.velocity,
         acceleration=table.acceleration,
