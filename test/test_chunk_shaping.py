@@ -134,3 +134,78 @@ def test_limits_of_the_wrong_size_or_order_are_refused(limits):
     with pytest.raises(ValueError, match="lower limit"):
         ChunkLimits(joint_names=limits.joint_names, lower=limits.upper + 1, upper=limits.upper, velocity=limits.velocity,
                     acceleration=limits.acceleration, tolerance=limits.tolerance)
+
+
+# ---- the table lift ------------------------------------------------------------------------------------
+def _descent(z_from: float, z_to: float, n: int = 16) -> np.ndarray:
+    """A top-down descent of the tool over the table (the sim's closed-form IK), the gripper open."""
+    from vla_ros.sim.scripted import GRIPPER_OPEN_M, top_down_ik
+
+    return np.stack([np.r_[top_down_ik([0.45, 0.1, z]), GRIPPER_OPEN_M] for z in np.linspace(z_from, z_to, n)])
+
+
+def _table_distance(flt, q) -> float:
+    d = flt.checker.distances(q)
+    return float(min(d[i] for i, kind in enumerate(flt.checker.kinds) if kind == "table_collision"))
+
+
+def _hand_pose(robot, q):
+    import pinocchio as pin
+
+    data = robot.model.createData()
+    pin.framesForwardKinematics(robot.model, data, robot.full_q(q))
+    placement = data.oMf[robot.model.getFrameId("hand_link")]
+    return placement.translation.copy(), placement.rotation.copy()
+
+
+@pytest.fixture(scope="module")
+def lift_limits(flt):
+    return chunk_limits(default_urdf_path().read_text(), flt.joint_names, SIM_CONFIG, latency_s=LATENCY_S, retime=False,
+                        table_margin_m=0.005)
+
+
+def test_a_grasp_reaching_into_the_table_is_lifted_straight_up_until_the_filter_passes_it(flt, lift_limits):
+    """A descent that ends with the fingertips on the table: the filter cuts it for the table. Lifted, every
+    point keeps the clearance plus the margin, the hand moves only up (not across, not turning), points
+    that kept it already are untouched, and the filter passes the chunk without a table finding."""
+    times = np.arange(1, 17) * 0.1
+    raw = _descent(0.10, 0.025)
+    _, before = _filter(flt, times, raw, raw[0])
+    assert before.verdict in ("truncated", "rejected") and before.reason == "table_collision", before
+    new_times, lifted = shape_chunk(times, raw, raw[0], None, lift_limits)
+    np.testing.assert_array_equal(new_times, times)  # no retiming asked for
+    target = SIM_CONFIG.clearance_m + 0.005
+    clear = np.array([_table_distance(flt, q) >= target for q in raw])
+    assert clear[:4].all() and not clear[-4:].all()
+    np.testing.assert_array_equal(lifted[clear], raw[clear])
+    for q_raw, q in zip(raw[~clear], lifted[~clear]):
+        assert _table_distance(flt, q) >= target - 1e-4
+        (p0, r0), (p1, r1) = _hand_pose(flt.robot, q_raw), _hand_pose(flt.robot, q)
+        assert np.abs(p1[:2] - p0[:2]).max() < 1e-3 and 0.0 < p1[2] - p0[2] <= target + 1e-3, (p0, p1)
+        assert np.abs(r1 - r0).max() < 1e-3
+    np.testing.assert_array_equal(lifted[:, -1], raw[:, -1])  # the gripper is no lift
+    _, after = _filter(flt, times, lifted, lifted[0])
+    assert "table_collision" not in {f.code for f in after.findings} and after.verdict != "rejected", after
+
+
+def test_without_retime_only_positions_change_and_without_a_table_there_is_no_lift(flt, limits, lift_limits):
+    import dataclasses
+
+    times = np.arange(1, 9) * 0.01  # 23 cm in 80 ms, far too fast for the limits: retime would stretch it
+    raw = _descent(0.25, 0.02, 8)
+    new_times, _ = shape_chunk(times, raw, raw[0], None, lift_limits)
+    np.testing.assert_array_equal(new_times, times)
+    assert shape_chunk(times, raw, raw[0], None, limits)[0][-1] > times[-1]  # the retiming default does stretch
+    no_table = chunk_limits(default_urdf_path().read_text(), flt.joint_names, dataclasses.replace(SIM_CONFIG, table_enabled=False),
+                            retime=False, table_margin_m=0.005)
+    assert no_table.table_lift is None
+    np.testing.assert_array_equal(shape_chunk(times, raw, raw[0], None, no_table)[1], raw)
+
+
+def test_a_table_lift_for_joints_the_robot_lacks_is_refused(flt):
+    from vla_ros.policy.table_lift import TableLift
+
+    with pytest.raises(ValueError, match="not actuated joints"):
+        TableLift(flt.robot, SIM_CONFIG, ("shoulder_pan_joint", "tail_joint"))
+    with pytest.raises(ValueError, match="margin_m"):
+        TableLift(flt.robot, SIM_CONFIG, flt.joint_names, margin_m=-0.01)

@@ -2,6 +2,7 @@
 `vla-ros attention` measures grounding; both on a small random-weight model (behaviour, not skill)."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from vla_ros.evaluation.run_eval import evaluate, load_templates
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
+from vla_ros.safety import REASONS
 from vla_ros.sim import ArmSim
 
 
@@ -54,6 +56,12 @@ def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     total = sum(verdicts.values())
     assert total > 0 and summary["filter_pass_unmodified_pct"] == pytest.approx(100 * verdicts.get("pass", 0) / total, abs=0.01)
     assert summary["filter_rejected_pct"] == pytest.approx(100 * verdicts.get("rejected", 0) / total, abs=0.01)
+    # every chunk the filter acted on has at least one finding code; a passed chunk has none
+    findings = summary["safety_findings"]
+    acted = total - verdicts.get("pass", 0)
+    assert set(findings) <= set(REASONS) | {"position_clamped", "time_scaled", "past_points"}, findings
+    assert (sum(findings.values()) >= acted) and (acted == 0 or findings), (findings, verdicts)
+    assert findings == dict(sum((Counter(e["findings"]) for e in saved["episodes"]), Counter()))
 
 
 def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):

@@ -69,7 +69,9 @@ def graph(tmp_path_factory):
             start_node("policy", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", "max_observation_age_s:=5.0",
                        log_path=logs[0]),
             start_node("policy_nomodel", f"model:={tmp / 'missing'}", "instruction:=pick up the red cup", log_path=logs[1]),
-            start_node("policy_silent", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", log_path=logs[2],
+            # Shaping asked for with a robot description it cannot read: it says why, and runs on.
+            start_node("policy_silent", f"model:={tmp / 'tiny'}", f"rate_hz:={RATE_HZ}", "threads:=1", "shape_chunks:=true",
+                       f"robot_description_file:={tmp / 'no_such_robot.urdf'}", log_path=logs[2],
                        remaps=("/vla/instruction:=/policy_silent/instruction", "/vla/action_chunk:=/policy_silent/action_chunk")),
         ]
         probe.nodes, probe.logs = nodes, logs
@@ -90,6 +92,13 @@ def test_without_instruction_no_chunk_and_the_reason_is_reported(graph):
     graph.spin_for_sim(1.0)  # ten more ticks
     assert "no instruction" in statuses(graph, "policy_silent")[-1][1]
     assert graph.rec["silent_chunks"] == []
+
+
+def test_an_unreadable_robot_description_file_turns_shaping_off_with_the_reason(graph):
+    assert graph.spin_until(lambda: statuses(graph, "policy_silent"), 300), graph.logs[2].read_text()[-3000:]
+    shaping = statuses(graph, "policy_silent")[-1][2]["shaping"]
+    assert shaping.startswith("cannot read robot_description_file:") and "no_such_robot.urdf" in shaping, shaping
+    assert graph.nodes[2].poll() is None
 
 
 def test_without_a_loadable_model_no_chunk_and_an_error(graph):
@@ -190,10 +199,10 @@ def _limit_findings(probe, flt, count: int) -> list[set[str]]:
 
 
 def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switched_off(graph):
-    """shape_chunks switched on at run time: the node reads the URDF on /robot_description and the filter's
-    shipped parameter file, and its chunks pass the filter's limit checks, whatever a random model decodes.
-    Switched off again, the same model's chunks go out as decoded and the filter finds them outside the
-    limits."""
+    """shape_chunks and shaping_retime switched on at run time: the node reads the URDF on
+    /robot_description and the filter's shipped parameter file, and its chunks pass the filter's limit
+    checks, whatever a random model decodes. Switched off again, the same model's chunks go out as decoded
+    and the filter finds them outside the limits."""
     from vla_ros.params import safety_filter as filter_params
     from vla_ros.params.spec import values_from_yaml
     from vla_ros.safety import SafetyFilter, load_robot
@@ -204,6 +213,7 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
     graph.pub_instruction.publish(String(data="pick up the red cup"))
     assert graph.spin_until(lambda: statuses(graph, "policy"), 300)
     try:
+        set_bool_param(graph, "shaping_retime", True)
         set_bool_param(graph, "shape_chunks", True)
         n = len(statuses(graph, "policy"))
         assert graph.spin_until(lambda: any(s[2].get("shaping") == "on" for s in statuses(graph, "policy")[n:]), 60), statuses(graph, "policy")[-2:]
@@ -216,7 +226,8 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
         unshaped = _limit_findings(graph, flt, 6)
         assert any(unshaped), unshaped  # a random model's chunks are far from the arm
     finally:
-        set_bool_param(graph, "shape_chunks", False)  # as shipped, for the other tests
+        set_bool_param(graph, "shape_chunks", False)  # as in the module's start, for the other tests
+        set_bool_param(graph, "shaping_retime", False)
 
 
 def test_debug_attention_publishes_the_overlay_on_the_models_crop_and_chunks_keep_coming(graph):

@@ -66,6 +66,7 @@ class EpisodeResult:
     chunks: int
     min_target_distance_m: float
     initial_target_distance_m: float
+    findings: dict = dataclasses.field(default_factory=dict)  # the filter's finding codes on this episode's chunks
     frames: list | None = None  # camera frames (RGB) when recording
     commanded: list | None = None
     measured: list | None = None
@@ -138,6 +139,7 @@ class ClosedLoop:
         pending_frames: list[tuple[int, object]] = []
         pending_chunks: list[tuple[int, ActionChunk]] = []
         verdicts: Counter = Counter()
+        findings: Counter = Counter()
         chunks = 0
         success_t = None
         lifted = None
@@ -174,6 +176,7 @@ class ClosedLoop:
                 _, chunk = pending_chunks.pop(0)
                 safe, report = self.safety.filter(chunk, last_state, now)
                 verdicts[report.verdict] += 1
+                findings.update({f.code for f in report.findings})
                 chunks += 1
                 if safe is not None:
                     controller.submit_chunk(safe)
@@ -205,6 +208,6 @@ class ClosedLoop:
         return EpisodeResult(
             seed=seed, color=color, instruction=instruction, success=success_t is not None,
             time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,
-            min_target_distance_m=min_d, initial_target_distance_m=initial_d,
+            min_target_distance_m=min_d, initial_target_distance_m=initial_d, findings=dict(findings),
             frames=frames, commanded=commanded, measured=measured,
         )

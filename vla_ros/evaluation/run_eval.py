@@ -115,6 +115,7 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
         "safety_interventions": int(interventions),
         "safety_verdicts": verdicts,
         **verdict_shares(verdicts),
+        "safety_findings": dict(sorted(sum((Counter(r.findings) for r in results), Counter()).items())),
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in results if r.lifted not in (None, r.color)),
         "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),

@@ -218,8 +218,8 @@ class PolicyNode(Node):
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
         elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s", "shape_chunks",
-                      "shaping_latency_s"):
-            if name == "shaping_latency_s":
+                      "shaping_latency_s", "shaping_reach", "shaping_retime", "shaping_table_lift", "shaping_table_margin_m"):
+            if name.startswith("shaping_"):
                 self._shaping_cache.clear()
             self._apply_session_config(self.session)
 

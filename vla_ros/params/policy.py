@@ -36,8 +36,12 @@ PARAMS = [
     ParamSpec("max_image_age_s", 0.3, "newest camera frame older than this on the node's clock at a tick: no chunk (a policy without a recent image does not move the arm)", min_value=0.01, max_value=60.0),
     ParamSpec("source_timeout_s", 0.5, "no joint state or no camera frame for this long in wall time: the source is reported dead on /diagnostics (ERROR) and in the log at once", min_value=0.05, max_value=60.0),
     ParamSpec("max_input_pixels", 3840 * 2160, "camera frames with more pixels are refused from their header, before any decoding", read_only=True, min_value=64, max_value=2**31 - 1),
-    ParamSpec("shape_chunks", False, "shape every chunk into the safety filter's limits before publishing (positions clipped, the first point within reach of the measured state, one time scale for the velocity and acceleration limits; policy.shaping), so the filter passes it as it is instead of stretching it; the filter still checks every chunk. Off by default: with the shipped model it lifts the share of chunks the filter passes unmodified from 13 % to 93 % but costs held-out success (0.88 -> 0.82, docs/policy_and_live_eval.md). Until the robot's limits are known chunks go out as decoded (WARN)"),
+    ParamSpec("shape_chunks", True, "shape every chunk into the safety filter's limits before publishing (policy.shaping): targets clipped into the position limits, points that would bring a link within the filter's table clearance raised straight up (shaping_table_lift), and with shaping_retime also slowed into the velocity and acceleration limits; the filter still checks every chunk. Until the robot's limits are known chunks go out as decoded (WARN)"),
     ParamSpec("shaping_latency_s", 0.05, "shape_chunks: the filter sees a chunk this long after its stamp (inference plus transport)", min_value=0.0, max_value=1.0),
+    ParamSpec("shaping_table_lift", True, "shape_chunks: raise points whose links would come within the filter's table clearance (plus shaping_table_margin_m) straight up, keeping the tool's position across the table and its orientation (policy.table_lift)"),
+    ParamSpec("shaping_table_margin_m", 0.005, "shape_chunks: clearance kept above the filter's clearance_m when lifting points off the table", min_value=0.0, max_value=0.1),
+    ParamSpec("shaping_reach", True, "shape_chunks: pull the first point within reach of the measured state (the tracking tolerance plus what the velocity limit covers by its time): one regression error on the first point is no motion to slow the chunk for"),
+    ParamSpec("shaping_retime", False, "shape_chunks: also slow the whole chunk by one time scale into the velocity and acceleration limits (off: with the shipped model it costs held-out success, docs/policy_and_live_eval.md; the filter stretches what needs it)"),
     ParamSpec("robot_description_file", "", "shape_chunks: URDF whose joint limits the filter uses; empty = the /robot_description topic (transient local)", read_only=True),
     ParamSpec("safety_params_file", "", "shape_chunks: the safety filter's parameter file (its limit overrides, margins and tracking tolerances); empty = the package's config/safety_filter.yaml", read_only=True),
 ]
@@ -76,7 +80,11 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None):
 
         path = Path(share_dir or find_package_share("vla_ros")) / "config" / "safety_filter.yaml"
     try:
-        config = safety_filter.config_from_params(values_from_yaml(safety_filter.PARAMS, path, "safety_filter"))
+        values = values_from_yaml(safety_filter.PARAMS, path, "safety_filter")
+        config = safety_filter.config_from_params(values)
     except (OSError, yaml.YAMLError) as err:
         raise ValueError(f"cannot read the safety filter's parameters from {path}: {err}") from err
-    return chunk_limits(urdf, joint_names, config, latency_s=float(p["shaping_latency_s"]))
+    margin = float(p["shaping_table_margin_m"]) if p["shaping_table_lift"] else None
+    return chunk_limits(urdf, joint_names, config, latency_s=float(p["shaping_latency_s"]), reach=bool(p["shaping_reach"]),
+                        retime=bool(p["shaping_retime"]),
+                        table_margin_m=margin, package_paths=safety_filter.lines(values["package_paths"]))

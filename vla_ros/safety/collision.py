@@ -211,6 +211,12 @@ class CollisionChecker:
         pin.computeDistances(self.geom_model, self._gdata)
         return np.fromiter((r.min_distance for r in self._gdata.distanceResults), dtype=np.float64, count=self.n_pairs)
 
+    def pair_result(self, q_act: np.ndarray, p: int):
+        """Coal's distance result of pair p at ``q_act``: ``min_distance`` and the nearest points (world
+        frame; ``getNearestPoint1`` on the robot's geometry, the pair's first)."""
+        self._place(np.ascontiguousarray(q_act, dtype=np.float64))
+        return pin.computeDistance(self.geom_model, self._gdata, p)
+
     def _measure(self, p: int, q_act: np.ndarray) -> float:
         """Exact distance of pair p at the configuration last placed (``q_act``), remembered as its reference."""
         d = pin.computeDistance(self.geom_model, self._gdata, p).min_distance

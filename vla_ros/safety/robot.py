@@ -329,6 +329,12 @@ class RobotModel:
                 return j
         raise AssertionError(qi)
 
+    @property
+    def actuation_matrix(self) -> np.ndarray:
+        """(nv, n_act): joint velocities of the Pinocchio model from actuated ones (mimics included; every
+        supported joint has one coordinate, so nv == nq)."""
+        return self._full_A
+
     def full_q(self, q_act: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Pinocchio configuration(s) (..., nq) from actuated positions (..., n_act), mimics filled in.
 
