@@ -209,3 +209,59 @@ def test_a_table_lift_for_joints_the_robot_lacks_is_refused(flt):
         TableLift(flt.robot, SIM_CONFIG, ("shoulder_pan_joint", "tail_joint"))
     with pytest.raises(ValueError, match="margin_m"):
         TableLift(flt.robot, SIM_CONFIG, flt.joint_names, margin_m=-0.01)
+
+
+def _hand_down_ik(robot, frame: str, xyz, q0, iterations: int = 300) -> np.ndarray:
+    """Arm joints putting ``frame`` at ``xyz`` pointing straight down (damped least squares on Pinocchio)."""
+    import pinocchio as pin
+
+    model, data = robot.model, robot.model.createData()
+    fid = model.getFrameId(frame)
+    target = pin.SE3(np.diag([1.0, -1.0, -1.0]), np.asarray(xyz, float))
+    arm = ~robot.prismatic
+    q = np.array(q0, float)
+    for _ in range(iterations):
+        qf = robot.full_q(q)
+        pin.framesForwardKinematics(model, data, qf)
+        err = pin.log6(data.oMf[fid].actInv(target)).vector
+        if np.abs(err).max() < 1e-9:
+            break
+        jac = (pin.computeFrameJacobian(model, data, qf, fid, pin.ReferenceFrame.LOCAL) @ robot.actuation_matrix)[:, arm]
+        q[arm] += jac.T @ np.linalg.solve(jac @ jac.T + 1e-8 * np.eye(6), err)
+        q = np.clip(q, robot.lower, robot.upper)
+    return q
+
+
+def test_the_table_lift_works_on_a_real_arms_meshes_with_a_redundant_arm():
+    """Franka FR3 (7 arm joints, convex hulls of its collision meshes): the hand pointing down with its
+    lowest link 3 mm above the table; the lift raises the pose until every link keeps the clearance plus
+    the margin, the hand moving only up."""
+    import pinocchio as pin
+
+    from vla_ros.bench.safety_bench import FR3_CONFIG, fr3_filter
+    from vla_ros.policy.table_lift import TableLift
+
+    flt = fr3_filter()
+    if flt is None:
+        pytest.skip("../shared/robots/fr3 is not here")
+    robot = flt.robot
+    ready = np.clip([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.03], robot.lower, robot.upper)
+    z, q = 0.15, ready
+    for _ in range(4):  # bring the lowest link (a fingertip) to 3 mm above the table
+        q = _hand_down_ik(robot, "fr3_hand", [0.5, 0.0, z], q)
+        z -= _table_distance(flt, q) - 0.003
+    assert _table_distance(flt, q) == pytest.approx(0.003, abs=2e-4)
+    lift = TableLift(robot, FR3_CONFIG, robot.joint_names, margin_m=0.005)
+    lifted = lift.lift(q[None], robot.lower, robot.upper)[0]
+    assert _table_distance(flt, lifted) >= FR3_CONFIG.clearance_m + 0.005 - 1e-4
+
+    def pose(qa):
+        data = robot.model.createData()
+        pin.framesForwardKinematics(robot.model, data, robot.full_q(qa))
+        return data.oMf[robot.model.getFrameId("fr3_hand")]
+
+    before, after = pose(q), pose(lifted)
+    assert np.abs(after.translation[:2] - before.translation[:2]).max() < 1e-3
+    assert 0.0 < after.translation[2] - before.translation[2] < 0.02
+    assert np.abs(after.rotation - before.rotation).max() < 1e-3
+    assert lift.lifted_points == 1 and lifted[-1] == q[-1]

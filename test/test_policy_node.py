@@ -219,6 +219,8 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
         assert graph.spin_until(lambda: any(s[2].get("shaping") == "on" for s in statuses(graph, "policy")[n:]), 60), statuses(graph, "policy")[-2:]
         graph.spin_for_sim(0.3)  # a tick with the limits in place
         assert _limit_findings(graph, flt, 6) == [set()] * 6
+        on = [s[2] for s in statuses(graph, "policy")[n:] if s[2].get("shaping") == "on"]
+        assert int(on[-1]["shaping.lifted_points"]) >= 0  # the table lift is in place (shaping_table_lift defaults to true)
         set_bool_param(graph, "shape_chunks", False)
         n = len(statuses(graph, "policy"))
         assert graph.spin_until(lambda: any(s[2].get("shaping") == "off" for s in statuses(graph, "policy")[n:]), 60)

@@ -52,24 +52,25 @@ class UrdfJointLimits:
         return self.names
 
 
-def _root(urdf: str | Path | ET.Element) -> tuple[ET.Element, str]:
-    """The <robot> element and how to name the description in messages."""
+def robot_root(urdf: str | Path | ET.Element) -> tuple[ET.Element, str, Path | None]:
+    """The <robot> element, how to name the description in messages, and the folder of its file (relative
+    mesh paths resolve there; None for XML text or an element)."""
     if isinstance(urdf, ET.Element):
-        return urdf, "the robot description"
+        return urdf, "the robot description", None
     if isinstance(urdf, Path) or not str(urdf).lstrip().startswith("<"):
         try:
-            return ET.parse(str(urdf)).getroot(), str(urdf)
+            return ET.parse(str(urdf)).getroot(), str(urdf), Path(urdf).parent
         except ET.ParseError as err:
             raise ValueError(f"robot description {urdf} is not valid XML: {err}") from None
     try:
-        return ET.fromstring(urdf), "the robot description"
+        return ET.fromstring(urdf), "the robot description", None
     except ET.ParseError as err:
         raise ValueError(f"the robot description is not valid XML: {err}") from None
 
 
 def read_joint_limits(urdf: str | Path | ET.Element) -> dict[str, JointLimit]:
     """Every movable joint's limits by name. ``urdf``: a file path, the XML text or a parsed <robot> element."""
-    root, _ = _root(urdf)
+    root, _, _ = robot_root(urdf)
     out = {}
     for joint in root.iter("joint"):
         kind = joint.get("type")
@@ -91,7 +92,7 @@ def read_joint_limits(urdf: str | Path | ET.Element) -> dict[str, JointLimit]:
 def limits_for(urdf: str | Path | ET.Element, joints: Sequence[str]) -> UrdfJointLimits:
     """Limits of ``joints`` in that order. Raises ValueError naming a joint that is missing, not movable or
     without a velocity limit."""
-    root, where = _root(urdf)
+    root, where, _ = robot_root(urdf)
     movable = read_joint_limits(root)
     every = {j.get("name"): j.get("type") for j in root.iter("joint")}
     rows = []

@@ -491,6 +491,9 @@ class PolicyNode(Node):
                 values[f"{name}.max"] = float(np.max(series))
                 values[f"{name}.n"] = len(series)
         values["shaping"] = self._shaping_state()
+        limits = session.config.chunk_limits if session is not None else None
+        if limits is not None and limits.table_lift is not None:
+            values["shaping.lifted_points"] = limits.table_lift.lifted_points
         values["clock"] = "sim" if self.get_parameter("use_sim_time").value else "wall"
         if self._last_chunk is not None:  # one chunk's own figure: a subscriber can check it against its own
             values["last_chunk.stamp_ns"], values["last_chunk.observation_age_ms"] = self._last_chunk

@@ -95,15 +95,16 @@ def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s
     ValueError (or ``LimitError``) saying what is wrong."""
     from vla_ros.safety.config import SafetyConfig
     from vla_ros.safety.limits import resolve_limits
-    from vla_ros.urdf_limits import limits_for
+    from vla_ros.urdf_limits import limits_for, robot_root
 
     cfg = safety_config or SafetyConfig()
-    urdf_limits = limits_for(urdf, tuple(joint_names))
+    root, _, base_dir = robot_root(urdf)  # read once, for the limits and the collision model
+    urdf_limits = limits_for(root, tuple(joint_names))
     table = resolve_limits(urdf_limits, cfg)
     prismatic = urdf_limits.prismatic
     lift = None
     if table_margin_m is not None and cfg.table_enabled:
-        lift = _table_lift(urdf, joint_names, cfg, table_margin_m, package_paths)
+        lift = _table_lift(root, base_dir, joint_names, cfg, table_margin_m, package_paths)
     return ChunkLimits(
         joint_names=tuple(joint_names), lower=table.lower, upper=table.upper, velocity=table.velocity,
         acceleration=table.acceleration,
@@ -112,22 +113,14 @@ def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s
     )
 
 
-def _table_lift(urdf, joint_names, cfg, margin_m: float, package_paths):
+def _table_lift(root, base_dir, joint_names, cfg, margin_m: float, package_paths):
     import xml.etree.ElementTree as ET
-    from pathlib import Path
 
     from vla_ros.policy.table_lift import TableLift
     from vla_ros.safety.robot import RobotModelError, load_robot
 
-    base_dir = None
-    if isinstance(urdf, ET.Element):
-        xml = ET.tostring(urdf, encoding="unicode")
-    elif isinstance(urdf, Path) or (isinstance(urdf, str) and not urdf.lstrip().startswith("<")):
-        xml, base_dir = Path(urdf).read_text(encoding="utf-8"), Path(urdf).parent
-    else:
-        xml = urdf
     try:
-        robot = load_robot(xml, None, tuple(package_paths), base_dir=base_dir)
+        robot = load_robot(ET.tostring(root, encoding="unicode"), None, tuple(package_paths), base_dir=base_dir)
     except RobotModelError as err:
         raise ValueError(f"no collision model for the table lift: {err}") from err
     return TableLift(robot, cfg, joint_names, margin_m=margin_m)

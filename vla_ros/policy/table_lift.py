@@ -53,7 +53,7 @@ class TableLift:
         self._pairs = [p for p, kind in enumerate(self._checker.kinds) if kind == TABLE]
         self._data = robot.model.createData()
         self._q_full = np.zeros(robot.model.nq)
-        self.lifted_points = 0  # points raised since construction (a figure for diagnostics)
+        self.lifted_points = 0  # points raised since construction (policy_node: shaping.lifted_points)
 
     def _nearest(self, q_act: np.ndarray) -> tuple[float, int, np.ndarray]:
         """(distance, robot geometry index, nearest point on it in the world) of the link nearest the table."""
