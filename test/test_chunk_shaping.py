@@ -265,3 +265,24 @@ def test_the_table_lift_works_on_a_real_arms_meshes_with_a_redundant_arm():
     assert 0.0 < after.translation[2] - before.translation[2] < 0.02
     assert np.abs(after.rotation - before.rotation).max() < 1e-3
     assert lift.lifted_points == 1 and lifted[-1] == q[-1]
+
+
+def test_the_table_lift_finds_relative_mesh_paths_next_to_the_urdf(tmp_path):
+    """A URDF whose collision meshes are relative paths (not package://), given as text the way the policy
+    node reads robot_description_file: the meshes resolve against the folder passed with it; without it
+    shaping says it has no collision model instead of guessing."""
+    import os
+
+    from vla_ros.bench.safety_bench import FR3_CONFIG, FR3_DIR as fr3
+    from vla_ros.safety.robot import load_robot_files
+
+    if not (fr3 / "fr3.urdf").is_file():
+        pytest.skip("../shared/robots/fr3 is not here")
+    os.symlink(fr3 / "meshes", tmp_path / "meshes")
+    text = (fr3 / "fr3.urdf").read_text().replace("package://fr3/meshes/", "meshes/")
+    assert 'filename="meshes/collision/' in text
+    names = load_robot_files(fr3 / "fr3.urdf", None, [str(fr3.parent)]).joint_names
+    lifted = chunk_limits(text, names, FR3_CONFIG, retime=False, table_margin_m=0.005, base_dir=tmp_path)
+    assert lifted.table_lift is not None and lifted.table_lift._pairs
+    with pytest.raises(ValueError, match="no collision model"):
+        chunk_limits(text, names, FR3_CONFIG, retime=False, table_margin_m=0.005)

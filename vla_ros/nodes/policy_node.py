@@ -122,11 +122,13 @@ class PolicyNode(Node):
         self.pub_attention = None
         # Chunk shaping (shape_chunks): the URDF the filter's limits come from, and limits per joint list.
         self._urdf: str | None = None
+        self._urdf_dir: Path | None = None  # relative mesh paths of robot_description_file resolve here
         self._shaping_cache: dict[tuple[str, ...], tuple[object, str]] = {}
         self._shaping_problem = "waiting for /robot_description"
         if p["robot_description_file"]:
             try:
                 self._urdf = Path(p["robot_description_file"]).read_text(encoding="utf-8")
+                self._urdf_dir = Path(p["robot_description_file"]).parent
             except OSError as err:
                 self._shaping_problem = f"cannot read robot_description_file: {err}"
         self.session = self._load(p["model"], raise_on_error=False)
@@ -239,7 +241,7 @@ class PolicyNode(Node):
         names = tuple(session.policy.config.joint_names)
         if names not in self._shaping_cache:
             try:
-                self._shaping_cache[names] = (shaping_limits_from_params(self._p, self._urdf, names), "")
+                self._shaping_cache[names] = (shaping_limits_from_params(self._p, self._urdf, names, base_dir=self._urdf_dir), "")
             except ValueError as err:
                 self._shaping_cache[names] = (None, f"cannot shape chunks: {err}")
                 self.get_logger().error(f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded")

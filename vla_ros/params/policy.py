@@ -60,11 +60,11 @@ def session_config_from_params(p: dict, chunk_limits=None):
     )
 
 
-def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None):
+def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_dir=None):
     """The safety filter's limits for ``joint_names`` (``policy.shaping.ChunkLimits``): the URDF's (``urdf``:
     path, XML text or element), resolved with the filter's parameter file (``safety_params_file``, else
-    ``share_dir``/config/safety_filter.yaml). Raises ValueError (a file that cannot be read, limits that do
-    not fit) saying what is wrong."""
+    ``share_dir``/config/safety_filter.yaml); relative mesh paths resolve against ``base_dir``. Raises
+    ValueError (a file that cannot be read, limits that do not fit) saying what is wrong."""
     from pathlib import Path
 
     import yaml
@@ -87,4 +87,5 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None):
     margin = float(p["shaping_table_margin_m"]) if p["shaping_table_lift"] else None
     return chunk_limits(urdf, joint_names, config, latency_s=float(p["shaping_latency_s"]), reach=bool(p["shaping_reach"]),
                         retime=bool(p["shaping_retime"]),
-                        table_margin_m=margin, package_paths=safety_filter.lines(values["package_paths"]))
+                        table_margin_m=margin, package_paths=safety_filter.lines(values["package_paths"]),
+                        base_dir=base_dir)

@@ -87,18 +87,20 @@ class ChunkLimits:
 
 def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s: float = 0.05,
                  fraction: float = 0.9, reach: bool = True, retime: bool = True, table_margin_m: float | None = None,
-                 package_paths: Sequence[str] = ()) -> ChunkLimits:
+                 package_paths: Sequence[str] = (), base_dir=None) -> ChunkLimits:
     """The filter's limits for ``joint_names``: ``urdf`` (path, XML text or element) read by
     ``urdf_limits``, resolved with ``safety_config`` (a ``SafetyConfig``; default: the filter's defaults)
     by the filter's own ``resolve_limits``. With ``table_margin_m`` (not None) also a table lift on the
-    URDF's collision geometry (meshes resolved through ``package_paths``, as the filter does). Raises
+    URDF's collision geometry (meshes resolved through ``package_paths``, as the filter does, and relative
+    ones against ``base_dir``, default the URDF file's folder when ``urdf`` is a path). Raises
     ValueError (or ``LimitError``) saying what is wrong."""
     from vla_ros.safety.config import SafetyConfig
     from vla_ros.safety.limits import resolve_limits
     from vla_ros.urdf_limits import limits_for, robot_root
 
     cfg = safety_config or SafetyConfig()
-    root, _, base_dir = robot_root(urdf)  # read once, for the limits and the collision model
+    root, _, urdf_dir = robot_root(urdf)  # read once, for the limits and the collision model
+    base_dir = base_dir if base_dir is not None else urdf_dir
     urdf_limits = limits_for(root, tuple(joint_names))
     table = resolve_limits(urdf_limits, cfg)
     prismatic = urdf_limits.prismatic
