@@ -47,6 +47,8 @@ def main() -> int:
     parser.add_argument("--late", type=float, default=0.7, help="seconds the late chunks' stamps lie behind")
     parser.add_argument("--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the widen_refused phase")
     parser.add_argument("--count", type=int, default=15, help="chunks per phase")
+    parser.add_argument("--listeners", type=int, default=1,
+                        help="start once this many subscribers listen on /vla/safe_action_chunk (the controller, and a recorder)")
     args = parser.parse_args()
     rclpy.init()
     node = Node("skewed_chunks", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
@@ -90,7 +92,10 @@ def main() -> int:
                 ready[st.name] = {kv.key: kv.value for kv in st.values}.get("mode") in ("holding", "tracking", "stopping")
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
-    while "q" not in newest or len(ready) < 2 or not all(ready.values()):
+    # ... and once whoever must hear the filter's output listens: a recorder that starts after the first
+    # phase would find its chunks missing, not refused
+    while ("q" not in newest or len(ready) < 2 or not all(ready.values())
+           or node.count_subscribers("/vla/safe_action_chunk") < args.listeners):
         rclpy.spin_once(node, timeout_sec=0.05)
     counts = {}
     try:

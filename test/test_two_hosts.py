@@ -135,7 +135,7 @@ def test_skewed_stamps_are_refused_by_the_filter_and_the_controller_and_no_bound
     safety_config = tmp_path / "safety_filter.yaml"
     safety_config.write_text(yaml.safe_dump(config))
     injector = [sys.executable, str(REPO / "test" / "skewed_chunks.py"), "--skew", "3.0", "--ahead", "1.0", "--late", "0.7",
-                "--widen", "5.0", "--count", str(count)]
+                "--widen", "5.0", "--count", str(count), "--listeners", "2"]  # the controller and the watch
     with Run(pair, tmp_path, discovery="static", gpu_argv=injector, robot_args=(f"safety_config:={safety_config}",)) as run:
         run.start_robot()
         run.start_gpu()
