@@ -138,8 +138,9 @@ def test_skewed_stamps_are_refused_by_the_filter_and_the_controller_and_no_bound
                 "--widen", "5.0", "--count", str(count), "--listeners", "2"]  # the controller and the watch
     with Run(pair, tmp_path, discovery="static", gpu_argv=injector, robot_args=(f"safety_config:={safety_config}",)) as run:
         run.start_robot()
+        run.start_watch()  # first, and on the robot's clock: chunks it saw before /clock would carry time 0
+        run.watch.wait(lambda s: s["t"] > 0, WALL_S, "the watch on the robot's clock", run.alive())
         run.start_gpu()
-        run.start_watch()
         run.watch.wait(lambda s: s["safe_chunks"] >= 1, WALL_S, "the first normal chunk at the controller", run.alive())
         log = tmp_path / "gpu_host.log"
         run.watch.wait(lambda s: '"done"' in log.read_text(), WALL_S, "the injector's phases", run.alive())
