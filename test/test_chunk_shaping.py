@@ -149,12 +149,13 @@ def _table_distance(flt, q) -> float:
     return float(min(d[i] for i, kind in enumerate(flt.checker.kinds) if kind == "table_collision"))
 
 
-def _hand_pose(robot, q):
+def _hand_pose(robot, q, frame: str = "hand_link"):
+    """(position, rotation matrix) of ``frame`` in the world at actuated configuration ``q``."""
     import pinocchio as pin
 
     data = robot.model.createData()
     pin.framesForwardKinematics(robot.model, data, robot.full_q(q))
-    placement = data.oMf[robot.model.getFrameId("hand_link")]
+    placement = data.oMf[robot.model.getFrameId(frame)]
     return placement.translation.copy(), placement.rotation.copy()
 
 
@@ -236,8 +237,6 @@ def test_the_table_lift_works_on_a_real_arms_meshes_with_a_redundant_arm():
     """Franka FR3 (7 arm joints, convex hulls of its collision meshes): the hand pointing down with its
     lowest link 3 mm above the table; the lift raises the pose until every link keeps the clearance plus
     the margin, the hand moving only up."""
-    import pinocchio as pin
-
     from vla_ros.bench.safety_bench import FR3_CONFIG, fr3_filter
     from vla_ros.policy.table_lift import TableLift
 
@@ -254,16 +253,10 @@ def test_the_table_lift_works_on_a_real_arms_meshes_with_a_redundant_arm():
     lift = TableLift(robot, FR3_CONFIG, robot.joint_names, margin_m=0.005)
     lifted = lift.lift(q[None], robot.lower, robot.upper)[0]
     assert _table_distance(flt, lifted) >= FR3_CONFIG.clearance_m + 0.005 - 1e-4
-
-    def pose(qa):
-        data = robot.model.createData()
-        pin.framesForwardKinematics(robot.model, data, robot.full_q(qa))
-        return data.oMf[robot.model.getFrameId("fr3_hand")]
-
-    before, after = pose(q), pose(lifted)
-    assert np.abs(after.translation[:2] - before.translation[:2]).max() < 1e-3
-    assert 0.0 < after.translation[2] - before.translation[2] < 0.02
-    assert np.abs(after.rotation - before.rotation).max() < 1e-3
+    (p0, r0), (p1, r1) = _hand_pose(robot, q, "fr3_hand"), _hand_pose(robot, lifted, "fr3_hand")
+    assert np.abs(p1[:2] - p0[:2]).max() < 1e-3
+    assert 0.0 < p1[2] - p0[2] < 0.02
+    assert np.abs(r1 - r0).max() < 1e-3
     assert lift.lifted_points == 1 and lifted[-1] == q[-1]
 
 
