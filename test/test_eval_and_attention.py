@@ -40,6 +40,37 @@ def test_closed_loop_is_deterministic_per_seed_and_counts_what_the_filter_did(ti
     assert not a.success
 
 
+def test_the_evaluation_ticks_as_the_node_is_configured(tiny_model, tmp_path):
+    """rate_hz and tick_on_frame come from config/policy.yaml, as the node reads them (the evaluation used to
+    tick at 10 Hz whatever the file said); EvalConfig.policy_rate_hz (`--policy-rate`) overrides the rate."""
+    import shutil
+
+    import yaml
+
+    from vla_ros.launch_runner.packages import find_package_share
+
+    torch.set_num_threads(1)
+    config = tmp_path / "config"
+    shutil.copytree(find_package_share("vla_ros") / "config", config)
+    policy = yaml.safe_load((config / "policy.yaml").read_text())
+    params = policy["/**/policy"]["ros__parameters"]
+
+    def chunks(rate_hz: float, tick_on_frame: bool, override: float | None = None) -> int:
+        params.update(rate_hz=rate_hz, tick_on_frame=tick_on_frame)
+        (config / "policy.yaml").write_text(yaml.safe_dump(policy))
+        loop = ClosedLoop(tiny_model, config=EvalConfig(max_episode_s=2.0, policy_rate_hz=override), share_dir=tmp_path)
+        try:
+            return loop.run_episode(1_000_003, "pick up the red cup", "red").chunks
+        finally:
+            loop.close()
+
+    assert chunks(4.0, False) == pytest.approx(2.0 * 4, abs=2)
+    assert chunks(0.0, True) == pytest.approx(2.0 * 30, abs=3)  # one tick per frame (30 Hz camera)
+    assert chunks(4.0, False, override=20.0) == pytest.approx(2.0 * 20, abs=2)
+    with pytest.raises(ValueError, match="never ticks"):
+        chunks(0.0, False)
+
+
 def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
     for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes"):

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 class EvalConfig:
     """Args:
         max_episode_s: simulated seconds before an episode counts as failed.
-        policy_rate_hz: policy ticks per simulated second (the node's ``rate_hz``).
+        policy_rate_hz: policy ticks per simulated second (the node's ``rate_hz``); None = as config/policy.yaml
+            sets it, and its ``tick_on_frame`` too, so the evaluation ticks as the node does.
         inference_latency_s: modelled time from a tick to its chunk reaching the filter.
         frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
         hold_after_success_s: keep running after success (for videos).
@@ -44,7 +45,7 @@ class EvalConfig:
     """
 
     max_episode_s: float = 15.0
-    policy_rate_hz: float = 10.0
+    policy_rate_hz: float | None = None
     inference_latency_s: float = 0.03
     frame_delay_s: float = 0.02
     hold_after_success_s: float = 0.0
@@ -93,6 +94,11 @@ class ClosedLoop:
             policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
         if self.config.shape_chunks is not None:
             policy_p["shape_chunks"] = self.config.shape_chunks
+        if self.config.policy_rate_hz is not None:
+            policy_p["rate_hz"] = self.config.policy_rate_hz
+        self.rate_hz, self.tick_on_frame = float(policy_p["rate_hz"]), bool(policy_p["tick_on_frame"])
+        if not (self.rate_hz > 0 or self.tick_on_frame):
+            raise ValueError(f"the policy never ticks: rate_hz={self.rate_hz} and tick_on_frame is false")
         safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
         safety_config = safety_filter.config_from_params(safety_p)
         policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
@@ -133,7 +139,7 @@ class ClosedLoop:
         controller = self._executor_cls(self.controller_config)
         sim_names = list(sim.joint_names)
         ctrl_from_sim = np.array([sim_names.index(n) for n in self.controller_config.joint_names])
-        steps_per_tick = round(sim.config.physics_rate_hz / cfg.policy_rate_hz)
+        steps_per_tick = round(sim.config.physics_rate_hz / self.rate_hz) if self.rate_hz > 0 else 0
         latency_ns = int(cfg.inference_latency_s * 1e9)
         frame_delay_ns = int(cfg.frame_delay_s * 1e9)
         pending_frames: list[tuple[int, object]] = []
@@ -165,10 +171,12 @@ class ClosedLoop:
                 pending_frames.append((now + frame_delay_ns, image))
                 if record:
                     frames.append(rgb)
+            frame_in = False
             while pending_frames and pending_frames[0][0] <= now:
                 _, msg = pending_frames.pop(0)
                 session.add_message("sensor_msgs/msg/Image", msg, now, "/camera/image_raw")
-            if sim.step_count % steps_per_tick == 0:
+                frame_in = True
+            if (steps_per_tick and sim.step_count % steps_per_tick == 0) or (self.tick_on_frame and frame_in):
                 out = session.tick(now).chunk
                 if out is not None:
                     pending_chunks.append((now + latency_ns, out))
