@@ -156,6 +156,20 @@ def test_bag_info_json(tmp_path):
     assert "/joint_states" in table and "100.0 Hz" in table and "best_effort, volatile" in table
 
 
+def test_bag_info_reads_each_topics_qos_once(tmp_path, monkeypatch):
+    """info() parsed a topic's offered-QoS YAML for every message: 10 s for a 30 s episode (8,611 messages)
+    on an idle core, past the 30 s a stopped `vla-ros record` is given under load, since it prints info()."""
+    import vla_ros.data.bag as bag
+
+    folder = write_bag(tmp_path / "ep")
+    calls = Counter()
+    real = bag.parse_qos
+    monkeypatch.setattr(bag, "parse_qos", lambda value: calls.update([value]) or real(value))
+    topics = {t["name"]: t for t in info(folder)["topics"]}
+    assert topics["/joint_states"]["count"] == 50 and topics["/joint_states"]["offered_qos"]
+    assert sum(calls.values()) == len(topics) == 2  # once per topic, not once per message
+
+
 def test_bad_paths_and_broken_files_get_one_line_errors(tmp_path):
     folder = write_bag(tmp_path / "ep")
     (tmp_path / "text.mcap").write_text("not a bag")

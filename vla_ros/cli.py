@@ -9,7 +9,6 @@ Each verb's ``--help`` ends with a runnable example.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -61,14 +60,7 @@ def _launch(argv: list[str]) -> int:
 def _record(argv: list[str]) -> int:
     from vla_ros.tools import record
 
-    code = record.main(argv)
-    # The bag is closed and the summary printed: nothing is left to clean up. Leave without interpreter
-    # finalisation, where the middleware's teardown (C++ static destructors, after Python's stack-dump
-    # watchdog is gone) can stall: once, in a loaded test run, a recorder that had written its summary
-    # had not exited 30 s after Ctrl-C.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    return record.main(argv)
 
 
 def _collect(argv: list[str]) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import faulthandler
 import json
 import signal
 import sys
@@ -108,9 +107,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"still waiting for the first message on {args.wait_for}"
                       + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
     finally:
-        # Should closing ever hang (it did once, in a loaded test run, after the bag was complete), say
-        # where: every thread's stack goes to stderr after 15 s. Cancelled once the summary is out.
-        faulthandler.dump_traceback_later(15.0, exit=False)
         writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
@@ -124,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
           + "".join(f"; {topic} not recorded: {why}" for topic, why in recorder.failed.items()), file=sys.stderr)
     print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
                       "not_recorded": missing + list(recorder.failed)}))
-    faulthandler.cancel_dump_traceback_later()
     return 0
 
 
