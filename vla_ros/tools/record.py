@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.signals import SignalHandlerOptions
     from rclpy.parameter import Parameter
@@ -84,12 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         pub = node.create_publisher(String, "/vla/instruction", latched)
     recorder = Recorder(node, writer, topics, on_message)
+    # One executor that keeps the node: rclpy.spin_once(node) adds and removes the node on every call, which
+    # rebuilds the wait set for each message; beside a busy graph that fell behind 100 Hz joint states
+    # and 30 Hz frames (a 2 s recording under load held 176 joint states, not 200).
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
     old_handlers = {signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)}
     print(f"recording {len(topics)} topics to {out}/", file=sys.stderr)
     published, t_wall0, noted, last_poll = False, time.monotonic(), False, 0.0
     try:
         while rclpy.ok() and not state["stop"]:
-            rclpy.spin_once(node, timeout_sec=0.05)
+            executor.spin_once(timeout_sec=0.05)
             if time.monotonic() - last_poll > 0.1:  # new publishers: subscribe them (rosbag2 polls too)
                 recorder.poll()
                 last_poll = time.monotonic()
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"still waiting for the first message on {args.wait_for}"
                       + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
     finally:
+        executor.shutdown()
         writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
