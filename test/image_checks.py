@@ -5,11 +5,11 @@ import numpy as np
 CHANNEL = {"red": 0, "green": 1, "blue": 2}
 
 
-def assert_cups_visible(img: np.ndarray, sim, cups: dict) -> None:
-    """Each cup's colour dominates a 7x7 patch around the pixel its centre projects to."""
+def assert_cups_visible(img: np.ndarray, sim, cups: dict, camera: str = "camera") -> None:
+    """Each cup's colour dominates a 7x7 patch around the pixel its centre projects to (in ``camera``)."""
     img = img.astype(int)
     for color, pos in cups.items():
-        u, v = np.round(sim.project(np.asarray(pos, dtype=float)[None])[0]).astype(int)
+        u, v = np.round(sim.project(np.asarray(pos, dtype=float)[None], camera)[0]).astype(int)
         patch = img[v - 3 : v + 4, u - 3 : u + 4]
         c = CHANNEL[color]
         others = [i for i in range(3) if i != c]

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from vla_ros.data.dataset import make_stream, replay, samples
+from vla_ros.data.dataset import Topics, make_stream, replay, samples
 from vla_ros.sim import ArmSim
 from vla_ros.sim.expert import PickExpert
 from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, TRAIN_TEMPLATES, episode_task
-from vla_ros.tokens import StreamConfig, TokenizerConfig
+from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 from vla_ros.tools import collect
 
 
@@ -101,6 +101,15 @@ def test_collect_records_episodes_the_dataset_reader_turns_into_samples(tmp_path
     gripper_cmd = np.concatenate([s.target_positions[:, -1] for s in batch])  # NaN past the end of the recording
     assert np.nanmin(gripper_cmd) == pytest.approx(0.0) and np.nanmax(gripper_cmd) == pytest.approx(0.04)
     assert episode.joint_positions[:, -1].min() > 0.02  # the fingers stop at the cup
+    # the hand camera is recorded beside the fixed one, frame for frame: a model that reads it trains on it
+    counts = episode.topic_counts
+    assert counts["/camera/image_raw"] > 60 and "/wrist_camera/image_raw" not in counts  # not asked for: not read
+    wrist = replay(path, make_stream(TokenizerConfig(), StreamConfig()), Topics().with_cameras(("camera", "wrist_camera")))
+    assert wrist.topic_counts["/wrist_camera/image_raw"] == counts["/camera/image_raw"]
+    frames = [o for o in wrist.observations if o.kind == Kind.IMAGE]
+    assert [o.camera for o in frames].count(1) == [o.camera for o in frames].count(0) > 20  # the last second: both
+    assert wrist.stats["accepted.image"] == 2 * counts["/camera/image_raw"] and wrist.stats["rejected"] == 0
+    assert len(wrist.windows) == len(episode.windows)  # samples are still taken at the main camera's frames
 
 
 def test_collect_refuses_to_reach_into_the_evaluation_seeds(tmp_path):

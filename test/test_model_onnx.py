@@ -20,11 +20,11 @@ TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+@pytest.fixture(scope="module", params=[("camera",), ("camera", "wrist_camera")], ids=["one_camera", "wrist_camera"])
+def folder(tmp_path_factory, request):
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("model")
-    model = VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14))
+    model = VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14, cameras=request.param))
     with torch.no_grad():  # zero at init: give the instruction conditioning weights so parity covers it
         model.instruction_proj.weight.normal_(0.0, 0.05)
         model.patch_encoder.film.weight.normal_(0.0, 0.05)
@@ -85,8 +85,12 @@ def test_onnx_file_that_does_not_fit_the_config_is_refused(tmp_path, folder):
     other = tmp_path / "other"
     torch.manual_seed(2)
     save_model(VLATransformer(tiny_config(num_hidden_layers=3)), other)
+    cameras = tuple(json.loads((folder / "config.json").read_text())["cameras"])
     with pytest.raises(ValueError, match="past_key shape"):
-        OnnxBackend(folder / "model.onnx", tiny_config(num_hidden_layers=3))
+        OnnxBackend(folder / "model.onnx", tiny_config(num_hidden_layers=3, cameras=cameras))
+    other_cameras = ("camera",) if len(cameras) > 1 else ("camera", "wrist_camera")
+    with pytest.raises(ValueError, match="not the step graph of this config.json"):  # the wrong number of cameras
+        OnnxBackend(folder / "model.onnx", tiny_config(cameras=other_cameras))
     export_to_folder(VLATransformer(tiny_config(num_hidden_layers=3)), other)
     assert (other / "model.onnx").is_file()
 

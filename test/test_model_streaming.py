@@ -21,11 +21,23 @@ EPOCH_NS = 1_700_000_000 * 10**9
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    model = VLATransformer(tiny_config()).eval()
+    return _conditioned(VLATransformer(tiny_config()).eval())
+
+
+@pytest.fixture(scope="module")
+def wrist_model():
+    """Two cameras (main view + wrist), each its own 30 Hz stream of frames."""
+    torch.manual_seed(1)
+    return _conditioned(VLATransformer(tiny_config(cameras=("camera", "wrist_camera"))).eval())
+
+
+def _conditioned(model):
     with torch.no_grad():  # zero at init: give the instruction conditioning weights so it is exercised
         model.instruction_proj.weight.normal_(0.0, 0.05)
         model.patch_encoder.film.weight.normal_(0.0, 0.05)
         model.patch_encoder.mean_image.normal_(0.0, 0.1)
+        if model.camera_embedding is not None:
+            model.camera_embedding.weight.normal_(0.0, 0.5)
     return model
 
 
@@ -44,7 +56,9 @@ def _groups(stream, how):
 
 
 @pytest.mark.parametrize("how", ["one_by_one", "ticks", "batches"])
-def test_streaming_equals_full_pass_over_many_windows(model, how):
+@pytest.mark.parametrize("cameras", [1, 2])
+def test_streaming_equals_full_pass_over_many_windows(model, wrist_model, how, cameras):
+    model = wrist_model if cameras == 2 else model
     config = model.config
     stream = synthetic_stream(config, seconds=0.8, seed=1, start_ns=EPOCH_NS)  # 8 windows of 0.1 s
     span = (stream[-1].stamp_ns - stream[0].stamp_ns) / 1e9
@@ -250,3 +264,31 @@ def test_the_instruction_conditions_every_camera_patch(model):
         outs.append(hidden)
     first_patch = min(k for k in outs[0] if k[0][1] == Kind.IMAGE)
     assert np.abs(outs[0][first_patch] - outs[1][first_patch]).max() > 1e-3
+
+
+def test_each_camera_is_its_own_stream_and_the_model_knows_which(wrist_model):
+    """Two cameras: twice the frames, each with its camera index; the same pixels from the other camera give
+    other outputs (the per-camera embedding), and a camera the model does not have is refused."""
+    import dataclasses
+
+    config = wrist_model.config
+    stream = synthetic_stream(config, seconds=0.3, seed=4, start_ns=EPOCH_NS)
+    frames = [o for o in stream if o.kind == Kind.IMAGE]
+    assert sorted({o.camera for o in frames}) == [0, 1]
+    assert sum(o.camera == 1 for o in frames) == sum(o.camera == 0 for o in frames) == 9
+    assert {o.source for o in frames if o.camera == 1} == {"/wrist_camera/image_raw"}
+    # The same pixels as camera 0 and as camera 1: the patch tokens differ by the two camera embeddings.
+    images = torch.from_numpy(np.stack([frames[0].data, frames[0].data]))
+    P, D = config.num_visual_tokens, config.hidden_size
+    gather = torch.arange(1, 2 * P + 1)[None]
+    with torch.no_grad():
+        x, _, _ = wrist_model.embed(images, torch.zeros(0, config.state_dim), torch.zeros(0, 384),
+                                    torch.zeros(0, dtype=torch.int64), gather, torch.zeros(1, 384),
+                                    image_camera=torch.tensor([0, 1]))
+        want = wrist_model.camera_embedding.weight[1] - wrist_model.camera_embedding.weight[0]
+    assert torch.allclose(x[0, P:] - x[0, :P], want.expand(P, D), atol=1e-5)
+    assert float(want.abs().max()) > 0.1
+    instruction = random_instruction(config, 6)
+    policy = _policy(wrist_model, instruction)
+    with pytest.raises(ValueError, match="camera 2 is not one of the model's cameras"):
+        policy.observe([dataclasses.replace(frames[0], camera=2)])

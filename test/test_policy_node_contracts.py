@@ -20,6 +20,7 @@ import torch
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header, String
 
 from ros_helpers import REPO
@@ -45,6 +46,7 @@ class Player:
     def __init__(self, feed: SensorFeed, t0_ns: int) -> None:
         self.feed, self.t = feed, t0_ns
         self.sent = {"joints": 0, "images": 0}
+        self.wrist = None  # a publisher on /wrist_camera/image_raw: every frame goes out on it too
         self.log = []  # (receive time, [(type, msg)]) per step, for an in-process replay
 
     def totals(self):
@@ -71,6 +73,8 @@ class Player:
         for type_name, msg in batch:
             (f.pub_image if type_name.endswith("Image") else f.pub_joints).publish(msg)
             self.sent["images" if type_name.endswith("Image") else "joints"] += 1
+            if self.wrist is not None and type_name.endswith("Image"):
+                self.wrist.publish(msg)
         assert f.wait_received(self.sent["joints"], self.sent["images"]), (self.sent, f.latest())
         ticks, chunks = self.ticks(), len(f.chunks)
         self.t = t + 100 * MS
@@ -165,6 +169,48 @@ def set_param(robot, name: str, value: ParameterValue):
     assert robot.spin_until(future.done, 60)
     robot.node.destroy_client(client)
     return future.result().results[0]
+
+
+def test_switching_to_a_wrist_camera_model_subscribes_to_the_hand_camera_and_needs_it(robot, tmp_path):
+    """A run-time model change to a model with a second camera: the node subscribes to
+    /wrist_camera/image_raw, publishes no chunk while only the main camera sends (the reason names the
+    wrist camera), chunks once both do, and counts the wrist frames apart; back to the one-camera model,
+    it unsubscribes."""
+    from sensor_msgs.msg import Image
+
+    torch.manual_seed(3)
+    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
+                         cameras=("camera", "wrist_camera"))
+    save_model(VLATransformer(config), tmp_path / "wrist", onnx=True)
+    player = robot.player
+
+    def use(folder):
+        result = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=str(folder)))
+        assert result.successful, result.reason
+        assert robot.spin_until(lambda: (robot.latest() or {}).get("model") == str(folder), 30)
+        player.sent = {"joints": 0, "images": 0}  # a new session counts from zero
+
+    def wrist_subscribed() -> bool:
+        return any(i.node_name == "policy" for i in robot.node.get_subscriptions_info_by_topic("/wrist_camera/image_raw"))
+
+    use(tmp_path / "wrist")
+    blind_at = time.monotonic()
+    assert all(player.step() is None for _ in range(4))  # the main camera only
+    messages = [s[1] for s in robot.statuses(since=blind_at) if s[2].get("status") in ("no_image", "stale_image")]
+    assert messages and "wrist_camera" in messages[-1], messages
+    player.wrist = robot.node.create_publisher(Image, "/wrist_camera/image_raw", QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+    try:
+        assert robot.spin_until(wrist_subscribed, 30)
+        chunks = [player.step() for _ in range(5)]
+        assert sum(c is not None for c in chunks) >= 3, robot.latest()
+        values = robot.latest()
+        assert int(values["image_wrist_camera.received"]) >= 10 and int(values["image_wrist_camera.accepted"]) >= 10
+    finally:
+        use(robot.folder)
+        robot.node.destroy_publisher(player.wrist)
+        player.wrist = None
+    assert robot.spin_until(lambda: not wrist_subscribed(), 30)
+    assert any(player.step() is not None for _ in range(4))
 
 
 def test_a_model_that_cannot_load_is_refused_and_the_running_one_stays(robot):

@@ -56,9 +56,11 @@ def make_session(model, **config) -> PolicySession:
     return session
 
 
-def feed(session, t0_ns: int, t1_ns: int, camera: bool = True, frame_delay_ns: int = 20 * MS, tick_every_ns: int = 100 * MS):
+def feed(session, t0_ns: int, t1_ns: int, camera: bool = True, frame_delay_ns: int = 20 * MS, tick_every_ns: int = 100 * MS,
+         wrist: bool = False):
     """Joint states at 100 Hz and frames at 30 Hz (delivered ``frame_delay_ns`` late) over [t0, t1), ticking
-    every ``tick_every_ns``; the tick results in order, with the time of each tick."""
+    every ``tick_every_ns``; the tick results in order, with the time of each tick. ``wrist``: the same
+    frames again from ``/wrist_camera/image_raw``."""
     results, frames = [], []
     t = t0_ns
     while t < t1_ns:
@@ -67,7 +69,10 @@ def feed(session, t0_ns: int, t1_ns: int, camera: bool = True, frame_delay_ns: i
         if camera and t % (100 * MS // 3) < MS:
             frames.append((t + frame_delay_ns, frame(t)))
         while frames and frames[0][0] <= t:
-            session.add_message("sensor_msgs/msg/Image", frames.pop(0)[1], t, "/camera/image_raw")
+            msg = frames.pop(0)[1]
+            session.add_message("sensor_msgs/msg/Image", msg, t, "/camera/image_raw")
+            if wrist:
+                session.add_message("sensor_msgs/msg/Image", msg, t, "/wrist_camera/image_raw")
         if t % tick_every_ns == 0:
             results.append((t, session.tick(t)))
         t += MS
@@ -111,6 +116,45 @@ def test_no_chunk_while_the_camera_is_paused_though_joint_states_keep_coming(mod
     assert any(r.chunk is not None for _, r in resumed)
 
 
+def test_a_wrist_camera_model_needs_both_cameras_and_counts_each_apart():
+    """A model with a main and a wrist camera: frames from each topic are that camera's (each its own
+    figures); with the wrist camera silent there is no chunk and the reason names it; a frame from a topic
+    that is neither camera is refused as ``unknown_camera``, never taken for the main view."""
+    torch.manual_seed(0)
+    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
+                                       cameras=("camera", "wrist_camera"))).eval()
+    session = make_session(model, max_image_age_s=0.2)
+    assert session.camera_topics == ("/camera/image_raw", "/wrist_camera/image_raw")
+    both = feed(session, 0, NS, wrist=True)
+    assert sum(r.chunk is not None for _, r in both) >= 8
+    cameras = [o.camera for o in session.window() if o.kind == Kind.IMAGE]
+    assert cameras.count(0) == cameras.count(1) > 0
+    session.add_message("sensor_msgs/msg/Image", frame(NS), NS, "/side_camera/image_raw")
+    values = session.source_values()
+    assert values["image.accepted"] == values["image_wrist_camera.accepted"] == 30
+    assert values["image.rejected.unknown_camera"] == 1
+    blind = feed(session, NS, 2 * NS)  # the main camera goes on, the wrist camera is silent
+    late = [r for t, r in blind if t > NS + 300 * MS]
+    assert late and all(r.chunk is None and r.skip in ("stale_image", "no_image") for r in late)
+    assert all("wrist_camera" in r.detail for r in late)
+    session.set_camera_topics(["/camera/image_raw", "/hand/image_raw"])  # a node with its own topic names
+    assert any(r.chunk is not None for _, r in feed_topics(session, 2 * NS, 2 * NS + 400 * MS, "/hand/image_raw"))
+    with pytest.raises(ValueError, match="need 2 distinct image topics"):
+        session.set_camera_topics(["/camera/image_raw"])
+
+
+def feed_topics(session, t0_ns, t1_ns, wrist_topic):
+    """``feed`` with both cameras, the second on ``wrist_topic``."""
+    results = []
+    for t in range(t0_ns, t1_ns, 10 * MS):
+        session.add_message("sensor_msgs/msg/JointState", joints(t), t, "/joint_states")
+        if t % (100 * MS) == 0:
+            session.add_message("sensor_msgs/msg/Image", frame(t), t, "/camera/image_raw")
+            session.add_message("sensor_msgs/msg/Image", frame(t), t, wrist_topic)
+            results.append((t, session.tick(t)))
+    return results
+
+
 def test_no_chunk_without_a_recent_joint_state(model):
     session = make_session(model, max_state_age_s=0.05)
     feed(session, 0, NS)
@@ -128,7 +172,7 @@ def test_a_new_episode_restarts_the_window_and_refuses_older_stamps(model):
     assert obs is None and reason.startswith("before_reset")
     feed(session, NS + 10 * MS, NS + 300 * MS)
     assert session.policy.raw_observations()[0].stamp_ns >= NS + 5 * MS  # the cache forgot the old episode
-    assert session.sources[Kind.STATE].rejected["before_reset"] == 1
+    assert session.sources["joint_states"].rejected["before_reset"] == 1
     assert not session.begin_episode(NS + 5 * MS)  # the same announcement again changes nothing
 
 

@@ -144,6 +144,27 @@ def test_render_shows_each_cup_where_it_projects():
     s.close()
 
 
+def test_the_wrist_camera_looks_down_between_the_fingers_at_the_cup_below():
+    """Gripper 12 cm above the green cup: in the hand camera's picture the cup is in the middle, between the
+    fingers, in its colour (where it projects), and far bigger than in the fixed camera's picture."""
+    s = ArmSim(seed=11)
+    cup = s.cup_positions()["green"]
+    s.command_positions(None, np.append(top_down_ik(cup + np.array([0.0, 0.0, 0.12])), 0.04))
+    run(s, 2.0)
+    wrist, front = s.render("wrist_camera").copy(), s.render().copy()
+    assert wrist.shape == front.shape == (240, 320, 3)
+    assert_cups_visible(wrist, s, {"green": cup}, camera="wrist_camera")
+    u, v = s.project(cup[None], "wrist_camera")[0]
+    assert abs(u - 160) < 40 and 60 < v < 200, (u, v)  # centred across the fingers' axis
+    green = lambda img: np.mean(img[..., 1].astype(int) > img[..., [0, 2]].max(axis=-1).astype(int) + 40)  # noqa: E731
+    assert green(wrist) > 5 * green(front) > 0
+    k = s.camera_intrinsics("wrist_camera")
+    assert (k.width, k.height) == (320, 240) and k.fy < s.camera_intrinsics().fy  # the wider lens
+    with pytest.raises(ValueError, match="unknown camera 'side'"):
+        s.render("side")
+    s.close()
+
+
 def test_scripted_pick_lifts_the_named_cup_only():
     s = ArmSim(seed=11)
     cups = s.cup_positions()

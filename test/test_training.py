@@ -12,6 +12,8 @@ import torch
 from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
+from vla_ros.data.dataset import Topics
+from vla_ros.data.selection import BagSelection
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
@@ -151,6 +153,36 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
         ratios.append(after / before)
     record_property("held_out_ratios", ratios)  # in the JUnit XML (pytest --junitxml) for the record
     assert max(ratios) < 0.25, ratios
+
+
+def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_agree(demos, tmp_path):
+    """cameras=(camera, wrist_camera): the bags' hand-camera frames are the second camera's tokens, the frame
+    head learns the main view only, and the folder's ONNX graph takes each frame's camera."""
+    import onnx
+
+    config = cup_config(cameras=("camera", "wrist_camera"))
+    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
+    out = tmp_path / "model"
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["cameras"] == ["camera", "wrist_camera"] and report["steps"] == 20
+    assert [i.name for i in onnx.load(str(out / "model.onnx")).graph.input][-1] == "image_camera"
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False,
+                                cup_tracks=True,
+                                selection=BagSelection(Topics().with_cameras(config.cameras)))
+    ep = episodes[0]
+    cameras = np.array([o.camera for o in ep.observations if o.kind == Kind.IMAGE])
+    assert (cameras == 1).sum() == (cameras == 0).sum() > 60
+    seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
+    assert set(seq.image_camera.tolist()) == {0, 1}
+    assert np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()
+    chunks = []
+    for backend in ("torch", "onnx"):
+        policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
+        policy.set_instruction(ep.text)
+        policy.observe(ep.observations[:90])
+        chunks.append(policy.predict_action_chunk().positions)
+    np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
 def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):

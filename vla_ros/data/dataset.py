@@ -45,6 +45,7 @@ class Topics:
     instruction: str = "/vla/instruction"
     commands: str = "/forward_position_controller/commands"
     episode_status: str = "/vla/episode_status"
+    extra_images: tuple[str, ...] = ()  # image topics of the model's further cameras (camera 1, 2, ...), e.g. the wrist
 
     @classmethod
     def for_robot(cls, camera: str | None = None, joint_states: str | None = None, commands: str | None = None,
@@ -56,7 +57,18 @@ class Topics:
                    instruction=instruction or d.instruction)
 
     def observation_topics(self) -> list[str]:
-        return list(dict.fromkeys([self.image, self.compressed_image, self.joint_states, self.instruction]))
+        return list(dict.fromkeys([self.image, self.compressed_image, *self.extra_images, self.joint_states, self.instruction]))
+
+    def camera_sources(self) -> dict[str, int]:
+        """Image topic -> the model's camera index (``Observation.camera``)."""
+        return {self.image: 0, self.compressed_image: 0, **{t: i + 1 for i, t in enumerate(self.extra_images)}}
+
+    def with_cameras(self, cameras: tuple[str, ...]) -> "Topics":
+        """These topics for a model reading ``cameras`` (``ModelConfig.cameras``): the first is this camera
+        topic, the others ``/<name>/image_raw`` (``vla_ros.cameras``)."""
+        from vla_ros.cameras import image_topic
+
+        return dataclasses.replace(self, extra_images=tuple(image_topic(c) for c in cameras[1:]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +135,8 @@ def replay(
     which is the tokenizer's default order); commands are reordered to the tokenizer's joint order.
     ``keep_windows``: False skips the per-frame windows (training uses ``observations`` instead).
     ``instruction``: the task of the whole bag; the bag's instruction topic is then not read.
+    Frames of ``topics.extra_images`` are further cameras (``Observation.camera`` 1, 2, ...); windows are
+    kept at the main camera's frames.
     """
     path = Path(path)
     joint_names = stream.tokenizer.joint_names
@@ -138,6 +152,7 @@ def replay(
     if instruction is not None:
         wanted.remove(topics.instruction)
         stream.set_instruction(instruction, 0)
+    stream.set_cameras(topics.camera_sources())
     generation = stream.generation
     joint_names_seen: Counter = Counter()
     skipped: Counter = Counter()
@@ -167,7 +182,7 @@ def replay(
             generation = stream.generation
             windows, joint_t, joint_q, cmd_t, cmd_q, statuses = [], [], [], [], [], []
         if isinstance(result, Observation):
-            if result.kind == Kind.IMAGE and keep_windows:
+            if result.kind == Kind.IMAGE and result.camera == 0 and keep_windows:
                 windows.append((result.t_s, stream.window()))
             elif result.kind == Kind.STATE:
                 joint_t.append(result.t_s)

@@ -53,7 +53,7 @@ def frame_attention(model, config, window, instruction) -> np.ndarray:
     batch = collate([seq]).to(next(model.parameters()).device)  # the node's model may live on a GPU
     with torch.no_grad():
         out = model.full_pass(batch, need_weights=True)
-    frame_rows = [i for i, o in enumerate(window) if o.kind == Kind.IMAGE]
+    frame_rows = [i for i, o in enumerate(window) if o.kind == Kind.IMAGE and o.camera == 0]  # the main view
     newest = frame_rows[-1]
     rows = np.flatnonzero((seq.token_obs == newest) & (seq.kind == int(Kind.IMAGE)))  # (P,) query rows
     L = instruction.embeddings.shape[0]
@@ -111,15 +111,16 @@ def _episode_session(session, text: str):
 
 
 def _feed_sensors(sim, session) -> np.ndarray | None:
-    """The joint state and camera frame the sim publishes at this step, into ``session``; the frame's RGB or None."""
+    """The joint state and the frames of the model's cameras the sim publishes at this step, into
+    ``session``; the main camera's RGB or None."""
     from vla_ros.ros.sim_msgs import sensor_messages
 
-    js, rgb, image = sensor_messages(sim, "camera")
+    js, frames = sensor_messages(sim, session.cameras)
     if js is not None:
         session.add_message("sensor_msgs/msg/JointState", js, sim.time_ns, "/joint_states")
-    if image is not None:
-        session.add_message("sensor_msgs/msg/Image", image, sim.time_ns, "/camera/image_raw")
-    return rgb
+    for _camera, _rgb, image in frames:
+        session.add_message("sensor_msgs/msg/Image", image, sim.time_ns, session.camera_topics[session.cameras.index(_camera)])
+    return frames[0][1] if frames else None
 
 
 def _session(model):
@@ -144,7 +145,7 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
     """
     import torch
 
-    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
+    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
     from vla_ros.model.timeline import ACTION
     from vla_ros.sim.tasks import episode_task
     from vla_ros.training.data import unscale_aux
@@ -164,7 +165,8 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
             out = model.full_pass(collate([seq]))
             rows = np.flatnonzero(seq.kind == ACTION)
             aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
-            frame_aux = model.frame_aux_head(out.keypoints[-1:])[0].numpy() if model.frame_aux_head is not None else None
+            main = np.flatnonzero(frame_cameras(seq) == 0)  # the frame head reads the main view
+            frame_aux = model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy() if model.frame_aux_head is not None else None
         cup_xy = sim.cup_positions()[color][:2]
         xy = unscale_aux(aux)[:2]
         predictions.append(xy)

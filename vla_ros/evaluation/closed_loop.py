@@ -122,7 +122,7 @@ class ClosedLoop:
 
     def run_episode(self, seed: int, instruction: str, color: str, record: bool = False, hook=None) -> EpisodeResult:
         """One closed-loop episode. ``hook`` (optional) sees what the robot graph carries and may take the arm
-        over: ``start(sim, instruction, color)``, ``joint_state(stamp)``, ``frame(rgb, stamp)``, ``status()``,
+        over: ``start(sim, instruction, color)``, ``joint_state(stamp)``, ``frame(rgb, stamp, camera)``, ``status()``,
         and ``execute(q_policy) -> (q, takeover_ended)`` every control period, where ``q_policy`` is the
         controller's command (or None) and ``q`` what the arm gets; when a takeover ends, the controller
         restarts from the measured joints (``vla-ros collect --policy`` records expert-labelled rollouts)."""
@@ -157,7 +157,7 @@ class ClosedLoop:
         last_state = None
         while sim.time_s < cfg.max_episode_s:
             now = sim.time_ns
-            js, rgb, image = sensor_messages(sim)
+            js, camera_frames = sensor_messages(sim, session.cameras)
             if js is not None:
                 session.add_message("sensor_msgs/msg/JointState", js, now, "/joint_states")
                 q_all = np.asarray(js.position)
@@ -165,16 +165,16 @@ class ClosedLoop:
                 last_state = JointStateSample(tuple(js.name), q_all, now)
                 if hook is not None:
                     hook.joint_state(js.header.stamp)
-            if image is not None:
+            for camera, rgb, image in camera_frames:
                 if hook is not None:
-                    hook.frame(rgb, image.header.stamp)
-                pending_frames.append((now + frame_delay_ns, image))
-                if record:
+                    hook.frame(rgb, image.header.stamp, camera)
+                pending_frames.append((now + frame_delay_ns, session.camera_topics[session.cameras.index(camera)], image))
+                if record and camera == session.cameras[0]:
                     frames.append(rgb)
             frame_in = False
             while pending_frames and pending_frames[0][0] <= now:
-                _, msg = pending_frames.pop(0)
-                session.add_message("sensor_msgs/msg/Image", msg, now, "/camera/image_raw")
+                _, topic, msg = pending_frames.pop(0)
+                session.add_message("sensor_msgs/msg/Image", msg, now, topic)
                 frame_in = True
             if (steps_per_tick and sim.step_count % steps_per_tick == 0) or (self.tick_on_frame and frame_in):
                 out = session.tick(now).chunk

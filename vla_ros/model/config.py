@@ -61,7 +61,11 @@ class ModelConfig:
         max_text_tokens: longest instruction accepted, in word pieces; reserved in the cache.
         chunk_length: H, points per action chunk.
         chunk_rate_hz: rate of the chunk's points; point k is at t_newest + (k + 1) / chunk_rate_hz.
-        camera_rate_hz / state_rate_hz: nominal input rates, used only to size the KV cache.
+        cameras: the camera streams the model reads (``vla_ros.cameras``: ``/<name>/image_raw``), in the
+            order of ``Observation.camera``; the first is the main view (the one the auxiliary frame head and
+            rendered views train on). With more than one, every frame's patches get a learned per-camera
+            embedding, and each camera is its own stream of timed tokens.
+        camera_rate_hz / state_rate_hz: nominal input rates (per camera), used only to size the KV cache.
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.
         state_mean / state_std: normalisation of state tokens (len state_dim); None = identity.
         action_mean / action_std: normalisation of action targets (len action_dim); None = identity.
@@ -99,6 +103,7 @@ class ModelConfig:
     max_text_tokens: int = 32
     chunk_length: int = 16
     chunk_rate_hz: float = 20.0
+    cameras: tuple[str, ...] = ("camera",)
     camera_rate_hz: float = 30.0
     state_rate_hz: float = 100.0
     max_cache_tokens: int = 0
@@ -111,7 +116,7 @@ class ModelConfig:
     frame_aux_loss_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names"):
+        for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names", "cameras"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("state_mean", "state_std", "action_mean", "action_std"):
             value = getattr(self, name)
@@ -168,6 +173,9 @@ class ModelConfig:
             raise ValueError(f"stem_channels={self.stem_channels} must be two positive ints")
         if not self.joint_names or len(set(self.joint_names)) != len(self.joint_names):
             raise ValueError(f"joint_names={self.joint_names} must be non-empty and unique")
+        if (not self.cameras or len(set(self.cameras)) != len(self.cameras)
+                or not all(isinstance(c, str) and c and "/" not in c for c in self.cameras)):
+            raise ValueError(f"cameras={self.cameras} must be non-empty, unique stream names (no '/')")
         for name in ("chunk_rate_hz", "camera_rate_hz", "state_rate_hz"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0")
@@ -235,7 +243,7 @@ class ModelConfig:
         if self.max_cache_tokens:
             return self.max_cache_tokens
         span_s = self.window_seconds + self.max_lateness_s
-        frames = math.floor(span_s * self.camera_rate_hz) + 2
+        frames = (math.floor(span_s * self.camera_rate_hz) + 2) * len(self.cameras)
         states = math.floor(span_s * self.state_rate_hz) + 2
         return self.max_text_tokens + int(math.ceil(1.5 * (frames * self.num_visual_tokens + states)))
 

@@ -39,7 +39,7 @@ def parity(model, onnx_path, device: str = "cpu") -> float:
         inputs = example_inputs(model.config, frames=f, states=n, text=l, actions=a, past=c, seed=i)
         got = session.run(None, inputs)
         with torch.inference_mode():
-            want = graph(*[torch.from_numpy(inputs[name]) for name in StepGraph.input_names])
+            want = graph(*[torch.from_numpy(inputs[name]) for name in graph.input_names])
         worst = max([worst] + [float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want)])
     return worst
 

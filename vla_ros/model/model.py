@@ -53,6 +53,8 @@ class VLATransformer(nn.Module):
         self.instruction_norm = RMSNorm(config.text_embedding_dim, config.rms_norm_eps)
         self.instruction_proj = nn.Linear(config.text_embedding_dim, 3 * D)
         self.modality = nn.Embedding(4, D)  # indexed by Kind: TEXT, IMAGE, STATE, ACTION
+        # Which camera a frame's patches come from (the patch encoder is shared); a one-camera model has none.
+        self.camera_embedding = nn.Embedding(len(config.cameras), D) if len(config.cameras) > 1 else None
         self.action_queries = nn.Parameter(torch.zeros(config.chunk_length, D))  # one per chunk point
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(D, config.rms_norm_eps)
@@ -86,19 +88,24 @@ class VLATransformer(nn.Module):
 
     # ----- pieces -----
     def embed(self, images: torch.Tensor, states: torch.Tensor, text: torch.Tensor, action_index: torch.Tensor,
-              gather: torch.Tensor, instruction: torch.Tensor, frame_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              gather: torch.Tensor, instruction: torch.Tensor, frame_batch: torch.Tensor | None = None,
+              image_camera: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode every input once, then gather rows into token order (see ``sequence``).
 
         images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (B, T), instruction
-        (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0)
-        -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2 c2).
+        (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0),
+        image_camera (F,) each frame's camera (None: camera 0) -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2 c2).
         """
         D, P = self.config.hidden_size, self.config.num_visual_tokens
         n_frames = images.shape[0]
         instruction = self.instruction_norm(instruction)  # (B, 384)
         frame_instruction = instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
         patches, keypoints = self.patch_encoder.encode(images, frame_instruction)
-        patches = patches.reshape(n_frames * P, D) + self.modality.weight[IMAGE]  # (F*P, D)
+        patches = patches + self.modality.weight[IMAGE]  # (F, P, D)
+        if self.camera_embedding is not None:
+            cam = image_camera if image_camera is not None else torch.zeros(n_frames, dtype=torch.int64, device=images.device)
+            patches = patches + self.camera_embedding(cam)[:, None, :]
+        patches = patches.reshape(n_frames * P, D)
         state_tok = self.state_encoder(states) + self.modality.weight[STATE]  # (N, D)
         text_tok = self.text_projection(text) + self.modality.weight[TEXT]  # (L, D)
         action_tok = self.action_queries.index_select(0, action_index) + self.modality.weight[ACTION]  # (A, D)
@@ -142,10 +149,11 @@ class VLATransformer(nn.Module):
 
     # ----- the shared step -----
     def step(self, images, states, text, action_index, gather, cos, sin, mask, past_k, past_v, instruction,
-             need_weights: bool = False, frame_batch: torch.Tensor | None = None) -> StepOutput:
+             need_weights: bool = False, frame_batch: torch.Tensor | None = None,
+             image_camera: torch.Tensor | None = None) -> StepOutput:
         """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4),
         instruction (B, 384) (``sequence.instruction_vector``)."""
-        x, is_text, keypoints = self.embed(images, states, text, action_index, gather, instruction, frame_batch)
+        x, is_text, keypoints = self.embed(images, states, text, action_index, gather, instruction, frame_batch, image_camera)
         hidden, new_k, new_v, weights = self.backbone(x, cos, sin, is_text, mask, past_k, past_v, need_weights)
         actions = self.denormalize_actions(self.head(hidden))
         return StepOutput(hidden, actions, new_k, new_v, weights, keypoints)
@@ -170,7 +178,7 @@ class VLATransformer(nn.Module):
         if instruction is None:
             instruction = torch.zeros(batch.gather.shape[0], self.config.text_embedding_dim, device=batch.gather.device)
         return self.step(batch.images, batch.states, batch.text, batch.action_index, batch.gather,
-                         cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch)
+                         cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch, batch.image_camera)
 
     def forward(self, batch: TokenBatch) -> tuple[torch.Tensor, dict]:
         """Training loss on the action tokens only: MSE in normalised units over valid targets.
@@ -220,20 +228,30 @@ class StepGraph(nn.Module):
 
     Inputs: images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,) int64, gather (T,) int64,
     cos/sin (T, d/4), mask (T, C+T) additive float, past_key / past_value (layers, G, C, d), instruction
-    (384,) (``sequence.instruction_vector`` of the pinned instruction, every step).
+    (384,) (``sequence.instruction_vector`` of the pinned instruction, every step), and for a model with more
+    than one camera image_camera (F,) int64, each frame's camera (``input_names`` says which).
     Outputs: actions (T, J) absolute, hidden (T, D), new_key / new_value (layers, G, T, d).
     The torch runtime calls this module and the ONNX file is exported from it: one code path.
     """
 
-    input_names = ("images", "states", "text", "action_index", "gather", "cos", "sin", "mask",
-                   "past_key", "past_value", "instruction")
+    base_input_names = ("images", "states", "text", "action_index", "gather", "cos", "sin", "mask",
+                        "past_key", "past_value", "instruction")
     output_names = ("actions", "hidden", "new_key", "new_value")
 
     def __init__(self, model: VLATransformer) -> None:
         super().__init__()
         self.model = model
+        self.input_names = step_input_names(model.config)
 
-    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value, instruction):
+    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value, instruction,
+                image_camera=None):
         out = self.model.step(images, states, text, action_index, gather[None], cos[None], sin[None],
-                              mask[None, None], past_key[:, None], past_value[:, None], instruction[None])
+                              mask[None, None], past_key[:, None], past_value[:, None], instruction[None],
+                              image_camera=image_camera)
         return out.actions[0], out.hidden[0], out.new_k[:, 0], out.new_v[:, 0]
+
+
+def step_input_names(config: ModelConfig) -> tuple[str, ...]:
+    """The step graph's inputs for a model: ``image_camera`` only where there is more than one camera, so a
+    one-camera model's graph (and every model.onnx exported before cameras existed) stays as it was."""
+    return StepGraph.base_input_names + (("image_camera",) if len(config.cameras) > 1 else ())

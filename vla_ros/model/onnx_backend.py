@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from vla_ros.model.config import ModelConfig
-from vla_ros.model.model import StepGraph, VLATransformer
+from vla_ros.model.model import StepGraph, VLATransformer, step_input_names
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ def example_inputs(config: ModelConfig, frames: int = 2, states: int = 3, text: 
         "past_key": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "past_value": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "instruction": rng.standard_normal(config.text_embedding_dim).astype(np.float32),
+        **({"image_camera": rng.integers(0, len(config.cameras), frames).astype(np.int64)} if len(config.cameras) > 1 else {}),
     }
 
 
@@ -74,12 +75,12 @@ def export_onnx(model: VLATransformer, path: str | Path, opset: int = OPSET) -> 
     path = Path(path)
     graph = StepGraph(model.cpu().eval())
     inputs = example_inputs(model.config)
-    args = tuple(torch.from_numpy(inputs[name]) for name in StepGraph.input_names)
+    args = tuple(torch.from_numpy(inputs[name]) for name in graph.input_names)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notices
         torch.onnx.export(graph, args, str(path), dynamo=False, opset_version=opset,
-                          input_names=list(StepGraph.input_names), output_names=list(StepGraph.output_names),
-                          dynamic_axes=DYNAMIC_AXES, do_constant_folding=True)
+                          input_names=list(graph.input_names), output_names=list(StepGraph.output_names),
+                          dynamic_axes={**DYNAMIC_AXES, "image_camera": {0: "frames"}}, do_constant_folding=True)
     onnx.checker.check_model(str(path))
     return path
 
@@ -130,10 +131,13 @@ class OnnxBackend:
     def _check_io(self, path: Path) -> None:
         names = tuple(i.name for i in self.session.get_inputs())
         outs = tuple(o.name for o in self.session.get_outputs())
-        if names != StepGraph.input_names or outs != StepGraph.output_names:
-            raise ValueError(f"{path}: graph inputs {names} / outputs {outs} are not a vla_ros step graph "
-                             f"(expected {StepGraph.input_names} / {StepGraph.output_names}); re-export it")
-        pk = self.session.get_inputs()[StepGraph.input_names.index("past_key")].shape
+        expected = step_input_names(self.config)
+        if names != expected or outs != StepGraph.output_names:
+            raise ValueError(f"{path}: graph inputs {names} / outputs {outs} are not the step graph of this "
+                             f"config.json (cameras {list(self.config.cameras)}: expected {expected} / "
+                             f"{StepGraph.output_names}); re-export it")
+        self._input_names = names
+        pk = self.session.get_inputs()[names.index("past_key")].shape
         c = self.config
         if [pk[0], pk[1], pk[3]] != [c.num_hidden_layers, c.num_key_value_heads, c.head_dim]:
             raise ValueError(f"{path}: past_key shape {pk} does not match config.json "
@@ -152,10 +156,10 @@ class OnnxBackend:
 
     def run(self, inputs: dict[str, np.ndarray], past_len: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
         """Same contract as ``TorchBackend.run``."""
-        feed = {name: np.ascontiguousarray(inputs[name]) for name in StepGraph.input_names[:8]}
+        feed = {name: np.ascontiguousarray(inputs[name]) for name in self._input_names
+                if name not in ("past_key", "past_value")}
         feed["past_key"] = np.ascontiguousarray(self.cache_k[:, :, :past_len])
         feed["past_value"] = np.ascontiguousarray(self.cache_v[:, :, :past_len])
-        feed["instruction"] = np.ascontiguousarray(inputs["instruction"])
         actions, hidden, new_k, new_v = self.session.run(None, feed)
         if keep:
             self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]

@@ -135,11 +135,13 @@ class TorchBackend:
         written at past_len (action tokens come last and are never kept)."""
         dev = self.device
         args = [torch.from_numpy(np.ascontiguousarray(inputs[name])).to(dev, non_blocking=True)
-                for name in StepGraph.input_names[:8]]
+                for name in StepGraph.base_input_names[:8]]
         past_k = self.cache_k[:, :, :past_len]
         past_v = self.cache_v[:, :, :past_len]
         instruction = torch.from_numpy(np.ascontiguousarray(inputs["instruction"])).to(dev, non_blocking=True)
-        actions, hidden, new_k, new_v = self.graph(*args, past_k, past_v, instruction)
+        extra = ([torch.from_numpy(np.ascontiguousarray(inputs["image_camera"])).to(dev)]
+                 if "image_camera" in self.graph.input_names else [])
+        actions, hidden, new_k, new_v = self.graph(*args, past_k, past_v, instruction, *extra)
         if keep:
             self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]
             self.cache_v[:, :, past_len:past_len + keep] = new_v[:, :, :keep]
@@ -450,7 +452,8 @@ class StreamingPolicy:
         mask = additive_mask_np(visibility(q, k, cfg.window_ns))  # (T, end + T)
         cos, sin = rope_tables_np(seq.rope_ns, seq.kind, cfg.rope_periods_ns)
         inputs = dict(images=seq.images, states=seq.states, text=seq.text, action_index=seq.action_index,
-                      gather=seq.gather(), cos=cos, sin=sin, mask=mask, instruction=self._instruction_vec)
+                      gather=seq.gather(), cos=cos, sin=sin, mask=mask, instruction=self._instruction_vec,
+                      image_camera=seq.image_camera)
         keep = T - (self.config.chunk_length if chunk else 0)
         actions, hidden = self.backend.run(inputs, end, keep)
         if keep:

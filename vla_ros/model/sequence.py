@@ -69,6 +69,7 @@ class TokenSequence:
     num_patches: int = 0  # P, patch tokens per frame
     aux: np.ndarray | None = None  # (T, K) float32 auxiliary targets (NaN where none), or None
     frame_aux: np.ndarray | None = None  # (F, K) float32 auxiliary target per frame (NaN where none), or None
+    image_camera: np.ndarray | None = None  # (F,) int64 camera index of each frame (None: all camera 0)
 
     @property
     def num_tokens(self) -> int:
@@ -106,6 +107,8 @@ def validate_observation(obs: Observation, config: ModelConfig) -> None:
     where = f"observation seq={obs.seq} source={obs.source!r}"
     if obs.kind == Kind.IMAGE:
         shape = (3, config.image_height, config.image_width)
+        if not 0 <= obs.camera < len(config.cameras):
+            raise ValueError(f"{where}: camera {obs.camera} is not one of the model's cameras {config.cameras}")
     elif obs.kind == Kind.STATE:
         shape = (config.state_dim,)
     else:
@@ -150,7 +153,7 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
                 else (validate_text(text, config) if validate else np.asarray(text, np.float32)))
     P, J, H = config.num_visual_tokens, config.action_dim, config.chunk_length
     order = sorted(range(len(observations)), key=lambda i: observations[i].key)
-    images, states, frame_targets = [], [], []
+    images, states, frame_targets, cameras = [], [], [], []
     src, src_index, kind, stamp, order_, chunk, rope, token_obs = [], [], [], [], [], [], [], []
     known = dict(anchors or {})
 
@@ -167,8 +170,9 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         if obs.kind == Kind.IMAGE:
             f = len(images)
             images.append(np.asarray(obs.data, np.float32))
-            if frame_aux is not None:
-                frame_targets.append(frame_aux[i])
+            cameras.append(obs.camera)
+            if frame_aux is not None:  # the frame head learns the main view only
+                frame_targets.append(frame_aux[i] if obs.camera == 0 else None)
             for p in range(P):
                 add(SRC_PATCH, f * P + p, IMAGE, obs.stamp_ns, od, -1, obs.stamp_ns, i)
         else:
@@ -205,6 +209,7 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         src=i64(src), src_index=i64(src_index), kind=i64(kind), stamp_ns=i64(stamp), order=i64(order_),
         chunk=i64(chunk), rope_ns=i64(rope), targets=targets, token_obs=i64(token_obs), num_patches=P, aux=aux,
         frame_aux=_frame_aux_rows(frame_targets) if frame_aux is not None else None,
+        image_camera=i64(cameras),
     )
 
 
@@ -214,6 +219,11 @@ def _frame_aux_rows(rows: list) -> np.ndarray | None:
     if not k:
         return None
     return np.stack([np.full(k, np.nan, np.float32) if r is None else np.asarray(r, np.float32) for r in rows])
+
+
+def frame_cameras(seq: TokenSequence) -> np.ndarray:
+    """(F,) camera index of each frame of ``seq``."""
+    return seq.image_camera if seq.image_camera is not None else np.zeros(seq.images.shape[0], np.int64)
 
 
 @dataclasses.dataclass
@@ -243,6 +253,7 @@ class TokenBatch:
     aux_valid: torch.Tensor | None = None  # (B, T) bool
     frame_aux: torch.Tensor | None = None  # (F, K) per pooled frame (0 where none), training only
     frame_aux_valid: torch.Tensor | None = None  # (F,) bool
+    image_camera: torch.Tensor | None = None  # (F,) camera index of each pooled frame
 
     def to(self, device: torch.device | str) -> "TokenBatch":
         return TokenBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
@@ -299,5 +310,6 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
         targets=torch.from_numpy(np.nan_to_num(targets, nan=0.0)), target_valid=torch.from_numpy(target_valid),
         instruction=torch.from_numpy(np.stack([instruction_vector(s.text, s.text.shape[1]) for s in sequences])),
         frame_batch=torch.from_numpy(np.concatenate([np.full(s.images.shape[0], b, np.int64) for b, s in enumerate(sequences)])),
+        image_camera=torch.from_numpy(np.concatenate([frame_cameras(s) for s in sequences])),
         **{name: torch.from_numpy(v) for name, v in fields.items()}, **aux_fields,
     )

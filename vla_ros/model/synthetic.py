@@ -7,40 +7,44 @@ a node running the policy once per camera frame sees it: each tick ends with a f
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from vla_ros.cameras import image_topic
 from vla_ros.model.config import ModelConfig
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
 
 def synthetic_stream(config: ModelConfig, seconds: float, seed: int = 0, start_ns: int = 0,
                      camera_hz: float = 30.0, state_hz: float = 100.0) -> list[Observation]:
-    """Frames and states over ``seconds``, sorted by key; images ~N(0, 1), states ~N(0, 0.5)."""
+    """Frames (one per camera of the config) and states over ``seconds``, sorted by key; images ~N(0, 1),
+    states ~N(0, 0.5)."""
     rng = np.random.default_rng(seed)
     span_ns = int(round(seconds * 1e9))
     events = []
-    for rate, kind in ((camera_hz, Kind.IMAGE), (state_hz, Kind.STATE)):
+    streams = [(camera_hz, Kind.IMAGE, c) for c in range(len(config.cameras))] + [(state_hz, Kind.STATE, 0)]
+    for rate, kind, camera in streams:
         k = 0
         while (offset := int(round(k * 1e9 / rate))) < span_ns:
-            events.append((offset, kind))
+            events.append((offset, kind, camera))
             k += 1
-    events.sort(key=lambda e: (e[0], int(e[1])))
+    events.sort(key=lambda e: (e[0], int(e[1]), e[2]))
     out = []
-    for seq, (offset, kind) in enumerate(events):
+    for seq, (offset, kind, camera) in enumerate(events):
         if kind == Kind.IMAGE:
             data = rng.standard_normal((3, config.image_height, config.image_width)).astype(np.float32)
-            source = "/camera/image_raw"
+            source = image_topic(config.cameras[camera])
         else:
             data = (0.5 * rng.standard_normal(config.state_dim)).astype(np.float32)
             source = "/joint_states"
-        out.append(Observation(kind, start_ns + offset, offset / 1e9, seq, data, source))
+        out.append(Observation(kind, start_ns + offset, offset / 1e9, seq, data, source, camera))
     return sorted(out, key=lambda o: o.key)
 
 
 def shifted(observations: list[Observation], shift_ns: int) -> list[Observation]:
     """The same stream with every stamp moved by shift_ns (t_s moves too)."""
-    return [Observation(o.kind, o.stamp_ns + shift_ns, o.t_s + shift_ns / 1e9, o.seq, o.data, o.source)
-            for o in observations]
+    return [dataclasses.replace(o, stamp_ns=o.stamp_ns + shift_ns, t_s=o.t_s + shift_ns / 1e9) for o in observations]
 
 
 def ticks(observations: list[Observation]) -> list[list[Observation]]:

@@ -141,10 +141,13 @@ class PolicyNode(Node):
         reliability = ReliabilityPolicy.RELIABLE if p["sensor_qos"] == "reliable" else ReliabilityPolicy.BEST_EFFORT
         events = _incompatible_qos_callbacks(self)
         image_qos = QoSProfile(depth=math.ceil(camera_hz * INTAKE_SLACK_S), reliability=reliability)
+        self._image_qos, self._qos_events = image_qos, events
+        self._camera_subs: dict[str, object] = {}  # further cameras of the model (a wrist camera): topic -> subscription
         if p["image_transport"] == "compressed":
             self.create_subscription(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed, image_qos, event_callbacks=events)
         else:
             self.create_subscription(Image, p["image_topic"], self._on_image, image_qos, event_callbacks=events)
+        self._sync_camera_subscriptions(self.session)
         joint_qos = QoSProfile(depth=math.ceil(state_hz * INTAKE_SLACK_S), reliability=reliability)
         self.create_subscription(JointState, "/joint_states", self._on_joints, joint_qos, event_callbacks=events)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
@@ -188,6 +191,7 @@ class PolicyNode(Node):
             return None
         if self._instruction_text:
             session.set_instruction(self._instruction_text)
+        session.set_camera_topics(self._camera_topics(session))
         self._apply_session_config(session)
         cfg = session.policy.config
         self.get_logger().info(
@@ -217,6 +221,7 @@ class PolicyNode(Node):
         elif name == "model" and self._pending is not None and self._pending[0] == value:
             self.session, self._pending, self._model_error = self._pending[1], None, ""
             self._attention["model"] = None
+            self._sync_camera_subscriptions(self.session)
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
         elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s", "shape_chunks",
@@ -224,6 +229,31 @@ class PolicyNode(Node):
             if name.startswith("shaping_"):
                 self._shaping_cache.clear()
             self._apply_session_config(self.session)
+
+    # ---- cameras -------------------------------------------------------------------------------------
+    def _camera_topics(self, session) -> list[str]:
+        """Image topic of each of the model's cameras: ``image_topic`` for the first (main) one, then
+        ``/<name>/image_raw`` (``vla_ros.cameras``; remap it for another driver's name)."""
+        from vla_ros.cameras import image_topic
+
+        return [self._p["image_topic"]] + [image_topic(name) for name in session.cameras[1:]]
+
+    def _sync_camera_subscriptions(self, session) -> None:
+        """Subscribe to the further cameras the model reads and drop those it no longer does (a model change)."""
+        wanted = self._camera_topics(session)[1:] if session is not None else []
+        for topic in [t for t in self._camera_subs if t not in wanted]:
+            self.destroy_subscription(self._camera_subs.pop(topic))
+        compressed = self._p["image_transport"] == "compressed"
+        for topic in [t for t in wanted if t not in self._camera_subs]:
+            if compressed:
+                callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/CompressedImage", msg, t + "/compressed")  # noqa: E731
+                sub = self.create_subscription(CompressedImage, topic + "/compressed", callback, self._image_qos,
+                                               event_callbacks=self._qos_events)
+            else:
+                callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/Image", msg, t)  # noqa: E731
+                sub = self.create_subscription(Image, topic, callback, self._image_qos, event_callbacks=self._qos_events)
+            self._camera_subs[topic] = sub
+            self.get_logger().info(f"the model reads a further camera: subscribed to {topic}{'/compressed' if compressed else ''}")
 
     # ---- chunk shaping -------------------------------------------------------------------------------
     def _on_description(self, msg: String) -> None:
@@ -293,7 +323,7 @@ class PolicyNode(Node):
         obs = self._admit(type_name, msg, source)
         if obs is None:
             return
-        if self._p["debug_attention"]:
+        if self._p["debug_attention"] and obs.camera == 0:  # the overlay is drawn on the main view
             self._frame = (obs.stamp_ns, type_name, msg)  # a reference: decoded again only for an overlay
         if self._p["tick_on_frame"]:
             self._request_tick()
@@ -414,7 +444,7 @@ class PolicyNode(Node):
         if pub is None or (last is not None and last <= now < last + 1e9 / self._p["debug_attention_rate_hz"]):
             return  # (a clock that jumped back starts over)
         window = session.window()
-        frames = [o for o in window if o.kind == Kind.IMAGE]
+        frames = [o for o in window if o.kind == Kind.IMAGE and o.camera == 0]
         if not frames or frame is None or frame[0] != frames[-1].stamp_ns:
             return  # the kept frame is not the window's newest (none yet, or one arrived out of order)
         state["last_ns"] = now  # set before trying: a failing overlay is retried at the same rate

@@ -1,7 +1,8 @@
 """sim_node: the embedded MuJoCo simulation behind the usual ROS 2 robot interfaces.
 
 Publishes what a robot driver plus camera driver publish (``/clock`` in simulated time, ``/joint_states``
-at 100 Hz, ``/camera/image_raw`` + ``/camera/camera_info`` at 30 Hz, ``/robot_description`` transient
+at 100 Hz, ``/camera/image_raw`` + ``/camera/camera_info`` at 30 Hz, the same from the camera on the hand on
+``/wrist_camera/...`` (parameter ``wrist_camera``), ``/robot_description`` transient
 local) and accepts the two ros2_control command interfaces: a forward position controller
 (``/<position_controller>/commands``, Float64MultiArray) and a joint trajectory controller
 (``/<trajectory_controller>/joint_trajectory``, JointTrajectory). Physics runs in its own thread, paced by
@@ -31,6 +32,7 @@ from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_ros import cameras
 from vla_ros.params.sim import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_msg, episode_reset_qos
@@ -78,6 +80,10 @@ class SimNode(Node):
         self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
         self.pub_image = self.create_publisher(Image, "/camera/image_raw", 5)
         self.pub_info = self.create_publisher(CameraInfo, "/camera/camera_info", 5)
+        self._wrist = None  # (image, camera_info) publishers of the hand camera, when it is on
+        if p["wrist_camera"]:
+            self._wrist = (self.create_publisher(Image, cameras.image_topic(cameras.WRIST), 5),
+                           self.create_publisher(CameraInfo, cameras.info_topic(cameras.WRIST), 5))
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
         self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
@@ -90,7 +96,8 @@ class SimNode(Node):
         self._thread = threading.Thread(target=self._run, name="physics", daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"simulating {len(self.sim.command_joint_names)} joints, camera {p['image_width']}x{p['image_height']} "
+            f"simulating {len(self.sim.command_joint_names)} joints, camera{' + wrist camera' if self._wrist else ''} "
+            f"{p['image_width']}x{p['image_height']} "
             f"@ {p['camera_rate_hz']} Hz, real_time_factor {self._rtf}, seed {self.sim.seed}"
         )
 
@@ -221,6 +228,14 @@ class SimNode(Node):
             img = image_msg(rgb, stamp, self._frame_id)
             info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
             out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
+            if self._wrist is not None:
+                t0 = time.perf_counter()
+                rgb = sim.render(cameras.WRIST)
+                self._stats["render_ms"].append((time.perf_counter() - t0) * 1e3)
+                frame_id = cameras.optical_frame(cameras.WRIST)
+                img = image_msg(rgb, stamp, frame_id)
+                info = camera_info_msg(sim.camera_intrinsics(cameras.WRIST), stamp, frame_id)
+                out.append(lambda m=img, i=info, pubs=self._wrist: (pubs[0].publish(m), pubs[1].publish(i)))
         if sim.step_count % self._status_every == 0:
             # Published here, under the lock, like the reset's: the topic is latched, and an old episode's
             # status published after the new episode's would be what a late subscriber gets.

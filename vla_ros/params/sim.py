@@ -15,6 +15,8 @@ PARAMS = [
     ParamSpec("image_width", 320, "camera image width in pixels", read_only=True, min_value=16, max_value=1920),
     ParamSpec("image_height", 240, "camera image height in pixels", read_only=True, min_value=16, max_value=1080),
     ParamSpec("camera_frame_id", "camera_optical_frame", "frame_id of images and camera_info", read_only=True),
+    ParamSpec("wrist_camera", False, "also render the camera on the hand: /wrist_camera/image_raw + camera_info (frame "
+              "wrist_camera_optical_frame), same size and rate; off saves one render per frame when no model reads it", read_only=True),
     ParamSpec("publish_clock", True, "publish /clock (turn off when another node owns simulated time)", read_only=True),
     ParamSpec("reset_clock_on_reset", False, "restart simulated time at 0 on ~/reset (as Gazebo does); default keeps time monotonic"),
     ParamSpec("position_controller", "forward_position_controller", "forward controller name: commands on /<name>/commands", read_only=True),

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.cameras import image_topic
 from vla_ros.chunks import ActionChunk, smooth_positions
 from vla_ros.policy.intake import SourceStats
 from vla_ros.policy.shaping import ChunkLimits, shape_chunk
@@ -37,8 +38,15 @@ KIND_OF_TYPE = {
     "sensor_msgs/msg/CompressedImage": Kind.IMAGE,
     "sensor_msgs/msg/JointState": Kind.STATE,
 }
-SOURCE_NAMES = {Kind.IMAGE: "image", Kind.STATE: "joint_states"}
 HOLD_ALL = -(1 << 62)  # drain(upto_ns=...) before any joint state: every frame waits
+
+
+def source_name(kind: Kind, camera: int, cameras: tuple[str, ...]) -> str:
+    """Name of an intake source in the figures: ``joint_states``, ``image`` (the main camera) and
+    ``image_<name>`` for a model's further cameras (``image_wrist_camera``)."""
+    if kind == Kind.STATE:
+        return "joint_states"
+    return "image" if camera == 0 else f"image_{cameras[camera]}"
 
 
 def stream_config(model_config) -> StreamConfig:
@@ -53,8 +61,8 @@ class SessionConfig:
         publish_horizon: chunk points to publish (0 = the model's whole chunk).
         chunk_smoothing_degree: polynomial fit per joint before publishing (0 = off; see ``smooth_positions``).
         max_state_age_s: no chunk when the newest joint state is older than this at the tick.
-        max_image_age_s: no chunk when the newest camera frame is older than this at the tick (a blind
-            policy must not move the arm on joint states alone).
+        max_image_age_s: no chunk when the newest frame of any of the model's cameras is older than this at
+            the tick (a blind policy must not move the arm on joint states alone).
         input_width / input_height: required camera size (0 = any); max_input_pixels: larger frames are
             refused before decoding.
         chunk_limits: shape every chunk into these limits (the safety filter's, ``policy.shaping``) from
@@ -109,6 +117,8 @@ class PolicySession:
             input_width=c.input_width, input_height=c.input_height, max_input_pixels=c.max_input_pixels,
         )
         self._encoder = encoder
+        self.cameras = tuple(getattr(mc, "cameras", ("camera",)))
+        self.camera_topics = tuple(image_topic(c) for c in self.cameras)
         self._check_limits(self.config)
         self._lock = threading.Lock()
         self._state_arrived = threading.Condition(self._lock)
@@ -124,12 +134,27 @@ class PolicySession:
         """Forget everything but the model: a fresh window (no instruction), fresh counts; the next tick
         restarts the policy. The in-process evaluation starts every episode with it."""
         with self._lock:
-            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True)
-            self.sources = {kind: SourceStats() for kind in SOURCE_NAMES}
+            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True,
+                                      cameras=self._camera_sources())
+            self.sources = {source_name(Kind.IMAGE, c, self.cameras): SourceStats() for c in range(len(self.cameras))}
+            self.sources["joint_states"] = SourceStats()
             self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
             self.ticks = self.chunks = 0
             self.skipped: dict[str, int] = {}
+
+    def _camera_sources(self) -> dict[str, int]:
+        return {topic: c for c, topic in enumerate(self.camera_topics)}
+
+    def set_camera_topics(self, topics) -> None:
+        """The image topic of each of the model's cameras, in its order (a node's remapped names; by default
+        ``/<camera>/image_raw``); ``<topic>/compressed`` is the same camera."""
+        topics = tuple(topics)
+        if len(topics) != len(self.cameras) or len(set(topics)) != len(topics):
+            raise ValueError(f"need {len(self.cameras)} distinct image topics for cameras {list(self.cameras)}, got {list(topics)}")
+        with self._lock:
+            self.camera_topics = topics
+            self.stream.set_cameras(self._camera_sources())
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
@@ -162,7 +187,8 @@ class PolicySession:
         except TokenError:
             stamp = None
         with self._lock:
-            src = self.sources[kind]
+            camera = self.stream.camera_of(source) if kind == Kind.IMAGE else 0
+            src = self.sources[source_name(kind, camera or 0, self.cameras)]  # an unknown camera: counted on the main one
             src.received += 1
             src.last_arrival_wall_s = wall_s
             if stamp is not None:
@@ -214,7 +240,7 @@ class PolicySession:
 
     def state_period_s(self) -> float | None:
         """The joint states' period learned from their stamps (None until it is known)."""
-        period = self.sources[Kind.STATE].gaps.period_ns
+        period = self.sources["joint_states"].gaps.period_ns
         return None if period is None else period * 1e-9
 
     def begin_episode(self, start_ns: int) -> bool:
@@ -253,8 +279,9 @@ class PolicySession:
             new = stream.drain(restart=restart, upto_ns=HOLD_ALL if newest_state is None else newest_state)
             state = stream.newest(Kind.STATE)
             instruction = stream.instruction
-            newest = {kind: stream.newest_stamp(kind) for kind in SOURCE_NAMES}
-        ages = {kind: None if stamp is None else (now_ns - stamp) * 1e-9 for kind, stamp in newest.items()}
+            newest = {c: stream.newest_stamp(Kind.IMAGE, c) for c in range(len(self.cameras))}
+            newest[Kind.STATE] = newest_state
+        ages = {key: None if stamp is None else (now_ns - stamp) * 1e-9 for key, stamp in newest.items()}
         policy = self.policy
         if restart:
             policy.reset()
@@ -309,34 +336,38 @@ class PolicySession:
             return "no_instruction", "no instruction: no chunk"
         if not new and not self.policy.ready:
             return "no_observations", "no observations yet: no chunk"
-        state_age, image_age = ages[Kind.STATE], ages[Kind.IMAGE]
+        state_age = ages[Kind.STATE]
         if state_age is None:
             return "no_joint_states", "no joint state in the window: no chunk"
         if state_age > c.max_state_age_s:
             return "stale_joint_states", f"newest joint state is {state_age:.3f} s old (max_observation_age_s {c.max_state_age_s}): no chunk"
-        if image_age is None:
-            return "no_image", "no camera frame in the window: no chunk"
-        if image_age > c.max_image_age_s:
-            return "stale_image", f"newest camera frame is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk"
+        for camera, name in enumerate(self.cameras):
+            image_age = ages[camera]
+            which = "camera frame" if len(self.cameras) == 1 else f"{name} frame ({self.camera_topics[camera]})"
+            if image_age is None:
+                return "no_image", f"no {which} in the window: no chunk"
+            if image_age > c.max_image_age_s:
+                return "stale_image", f"newest {which} is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk"
         return None
 
     # ---- figures ----------------------------------------------------------------------------------
     def source_values(self) -> dict:
-        """Per source (``image``, ``joint_states``): received, accepted, lost, rejected by reason, unused,
-        dropped and dropped_pct, as diagnostic key/values."""
+        """Per source (``image``, ``joint_states``, ``image_<camera>`` for further cameras): received,
+        accepted, lost, rejected by reason, unused, dropped and dropped_pct, as diagnostic key/values."""
         with self._lock:
             unused = self.stream.stats.unused
+            keys = {source_name(Kind.IMAGE, c, self.cameras): "image" + (f"_{c}" if c else "") for c in range(len(self.cameras))}
+            keys["joint_states"] = "state"
             values = {}
-            for kind, src in self.sources.items():
-                name = SOURCE_NAMES[kind]
-                values.update({f"{name}.{k}": v for k, v in src.as_dict(unused[kind.name.lower()]).items()})
+            for name, src in self.sources.items():
+                values.update({f"{name}.{k}": v for k, v in src.as_dict(unused[keys[name]]).items()})
             return values
 
     def take_arrival_lags(self) -> dict[str, list[float]]:
         """Per source, receive clock minus stamp (ms) of every message since the last call: how far behind
         its sensor the intake runs."""
         with self._lock:
-            out = {SOURCE_NAMES[k]: s.arrival_lag_ms for k, s in self.sources.items()}
+            out = {name: s.arrival_lag_ms for name, s in self.sources.items()}
             for s in self.sources.values():
                 s.arrival_lag_ms = []
             return out
@@ -344,5 +375,5 @@ class PolicySession:
     def arrival_ages_s(self, wall_now_s: float) -> dict[str, float | None]:
         """Wall seconds since a message of each source last arrived (None: never)."""
         with self._lock:
-            return {SOURCE_NAMES[k]: None if s.last_arrival_wall_s is None else wall_now_s - s.last_arrival_wall_s
-                    for k, s in self.sources.items()}
+            return {name: None if s.last_arrival_wall_s is None else wall_now_s - s.last_arrival_wall_s
+                    for name, s in self.sources.items()}

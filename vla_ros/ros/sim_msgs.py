@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
+from vla_ros.cameras import FRONT, optical_frame
+
 
 def joint_state_msg(sim, stamp) -> JointState:
     js = JointState()
@@ -46,14 +48,17 @@ def camera_info_msg(k, stamp, frame_id: str) -> CameraInfo:
     return info
 
 
-def sensor_messages(sim, frame_id: str = "camera_optical_frame"):
+def sensor_messages(sim, cameras=(FRONT,)):
     """What the sim node publishes at the sim's current step, for in-process tools (evaluation, attention):
-    (JointState or None, camera RGB or None, Image or None), each None when not due at this step."""
+    (JointState or None, [(camera, RGB, Image) for each of ``cameras``] or [] when no frame is due)."""
     from vla_ros.ros.time import time_msg_from_ns
 
     stamp = time_msg_from_ns(sim.time_ns)
     js = joint_state_msg(sim, stamp) if sim.is_joint_state_step() else None
     if not sim.is_frame_step():
-        return js, None, None
-    rgb = sim.render()
-    return js, rgb, image_msg(rgb, stamp, frame_id)
+        return js, []
+    frames = []
+    for camera in cameras:
+        rgb = sim.render(camera)
+        frames.append((camera, rgb, image_msg(rgb, stamp, optical_frame(camera))))
+    return js, frames

@@ -16,9 +16,11 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from vla_ros import cameras
 from vla_ros.sim.commands import CommandError, JointLimits, validate_position_command
 from vla_ros.sim.scene import (
     CAMERA_NAME,
+    WRIST_CAMERA_NAME,
     CUP_COLORS,
     CUP_HALF_HEIGHT_M,
     CUP_RADIUS_M,
@@ -140,6 +142,8 @@ class ArmSim:
         self._cup_body = {c: self.model.body(f"{c}_cup").id for c in CUP_COLORS}
         self._tcp_body = self.model.body(TCP_BODY).id
         self._camera_id = self.model.camera(CAMERA_NAME).id
+        # Keyed by stream name (``vla_ros.cameras``): what the nodes publish and a model's ``cameras`` lists.
+        self.camera_ids = {cameras.FRONT: self._camera_id, cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id}
         self._table_geom = self.model.geom("table").id
         cup_geoms = {self.model.geom(f"{c}_cup_geom").id for c in CUP_COLORS}
         self._robot_geoms = {
@@ -147,7 +151,8 @@ class ArmSim:
         }
 
         self._renderer: mujoco.Renderer | None = None
-        self._image = np.zeros((self.config.image_height, self.config.image_width, 3), dtype=np.uint8)
+        self._images = {name: np.zeros((self.config.image_height, self.config.image_width, 3), dtype=np.uint8)
+                        for name in self.camera_ids}  # one buffer per camera: a caller may hold both frames
         self.step_count = 0
         self.seed = 0
         self.episode = 0
@@ -331,26 +336,34 @@ class ArmSim:
         return n
 
     # ---- camera ------------------------------------------------------------------------------------
-    def render(self) -> np.ndarray:
-        """RGB image (height, width, 3) uint8 of the fixed scene camera, reusing one buffer."""
+    def _camera(self, camera: str) -> int:
+        if camera not in self.camera_ids:
+            raise ValueError(f"unknown camera {camera!r}; the scene has {sorted(self.camera_ids)}")
+        return self.camera_ids[camera]
+
+    def render(self, camera: str = cameras.FRONT) -> np.ndarray:
+        """RGB image (height, width, 3) uint8 of a camera (the fixed scene camera by default, or
+        ``cameras.WRIST``), reusing one buffer per camera."""
+        cam_id = self._camera(camera)
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.model, self.config.image_height, self.config.image_width)
-        self._renderer.update_scene(self.data, camera=self._camera_id)
-        self._renderer.render(out=self._image)
-        return self._image
+        self._renderer.update_scene(self.data, camera=cam_id)
+        self._renderer.render(out=self._images[camera])
+        return self._images[camera]
 
-    def camera_intrinsics(self) -> CameraIntrinsics:
+    def camera_intrinsics(self, camera: str = cameras.FRONT) -> CameraIntrinsics:
         w, h = self.config.image_width, self.config.image_height
-        fovy = np.deg2rad(self.model.cam_fovy[self._camera_id])
+        fovy = np.deg2rad(self.model.cam_fovy[self._camera(camera)])
         f = 0.5 * h / np.tan(0.5 * fovy)  # MuJoCo's fovy is vertical and pixels are square
         return CameraIntrinsics(width=w, height=h, fx=f, fy=f, cx=(w - 1) / 2.0, cy=(h - 1) / 2.0)
 
-    def project(self, points_world: np.ndarray) -> np.ndarray:
-        """Pixel coordinates (u, v) of world points in the camera image; used by tests and labels."""
-        pos = self.data.cam_xpos[self._camera_id]
-        rot = self.data.cam_xmat[self._camera_id].reshape(3, 3)  # columns: camera x (right), y (up), z (back)
+    def project(self, points_world: np.ndarray, camera: str = cameras.FRONT) -> np.ndarray:
+        """Pixel coordinates (u, v) of world points in a camera's image; used by tests and labels."""
+        cam_id = self._camera(camera)
+        pos = self.data.cam_xpos[cam_id]
+        rot = self.data.cam_xmat[cam_id].reshape(3, 3)  # columns: camera x (right), y (up), z (back)
         p_cam = (np.atleast_2d(points_world) - pos) @ rot  # (N, 3) in camera axes
-        k = self.camera_intrinsics()
+        k = self.camera_intrinsics(camera)
         u = k.cx + k.fx * p_cam[:, 0] / -p_cam[:, 2]
         v = k.cy - k.fy * p_cam[:, 1] / -p_cam[:, 2]
         return np.stack([u, v], axis=1)

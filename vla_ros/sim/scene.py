@@ -27,6 +27,8 @@ TABLE_TOP_Z_M = 0.0  # base_link stands on the table top; z = 0 is the table sur
 TABLE_HALF_SIZE_M = (0.45, 0.50, 0.02)
 TABLE_CENTER_XY_M = (0.40, 0.0)
 CAMERA_NAME = "scene_camera"
+WRIST_CAMERA_NAME = "wrist_camera"
+HAND_BODY = "hand_link"
 TCP_BODY = "tcp_link"
 FINGER_JOINT = "left_finger_joint"
 
@@ -46,6 +48,9 @@ class SceneConfig:
         camera_pos_m / camera_target_m: the fixed camera looks from the far side of the table back at
             the robot so that cups and gripper are both in view.
         camera_fovy_deg: vertical field of view.
+        wrist_camera_pos_m / wrist_camera_target_m / wrist_camera_fovy_deg: the camera on the hand, in the
+            hand's frame (z towards the fingertips): beside the palm, looking down between the fingers, so
+            the last centimetres of a grasp are seen from above, across the front camera's line of sight.
         position_kp: stiffness of the position actuators per commanded joint (N m / rad or N / m).
     """
 
@@ -53,20 +58,24 @@ class SceneConfig:
     camera_pos_m: tuple[float, float, float] = (1.10, 0.0, 0.80)
     camera_target_m: tuple[float, float, float] = (0.30, 0.0, 0.14)
     camera_fovy_deg: float = 58.0
+    wrist_camera_pos_m: tuple[float, float, float] = (0.07, 0.0, 0.0)
+    wrist_camera_target_m: tuple[float, float, float] = (0.0, 0.0, 0.16)
+    wrist_camera_fovy_deg: float = 75.0
     position_kp: tuple[float, ...] = (900.0, 900.0, 600.0, 150.0, 150.0, 80.0, 300.0)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.physics_dt_s <= 0.01:
             raise ValueError(f"physics_dt_s must be in (0, 0.01], got {self.physics_dt_s}")
-        if not 10.0 <= self.camera_fovy_deg <= 120.0:
-            raise ValueError(f"camera_fovy_deg must be in [10, 120], got {self.camera_fovy_deg}")
+        for name in ("camera_fovy_deg", "wrist_camera_fovy_deg"):
+            if not 10.0 <= getattr(self, name) <= 120.0:
+                raise ValueError(f"{name} must be in [10, 120], got {getattr(self, name)}")
 
 
-def _look_at_xyaxes(pos: np.ndarray, target: np.ndarray) -> np.ndarray:
+def _look_at_xyaxes(pos: np.ndarray, target: np.ndarray, up_hint=(0.0, 0.0, 1.0)) -> np.ndarray:
     """MuJoCo camera frame (x right, y up, looking along -z) that looks from pos at target."""
     forward = target - pos
     forward /= np.linalg.norm(forward)
-    right = np.cross(forward, np.array([0.0, 0.0, 1.0]))
+    right = np.cross(forward, np.asarray(up_hint, dtype=float))
     right /= np.linalg.norm(right)
     up = np.cross(right, forward)
     return np.concatenate([right, up])
@@ -148,4 +157,8 @@ def build_spec(urdf_path: Path, cfg: SceneConfig) -> tuple[mujoco.MjSpec, list[s
     pos = np.asarray(cfg.camera_pos_m, dtype=float)
     xyaxes = _look_at_xyaxes(pos, np.asarray(cfg.camera_target_m, dtype=float))
     world.add_camera(name=CAMERA_NAME, pos=pos, xyaxes=xyaxes, fovy=cfg.camera_fovy_deg)
+    wrist_pos = np.asarray(cfg.wrist_camera_pos_m, dtype=float)
+    # Image "up" is the hand's x (away from the palm), so the fingers stand at the bottom of the picture.
+    wrist_axes = _look_at_xyaxes(wrist_pos, np.asarray(cfg.wrist_camera_target_m, dtype=float), up_hint=(1.0, 0.0, 0.0))
+    spec.body(HAND_BODY).add_camera(name=WRIST_CAMERA_NAME, pos=wrist_pos, xyaxes=wrist_axes, fovy=cfg.wrist_camera_fovy_deg)
     return spec, commanded

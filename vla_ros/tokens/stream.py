@@ -4,6 +4,8 @@ Nothing is paired or resampled to make the 30 Hz camera and the 100 Hz joints li
 its own header stamp. The window keeps everything no older than ``window_s`` before the newest stamp, in
 time order. Rules, applied to each message in this order (each rejection counted under its reason):
 
+0. ``unknown_camera``: with a camera map (``cameras``), a frame from a topic that is none of the model's
+   cameras (before any timing rule: a foreign frame must not move the window);
 1. clock jump: the receive clock went back more than ``clock_jump_s`` (a simulator reset) -> the window is
    cleared, the jump counted, and the message starts the new timeline (unless ``begin_episode`` already
    announced that restart: one reset, not two);
@@ -65,6 +67,11 @@ def stamp_ns(msg) -> int:
     return sec * NS + nanosec
 
 
+def unused_key(obs: Observation) -> str:
+    """``StreamStats.unused`` counts by kind, and a further camera's frames apart (``image_1``, ...)."""
+    return obs.kind.name.lower() + (f"_{obs.camera}" if obs.camera else "")
+
+
 @dataclasses.dataclass
 class StreamStats:
     """Counters; ``rejected`` is keyed by reason code."""
@@ -105,8 +112,11 @@ class TokenStream:
         stream: StreamConfig | None = None,
         encode_text: Callable[[str], Instruction] | None = None,
         consumer_paced: bool = False,
+        cameras: dict[str, int] | None = None,
     ) -> None:
         self.tokenizer = tokenizer or TokenizerConfig()
+        # image source (topic) -> camera index of the model; frames of any other source are camera 0
+        self._cameras = dict(cameras or {})
         self._consumer_paced = consumer_paced
         self.config = stream or StreamConfig()
         self._encode_text = encode_text
@@ -139,16 +149,16 @@ class TokenStream:
         """The observations in the window, oldest first (a copy: safe to keep)."""
         return list(self._items)
 
-    def newest(self, kind: Kind) -> Observation | None:
-        """The newest observation of ``kind`` in the window (None: none)."""
+    def newest(self, kind: Kind, camera: int | None = None) -> Observation | None:
+        """The newest observation of ``kind`` (and of ``camera``, when given) in the window (None: none)."""
         for obs in reversed(self._items):
-            if obs.kind == kind:
+            if obs.kind == kind and (camera is None or obs.camera == camera):
                 return obs
         return None
 
-    def newest_stamp(self, kind: Kind) -> int | None:
-        """Stamp of the newest observation of ``kind`` in the window (None: none)."""
-        obs = self.newest(kind)
+    def newest_stamp(self, kind: Kind, camera: int | None = None) -> int | None:
+        """Stamp of the newest observation of ``kind`` (and ``camera``) in the window (None: none)."""
+        obs = self.newest(kind, camera)
         return None if obs is None else obs.stamp_ns
 
     def __len__(self) -> int:
@@ -169,7 +179,7 @@ class TokenStream:
                 kept = {id(o) for o in out}
                 for o in self._pending:
                     if id(o) not in kept:
-                        self.stats.unused[o.kind.name.lower()] += 1
+                        self.stats.unused[unused_key(o)] += 1
             self._pending = []
         if upto_ns is not None:
             held = [o for o in out if o.stamp_ns > upto_ns]
@@ -272,6 +282,10 @@ class TokenStream:
     def add(self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None) -> Observation | None:
         """Admit one message: ``convert()`` runs only when the timing rules pass (a late frame is not decoded)."""
         self.stats.received += 1
+        camera = self.camera_of(source) if kind == Kind.IMAGE else 0
+        if camera is None:
+            self._reject("unknown_camera", f"{source}: not one of the model's camera topics {sorted(self._cameras)}")
+            return None
         code = self._check_time(kind, source, stamp, now_ns)
         if code is not None:
             detail = f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
@@ -285,9 +299,24 @@ class TokenStream:
         if self.epoch_ns is None:
             self.epoch_ns = stamp
         self._seq += 1
-        obs = Observation(kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source)
+        obs = Observation(kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source,
+                          camera=camera)
         self._insert(obs)
         return obs
+
+    def set_cameras(self, cameras: dict[str, int]) -> None:
+        """Image source (topic) -> camera index, for the frames added from now on."""
+        self._cameras = dict(cameras)
+
+    def camera_of(self, source: str) -> int | None:
+        """The camera index of an image source; ``<topic>/compressed`` is the camera of ``<topic>``. Without
+        a camera map every source is camera 0; with one, a source outside it is None (rejected as
+        ``unknown_camera``: frames of a camera the model does not read must not pass for its main view)."""
+        if not self._cameras:
+            return 0
+        if source not in self._cameras and source.endswith("/compressed"):
+            source = source[: -len("/compressed")]
+        return self._cameras.get(source)
 
     def _insert(self, obs: Observation) -> None:
         key = obs.key

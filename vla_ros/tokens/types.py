@@ -41,6 +41,7 @@ class Observation:
         data: IMAGE: float32 (3, H, W), resized/cropped/normalised as the model's config says;
             STATE: float32 (S,), joint positions in the configured order, then velocities if configured.
         source: the topic (or a label) it came from; part of the order and of duplicate detection.
+        camera: IMAGE: which of the model's cameras (index into its ``cameras``; 0 = the main view).
     """
 
     kind: Kind
@@ -49,6 +50,7 @@ class Observation:
     seq: int
     data: np.ndarray
     source: str = ""
+    camera: int = 0
 
     @property
     def key(self) -> tuple[int, int, str]:

@@ -2,7 +2,7 @@
 
 Each episode runs the MuJoCo core on simulated time with the closed-loop expert picking the cup named
 by a randomly phrased instruction, and writes what the robot graph would carry: ``/joint_states``
-(100 Hz), ``/camera/image_raw`` + ``camera_info`` (30 Hz), ``/vla/instruction``, the expert's commands
+(100 Hz), ``/camera/image_raw`` and ``/wrist_camera/image_raw`` + ``camera_info`` (30 Hz), ``/vla/instruction``, the expert's commands
 on ``/forward_position_controller/commands`` (the training targets) and ``/vla/episode_status``. Messages
 are built by the same functions the sim node uses and serialized to CDR; each gets a log time of its stamp
 plus a delivery delay like the live graph's (frames 10-40 ms, joint states 1-3 ms), written in that order,
@@ -28,7 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros import cameras
+
 EXAMPLE = "example: vla-ros collect --episodes 20 --out runs/demos"
+RECORDED_CAMERAS = (cameras.FRONT, cameras.WRIST)  # every camera the sim has: a model picks what it reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,12 +111,14 @@ class EpisodeRecorder:
 
         self._emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=np.asarray(q, float).tolist()))
 
-    def frame(self, rgb: np.ndarray, stamp) -> None:
+    def frame(self, rgb: np.ndarray, stamp, camera: str = cameras.FRONT) -> None:
         from vla_ros.ros.sim_msgs import camera_info_msg, image_msg
 
-        delay = self.rng.uniform(0.010, 0.040)
-        self._emit(delay, "/camera/image_raw", "sensor_msgs/msg/Image", image_msg(rgb, stamp, "camera_optical_frame"))
-        self._emit(delay, "/camera/camera_info", "sensor_msgs/msg/CameraInfo", camera_info_msg(self.sim.camera_intrinsics(), stamp, "camera_optical_frame"))
+        delay = self.rng.uniform(0.010, 0.040)  # each camera's driver has its own delay
+        frame_id = cameras.optical_frame(camera)
+        self._emit(delay, cameras.image_topic(camera), "sensor_msgs/msg/Image", image_msg(rgb, stamp, frame_id))
+        self._emit(delay, cameras.info_topic(camera), "sensor_msgs/msg/CameraInfo",
+                   camera_info_msg(self.sim.camera_intrinsics(camera), stamp, frame_id))
 
     def status(self) -> None:
         from std_msgs.msg import String
@@ -159,7 +164,8 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
                 executed = held  # the arm waits; the label still says where to go
             sim.command_positions(None, np.clip(executed, sim.limits.lower, sim.limits.upper))
         if sim.is_frame_step():
-            rec.frame(sim.render(), stamp)
+            for camera in RECORDED_CAMERAS:
+                rec.frame(sim.render(camera), stamp, camera)
         if sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
             rec.status()
         sim.step()
@@ -222,8 +228,8 @@ class ExpertTakeover:
     def joint_state(self, stamp) -> None:
         self.rec.joint_state(stamp)
 
-    def frame(self, rgb, stamp) -> None:
-        self.rec.frame(rgb, stamp)
+    def frame(self, rgb, stamp, camera: str = cameras.FRONT) -> None:
+        self.rec.frame(rgb, stamp, camera)
 
     def status(self) -> None:
         self.rec.status()

@@ -137,11 +137,12 @@ def normalisation_stats(episodes: list[EpisodeData]) -> dict[str, list[float]]:
 
 
 def mean_image(episodes: list[EpisodeData]) -> np.ndarray:
-    """(3, H, W) mean of the training frames as the tokenizer made them (see PatchEncoder.mean_image)."""
+    """(3, H, W) mean of the main camera's training frames as the tokenizer made them (see
+    PatchEncoder.mean_image): what stands still in that view. A wrist camera's view has no still background."""
     total, count = None, 0
     for e in episodes:
         for o in e.observations:
-            if o.kind == Kind.IMAGE:
+            if o.kind == Kind.IMAGE and o.camera == 0:
                 total = o.data.astype(np.float64) if total is None else total + o.data
                 count += 1
     return (total / max(count, 1)).astype(np.float32)

@@ -193,8 +193,10 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         log.warning("the model has auxiliary heads (aux_dim=%d) but task %r gives them no targets; they stay untrained",
                     config.aux_dim, tc.task)
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    selection = selection or BagSelection()
+    selection = dataclasses.replace(selection, topics=selection.topics.with_cameras(config.cameras))
     episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
-                                           selection=selection or BagSelection(), cup_tracks=cups)
+                                           selection=selection, cup_tracks=cups)
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
     val_eps = [episodes[i] for i in order[:n_val]]
@@ -418,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phrasing-swap", type=float, default=TrainConfig.phrasing_swap_p,
                         help="task cups: share of training sequences whose instruction is another training phrasing of "
                              f"the same request (default {TrainConfig.phrasing_swap_p})")
+    parser.add_argument("--cameras", default=None,
+                        help="camera streams a fresh model reads, comma-separated, main view first (default: camera); "
+                             "e.g. camera,wrist_camera: the others are read from /<name>/image_raw")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -450,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.task != "none":
                 raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
             model_config = task_model_config("none").replace(joint_names=joints)
+        cameras = _names(args.cameras)
+        if cameras is not None:
+            if args.init:
+                raise ValueError("--cameras and --init: a fine-tune keeps the cameras of the model it starts from")
+            model_config = (model_config or task_model_config(args.task)).replace(cameras=cameras)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap)
