@@ -118,8 +118,8 @@ def _feed_sensors(sim, session) -> np.ndarray | None:
     js, frames = sensor_messages(sim, session.cameras)
     if js is not None:
         session.add_message("sensor_msgs/msg/JointState", js, sim.time_ns, "/joint_states")
-    for _camera, _rgb, image in frames:
-        session.add_message("sensor_msgs/msg/Image", image, sim.time_ns, session.camera_topics[session.cameras.index(_camera)])
+    for camera, _rgb, image in frames:
+        session.add_message("sensor_msgs/msg/Image", image, sim.time_ns, session.topic_of(camera))
     return frames[0][1] if frames else None
 
 

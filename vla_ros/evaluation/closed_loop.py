@@ -168,7 +168,7 @@ class ClosedLoop:
             for camera, rgb, image in camera_frames:
                 if hook is not None:
                     hook.frame(rgb, image.header.stamp, camera)
-                pending_frames.append((now + frame_delay_ns, session.camera_topics[session.cameras.index(camera)], image))
+                pending_frames.append((now + frame_delay_ns, session.topic_of(camera), image))
                 if record and camera == session.cameras[0]:
                     frames.append(rgb)
             frame_in = False

@@ -156,6 +156,10 @@ class PolicySession:
             self.camera_topics = topics
             self.stream.set_cameras(self._camera_sources())
 
+    def topic_of(self, camera: str) -> str:
+        """The image topic the session takes ``camera``'s frames from."""
+        return self.camera_topics[self.cameras.index(camera)]
+
     @classmethod
     def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
                         config: SessionConfig | None = None, encoder=None) -> "PolicySession":
