@@ -1,6 +1,7 @@
 """Model config validation and model folders: save/load round trip, checksum, names, shapes, clear errors."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,15 @@ def test_model_init_is_seeded():
     b = VLATransformer(tiny_config())
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert all(torch.isfinite(p).all() for p in a.parameters())
+
+
+def test_the_sim_is_asked_for_the_hand_camera_only_by_a_model_that_reads_it(tmp_path):
+    """``vla-ros demo`` and ``vla-ros eval --live`` start the sim with ``wrist_camera:=true`` for a model whose
+    config.json lists ``wrist_camera``, and without it for the others (a missing folder is the loader's to report)."""
+    from vla_ros.cameras import model_cameras, sim_launch_args
+
+    wrist = tmp_path / "wrist"
+    wrist.mkdir()
+    (wrist / "config.json").write_text(json.dumps(tiny_config(cameras=("camera", "wrist_camera")).to_dict()))
+    assert model_cameras(wrist) == ("camera", "wrist_camera") and sim_launch_args(wrist) == ["wrist_camera:=true"]
+    assert sim_launch_args(Path(__file__).parents[1] / "models" / "vla_cups") == [] and sim_launch_args(tmp_path / "missing") == []

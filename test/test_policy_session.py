@@ -143,6 +143,30 @@ def test_a_wrist_camera_model_needs_both_cameras_and_counts_each_apart():
         session.set_camera_topics(["/camera/image_raw"])
 
 
+def test_a_15_hz_model_takes_every_other_frame_of_each_30_hz_camera_and_says_so():
+    """``max_frame_rate_hz`` 15 with two 30 Hz cameras: each camera's accepted frames are half of what came,
+    the rest counted as thinned, neither rejected nor dropped; the cache is sized for 15 Hz and chunks
+    come as with every frame."""
+    torch.manual_seed(0)
+    cfg = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
+                      cameras=("camera", "wrist_camera"), max_frame_rate_hz=15.0)
+    assert cfg.min_frame_interval_s == pytest.approx(0.05) and cfg.frame_rate_hz == 15.0
+    assert cfg.cache_capacity < cfg.replace(max_frame_rate_hz=0.0).cache_capacity
+    session = make_session(VLATransformer(cfg).eval(), max_image_age_s=0.2)
+    assert session.stream.config.min_frame_interval_s == pytest.approx(0.05)
+    results = feed(session, 0, NS, wrist=True)
+    assert sum(r.chunk is not None for _, r in results) >= 8
+    values = session.source_values()
+    for name in ("image", "image_wrist_camera"):
+        assert values[f"{name}.received"] == 30
+        assert values[f"{name}.accepted"] == values[f"{name}.thinned"] == 15
+        assert values[f"{name}.rejected"] == 0 and values[f"{name}.dropped_pct"] == 0.0
+    stamps = {c: [o.stamp_ns for o in session.window() if o.kind == Kind.IMAGE and o.camera == c] for c in (0, 1)}
+    assert stamps[0] == stamps[1] and all(b - a > 50 * MS for a, b in zip(stamps[0], stamps[0][1:]))
+    with pytest.raises(ValueError, match="max_frame_rate_hz"):
+        tiny_config(max_frame_rate_hz=-1.0)
+
+
 def feed_topics(session, t0_ns, t1_ns, wrist_topic):
     """``feed`` with both cameras, the second on ``wrist_topic``."""
     results = []

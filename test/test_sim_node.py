@@ -34,13 +34,16 @@ LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, relia
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     log = tmp_path_factory.mktemp("launch") / "sim.log"
-    with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", log_path=log) as g:
+    with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", "wrist_camera:=true", log_path=log) as g:
         probe = Probe("sim_test_probe")
-        rec = {"js": [], "img": [], "info": [], "diag": [], "status": None, "description": None, "resets": []}
+        rec = {"js": [], "img": [], "info": [], "wrist": [], "wrist_info": [], "diag": [], "status": None, "description": None,
+               "resets": []}
         n = probe.node
         n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
         n.create_subscription(Image, "/camera/image_raw", lambda m: rec["img"].append(m), 50)
         n.create_subscription(CameraInfo, "/camera/camera_info", lambda m: rec["info"].append(m), 50)
+        n.create_subscription(Image, "/wrist_camera/image_raw", lambda m: rec["wrist"].append(m), 50)
+        n.create_subscription(CameraInfo, "/wrist_camera/camera_info", lambda m: rec["wrist_info"].append(m), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 50)
         n.create_subscription(String, "/vla/episode_status", lambda m: rec.__setitem__("status", json.loads(m.data)), LATCHED)
         n.create_subscription(String, "/robot_description", lambda m: rec.__setitem__("description", m.data), LATCHED)
@@ -81,6 +84,26 @@ def test_rates_and_stamps_over_ten_simulated_seconds(graph):
     info = rec["info"][-1]
     assert info.k[0] > 0 and info.width == 320 and info.height == 240
     assert set(COMMAND_JOINTS) <= set(rec["js"][-1].name)
+
+
+def test_the_hand_camera_publishes_frames_of_its_own_at_the_same_instants(graph):
+    """wrist_camera:=true: /wrist_camera/image_raw + camera_info at the main camera's stamps, in the hand's
+    optical frame, a picture of its own (the table and fingers from above, not the scene from the front)."""
+    rec = graph.rec
+    for key in ("img", "wrist", "wrist_info"):
+        rec[key].clear()
+    graph.spin_for_sim(1.0, wall_timeout_s=60)
+    assert len(rec["wrist"]) >= 20, len(rec["wrist"])
+    main = {ns_from_time_msg(m.header.stamp): m for m in rec["img"]}
+    both = [(main[s], m) for m in rec["wrist"] if (s := ns_from_time_msg(m.header.stamp)) in main]
+    assert len(both) >= 15
+    front, hand = both[-1]
+    assert hand.header.frame_id == "wrist_camera_optical_frame" != front.header.frame_id
+    assert (hand.encoding, hand.width, hand.height) == ("rgb8", front.width, front.height)
+    assert np.abs(_pixels(hand).astype(int) - _pixels(front).astype(int)).mean() > 10  # another view
+    info_stamps = {ns_from_time_msg(i.header.stamp) for i in rec["wrist_info"]}
+    assert ns_from_time_msg(rec["wrist"][-2].header.stamp) in info_stamps
+    assert rec["wrist_info"][-1].header.frame_id == "wrist_camera_optical_frame" and rec["wrist_info"][-1].k[0] > 0
 
 
 def test_robot_description_is_latched_urdf(graph):

@@ -197,3 +197,50 @@ def test_a_late_frame_is_not_decoded():
         raise AssertionError("decoded a frame that was going to be dropped")
 
     assert stream.add(Kind.IMAGE, CAM, 4 * NS, explode) is None
+
+
+def test_frames_are_thinned_per_camera_to_the_models_frame_rate():
+    """A 15 Hz model (interval 0.75 / 15 = 50 ms) fed two 30 Hz cameras and 100 Hz joints takes every other
+    frame of each camera, the same stamps on both, every joint state, and counts the rest as thinned
+    (never decoded, not rejected); a late frame between two taken ones is thinned too, a 15 Hz camera passes
+    whole."""
+    wrist = "/wrist_camera/image_raw"
+    stream = TokenStream(stream=StreamConfig(window_s=1.0, lateness_s=0.1, min_frame_interval_s=0.05),
+                         cameras={CAM: 0, wrist: 1})
+    period = NS // 30
+
+    def explode():
+        raise AssertionError("decoded a frame that was thinned")
+
+    decoded = []
+
+    def frame(stamp):
+        decoded.append(stamp)
+        return np.zeros(4, np.float32)
+
+    events = [(10 * NS + i * period, src) for i in range(30) for src in (CAM, wrist)]
+    events += [(10 * NS + i * NS // 100, JOINTS) for i in range(100)]
+    for stamp, src in sorted(events, key=lambda e: e[0]):
+        if src == JOINTS:
+            assert stream.add(Kind.STATE, JOINTS, stamp, lambda: np.zeros(2, np.float32), now_ns=stamp)
+            continue
+        thin = (stamp - 10 * NS) // period % 2 == 1
+        got = stream.add(Kind.IMAGE, src, stamp, explode if thin else (lambda s=stamp: frame(s)), now_ns=stamp)
+        assert (got is None) == thin, (stamp, src)
+        if thin:
+            assert stream.last_rejection_code == "thinned"
+    frames = [o for o in stream.window() if o.kind == Kind.IMAGE]
+    for camera in (0, 1):
+        stamps = [o.stamp_ns for o in frames if o.camera == camera]
+        assert stamps == [10 * NS + i * period for i in range(0, 30, 2)]
+    assert stream.stats.thinned == 30 and not stream.stats.rejected and stream.counts_add_up()
+    assert len(decoded) == 30  # 15 frames of each camera
+    # a frame arriving late, between two kept ones, is thinned; one where a kept frame is missing is taken
+    assert stream.add(Kind.IMAGE, CAM, 10 * NS + 27 * period, explode, now_ns=11 * NS) is None
+    assert stream.stats.thinned == 31
+    stream2 = TokenStream(stream=StreamConfig(window_s=1.0, lateness_s=0.1, min_frame_interval_s=0.05))
+    for i in range(15):  # a camera at the model's rate loses nothing
+        assert stream2.add(Kind.IMAGE, CAM, 10 * NS + i * NS // 15, lambda: np.zeros(4, np.float32), now_ns=11 * NS)
+    assert stream2.stats.thinned == 0
+    with pytest.raises(ValueError, match="min_frame_interval_s"):
+        StreamConfig(min_frame_interval_s=-0.1)

@@ -156,23 +156,34 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
 
 
 def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_agree(demos, tmp_path):
-    """cameras=(camera, wrist_camera): the bags' hand-camera frames are the second camera's tokens, the frame
-    head learns the main view only, and the folder's ONNX graph takes each frame's camera."""
+    """cameras=(camera, wrist_camera) at max_frame_rate_hz 15: the bags' hand-camera frames are the second
+    camera's tokens, both cameras thinned to every other frame exactly as online, the frame head learns the
+    main view only, and the folder's ONNX graph takes each frame's camera."""
     import onnx
 
-    config = cup_config(cameras=("camera", "wrist_camera"))
+    config = cup_config(cameras=("camera", "wrist_camera"), max_frame_rate_hz=15.0)
     tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
     assert saved["cameras"] == ["camera", "wrist_camera"] and report["steps"] == 20
+    assert saved["max_frame_rate_hz"] == 15.0
     assert [i.name for i in onnx.load(str(out / "model.onnx")).graph.input][-1] == "image_camera"
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False,
-                                cup_tracks=True,
-                                selection=BagSelection(Topics().with_cameras(config.cameras)))
-    ep = episodes[0]
+    loaded = {}
+    for interval in (0.0, config.min_frame_interval_s):
+        loaded[interval] = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False,
+                                         cup_tracks=True, min_frame_interval_s=interval,
+                                         selection=BagSelection(Topics().with_cameras(config.cameras)))
+    episodes, summary = loaded[config.min_frame_interval_s]
+    assert report["data"]["observations"] == summary["observations"]  # training read the thinned stream
+    ep, full = episodes[0], loaded[0.0][0][0]
     cameras = np.array([o.camera for o in ep.observations if o.kind == Kind.IMAGE])
-    assert (cameras == 1).sum() == (cameras == 0).sum() > 60
+    assert (cameras == 1).sum() == (cameras == 0).sum() > 30
+    full_frames = sum(o.kind == Kind.IMAGE for o in full.observations)
+    assert abs(full_frames - 2 * len(cameras)) <= 2  # every other frame of each camera
+    assert sum(o.kind == Kind.STATE for o in ep.observations) == sum(o.kind == Kind.STATE for o in full.observations)
+    main = np.array([o.stamp_ns for o in ep.observations if o.kind == Kind.IMAGE and o.camera == 0])
+    assert np.diff(main).min() > 50_000_000
     seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
     assert set(seq.image_camera.tolist()) == {0, 1}
     assert np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.cameras import sim_launch_args
 from vla_ros.evaluation.tables import success_breakdown, verdict_shares
 
 VERDICTS = ("pass", "modified", "truncated", "rejected")
@@ -68,6 +69,7 @@ class Driver:
     def __init__(self) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.parameter import Parameter
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -83,6 +85,8 @@ class Driver:
             rclpy.init()
         self.node = Node("live_eval", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
         n = self.node
+        self._executor = SingleThreadedExecutor()  # kept: rclpy.spin_once(node) rebuilds the wait set each call
+        self._executor.add_node(n)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.status: dict | None = None
         self.first_status: dict[int, dict] = {}  # episode -> its first status (published by the reset itself)
@@ -140,7 +144,7 @@ class Driver:
     def spin_until(self, predicate, wall_timeout_s: float) -> bool:
         end = time.monotonic() + wall_timeout_s
         while time.monotonic() < end:
-            self._rclpy.spin_once(self.node, timeout_sec=0.02)
+            self._executor.spin_once(timeout_sec=0.02)
             if predicate():
                 return True
         return False
@@ -174,6 +178,7 @@ class Driver:
             raise RuntimeError(f"the sim refused seed={seed}: {result.reason}")
 
     def close(self) -> None:
+        self._executor.shutdown()
         self.node.destroy_node()
         self._rclpy.try_shutdown()
 
@@ -246,6 +251,7 @@ def evaluate_live(model: str, episodes: int, seed: int, templates, backend: str 
                   real_time_factor: float = 1.0, out: Path | None = None, progress: bool = True,
                   startup_timeout_s: float = 240.0, extra_launch_args: tuple[str, ...] = ()) -> dict:
     """Run ``episodes`` through the launched graph; the summary dict (see the module docstring)."""
+    from vla_ros.model.io import resolve_model_dir
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
 
     jobs = []
@@ -258,7 +264,7 @@ def evaluate_live(model: str, episodes: int, seed: int, templates, backend: str 
     load_start = os.getloadavg()
     t0 = time.time()
     args = ["policy:=vla", f"model:={model}", f"backend:={backend}", f"real_time_factor:={real_time_factor}",
-            f"seed:={jobs[0][0] if jobs else 0}", *extra_launch_args]
+            f"seed:={jobs[0][0] if jobs else 0}", *sim_launch_args(resolve_model_dir(model)), *extra_launch_args]
     with LiveGraph(args, out / "graph.log" if out is not None else None) as graph:
         driver = Driver()
         try:

@@ -66,6 +66,11 @@ class ModelConfig:
             rendered views train on). With more than one, every frame's patches get a learned per-camera
             embedding, and each camera is its own stream of timed tokens.
         camera_rate_hz / state_rate_hz: nominal input rates (per camera), used only to size the KV cache.
+        max_frame_rate_hz: 0 = the model takes every frame; else each camera's frames are thinned to at most
+            this rate before they become tokens (``min_frame_interval_s``): a frame stamped within 0.75
+            periods of a frame already taken from the same camera is dropped and counted as ``thinned``, so a
+            30 Hz camera feeds a 15 Hz model every other frame. Training replays bags through the same rule.
+            Two cameras at 15 Hz cost the tokens of one at 30 Hz.
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.
         state_mean / state_std: normalisation of state tokens (len state_dim); None = identity.
         action_mean / action_std: normalisation of action targets (len action_dim); None = identity.
@@ -105,6 +110,7 @@ class ModelConfig:
     chunk_rate_hz: float = 20.0
     cameras: tuple[str, ...] = ("camera",)
     camera_rate_hz: float = 30.0
+    max_frame_rate_hz: float = 0.0
     state_rate_hz: float = 100.0
     max_cache_tokens: int = 0
     state_mean: tuple[float, ...] | None = None
@@ -179,6 +185,8 @@ class ModelConfig:
         for name in ("chunk_rate_hz", "camera_rate_hz", "state_rate_hz"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if not (math.isfinite(self.max_frame_rate_hz) and self.max_frame_rate_hz >= 0):
+            raise ValueError(f"max_frame_rate_hz={self.max_frame_rate_hz} must be >= 0 (0 = every frame)")
         if self.max_cache_tokens < 0:
             raise ValueError(f"max_cache_tokens={self.max_cache_tokens} must be >= 0 (0 = derive from rates)")
         if self.max_cache_tokens and self.max_cache_tokens < self.max_text_tokens + 4 * self.num_visual_tokens:
@@ -238,12 +246,22 @@ class ModelConfig:
         return tuple(int(round((k + 1) * 1e9 / self.chunk_rate_hz)) for k in range(self.chunk_length))
 
     @property
+    def min_frame_interval_s(self) -> float:
+        """Frames of one camera closer than this to a frame already taken are thinned (0: none are)."""
+        return 0.75 / self.max_frame_rate_hz if self.max_frame_rate_hz else 0.0
+
+    @property
+    def frame_rate_hz(self) -> float:
+        """Frames per second per camera the model takes at the nominal camera rate."""
+        return min(self.camera_rate_hz, self.max_frame_rate_hz) if self.max_frame_rate_hz else self.camera_rate_hz
+
+    @property
     def cache_capacity(self) -> int:
         """Tokens the KV cache holds: instruction + the W + lateness window at the nominal rates, +50%."""
         if self.max_cache_tokens:
             return self.max_cache_tokens
         span_s = self.window_seconds + self.max_lateness_s
-        frames = (math.floor(span_s * self.camera_rate_hz) + 2) * len(self.cameras)
+        frames = (math.floor(span_s * self.frame_rate_hz) + 2) * len(self.cameras)
         states = math.floor(span_s * self.state_rate_hz) + 2
         return self.max_text_tokens + int(math.ceil(1.5 * (frames * self.num_visual_tokens + states)))
 

@@ -64,7 +64,6 @@ class SimNode(Node):
         self._rtf = p["real_time_factor"]  # as requested; the physics thread applies it through _pacing
         self._pacing = Pacing(self._rtf)
         self._wake = threading.Event()  # ends the physics thread's pacing wait early when the factor changes
-        self._frame_id = p["camera_frame_id"]
         self._publish_clock = p["publish_clock"]
         self._status_every = max(1, round(self.sim.config.physics_rate_hz / p["episode_status_rate_hz"]))
         self.diag = Diagnostics(self, hardware_id="mujoco")
@@ -78,12 +77,12 @@ class SimNode(Node):
         self.pub_description = self.create_publisher(String, "/robot_description", latched)
         self.pub_clock = self.create_publisher(Clock, "/clock", 10)
         self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
-        self.pub_image = self.create_publisher(Image, "/camera/image_raw", 5)
-        self.pub_info = self.create_publisher(CameraInfo, "/camera/camera_info", 5)
-        self._wrist = None  # (image, camera_info) publishers of the hand camera, when it is on
-        if p["wrist_camera"]:
-            self._wrist = (self.create_publisher(Image, cameras.image_topic(cameras.WRIST), 5),
-                           self.create_publisher(CameraInfo, cameras.info_topic(cameras.WRIST), 5))
+        # Per published camera: (name, frame_id, image publisher, camera_info publisher); the hand camera
+        # only when it is on (one more render per frame).
+        self._cameras = [(cameras.FRONT, p["camera_frame_id"])] + ([(cameras.WRIST, cameras.optical_frame(cameras.WRIST))]
+                                                                  if p["wrist_camera"] else [])
+        self._cameras = [(name, frame_id, self.create_publisher(Image, cameras.image_topic(name), 5),
+                          self.create_publisher(CameraInfo, cameras.info_topic(name), 5)) for name, frame_id in self._cameras]
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
         self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
@@ -96,7 +95,7 @@ class SimNode(Node):
         self._thread = threading.Thread(target=self._run, name="physics", daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"simulating {len(self.sim.command_joint_names)} joints, camera{' + wrist camera' if self._wrist else ''} "
+            f"simulating {len(self.sim.command_joint_names)} joints, {' + '.join(c[0] for c in self._cameras)} "
             f"{p['image_width']}x{p['image_height']} "
             f"@ {p['camera_rate_hz']} Hz, real_time_factor {self._rtf}, seed {self.sim.seed}"
         )
@@ -222,20 +221,13 @@ class SimNode(Node):
             js = joint_state_msg(sim, stamp)
             out.append(lambda m=js: self.pub_joints.publish(m))
         if sim.is_frame_step():
-            t0 = time.perf_counter()
-            rgb = sim.render()
-            self._stats["render_ms"].append((time.perf_counter() - t0) * 1e3)
-            img = image_msg(rgb, stamp, self._frame_id)
-            info = camera_info_msg(sim.camera_intrinsics(), stamp, self._frame_id)
-            out.append(lambda m=img, i=info: (self.pub_image.publish(m), self.pub_info.publish(i)))
-            if self._wrist is not None:
+            for name, frame_id, pub_image, pub_info in self._cameras:
                 t0 = time.perf_counter()
-                rgb = sim.render(cameras.WRIST)
+                rgb = sim.render(name)
                 self._stats["render_ms"].append((time.perf_counter() - t0) * 1e3)
-                frame_id = cameras.optical_frame(cameras.WRIST)
                 img = image_msg(rgb, stamp, frame_id)
-                info = camera_info_msg(sim.camera_intrinsics(cameras.WRIST), stamp, frame_id)
-                out.append(lambda m=img, i=info, pubs=self._wrist: (pubs[0].publish(m), pubs[1].publish(i)))
+                info = camera_info_msg(sim.camera_intrinsics(name), stamp, frame_id)
+                out.append(lambda m=img, i=info, pi=pub_image, pc=pub_info: (pi.publish(m), pc.publish(i)))
         if sim.step_count % self._status_every == 0:
             # Published here, under the lock, like the reset's: the topic is latched, and an old episode's
             # status published after the new episode's would be what a late subscriber gets.

@@ -62,6 +62,7 @@ class SourceStats:
 
     received: int = 0
     accepted: int = 0
+    thinned: int = 0  # frames left out to the model's max_frame_rate_hz: used by design, not dropped
     rejected: Counter = dataclasses.field(default_factory=Counter)
     gaps: StampGaps = dataclasses.field(default_factory=StampGaps)
     last_arrival_wall_s: float | None = None  # wall (monotonic) time of the last message received
@@ -71,11 +72,11 @@ class SourceStats:
         return self.gaps.lost + sum(self.rejected.values()) + unused
 
     def dropped_pct(self, unused: int = 0) -> float:
-        sent = self.received + self.gaps.lost
+        sent = self.received - self.thinned + self.gaps.lost
         return 100.0 * self.dropped(unused) / sent if sent else 0.0
 
     def as_dict(self, unused: int = 0) -> dict:
-        out = {"received": self.received, "accepted": self.accepted, "lost": self.gaps.lost,
+        out = {"received": self.received, "accepted": self.accepted, "thinned": self.thinned, "lost": self.gaps.lost,
                "outages": self.gaps.outages, "unused": unused, "rejected": sum(self.rejected.values())}
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
         out["dropped"] = self.dropped(unused)

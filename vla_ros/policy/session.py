@@ -52,7 +52,8 @@ def source_name(kind: Kind, camera: int, cameras: tuple[str, ...]) -> str:
 def stream_config(model_config) -> StreamConfig:
     """The token window the runtime needs: the model's W plus the lateness it tolerates (the one place)."""
     return StreamConfig(window_s=model_config.window_seconds + model_config.max_lateness_s,
-                        lateness_s=model_config.max_lateness_s)
+                        lateness_s=model_config.max_lateness_s,
+                        min_frame_interval_s=getattr(model_config, "min_frame_interval_s", 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +182,8 @@ class PolicySession:
     def add_message(self, type_name: str, msg, now_ns: int | None, source: str,
                     wall_s: float | None = None) -> tuple[Observation | Instruction | None, str]:
         """Admit one message received at ``now_ns`` (node clock; None offline). Returns the observation (or
-        instruction) and "" when it was taken, else None and the rejection as "code: detail"."""
+        instruction) and "" when it was taken, else None and the rejection as "code: detail" (None and ""
+        for a frame thinned to the model's ``max_frame_rate_hz``)."""
         kind = KIND_OF_TYPE.get(type_name)
         if kind is None:
             return self._add_other(type_name, msg, now_ns, source)
@@ -200,6 +202,9 @@ class PolicySession:
                 if now_ns is not None and len(src.arrival_lag_ms) < 10_000:
                     src.arrival_lag_ms.append((now_ns - stamp) * 1e-6)
             obs = self.stream.add_message(type_name, msg, now_ns, source)
+            if obs is None and self.stream.last_rejection_code == "thinned":
+                src.thinned += 1  # the model's frame rate, not a fault: no rejection to report
+                return None, ""
             if obs is None:
                 src.rejected[self.stream.last_rejection_code] += 1
                 return None, self.stream.last_rejection

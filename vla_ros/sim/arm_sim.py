@@ -141,9 +141,8 @@ class ArmSim:
         self._cup_qpos_adr = {c: self.model.joint(f"{c}_cup_free").qposadr[0] for c in CUP_COLORS}
         self._cup_body = {c: self.model.body(f"{c}_cup").id for c in CUP_COLORS}
         self._tcp_body = self.model.body(TCP_BODY).id
-        self._camera_id = self.model.camera(CAMERA_NAME).id
         # Keyed by stream name (``vla_ros.cameras``): what the nodes publish and a model's ``cameras`` lists.
-        self.camera_ids = {cameras.FRONT: self._camera_id, cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id}
+        self.camera_ids = {cameras.FRONT: self.model.camera(CAMERA_NAME).id, cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id}
         self._table_geom = self.model.geom("table").id
         cup_geoms = {self.model.geom(f"{c}_cup_geom").id for c in CUP_COLORS}
         self._robot_geoms = {

@@ -85,15 +85,19 @@ class StreamConfig:
         clock_jump_s: the receive clock going back by more than this is a clock jump (a simulator reset):
             the window is cleared and the jump reported. Without receive times a stamp this much older than
             the newest one counts as the jump.
+        min_frame_interval_s: 0 = every frame; else a frame stamped closer than this to a frame of the
+            same camera already in the window is dropped and counted as ``thinned`` (not an error: the
+            model reads fewer frames than the camera sends, ``ModelConfig.max_frame_rate_hz``).
     """
 
     window_s: float = 1.0
     lateness_s: float = 0.1  # camera pipelines deliver frames tens of ms after joint states of the same instant
     max_future_s: float = 0.5
     clock_jump_s: float = 1.0
+    min_frame_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("window_s", "lateness_s", "max_future_s", "clock_jump_s"):
+        for name in ("window_s", "lateness_s", "max_future_s", "clock_jump_s", "min_frame_interval_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")

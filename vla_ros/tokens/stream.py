@@ -16,9 +16,12 @@ time order. Rules, applied to each message in this order (each rejection counted
    is late yet); within it, it is inserted in order. A consumer that inserts late observations exactly (the
    policy runtime) can take everything this admits, however the sources interleave between two drains;
 5. ``duplicate``: same (stamp, kind, source) as a token in the window;
-6. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
+6. ``thinned`` (only with ``min_frame_interval_s``): a frame stamped closer than that to a frame of the same
+   camera in the window; counted apart from the rejections (``stats.thinned``): the model reads fewer frames
+   than the camera sends, by design, and the frame is never decoded;
+7. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
 
-Bookkeeping that tests check: ``received == accepted + rejected`` and
+Bookkeeping that tests check: ``received == accepted + rejected + thinned`` and
 ``accepted == in window + evicted + cleared``. Consumers (the policy session) take new observations with
 ``drain()`` and restart from ``window()`` when ``generation`` changes (a clock jump or a new episode).
 Observations that leave the window before a consumer drained them are counted as ``unused`` (by kind).
@@ -79,6 +82,7 @@ class StreamStats:
     received: int = 0
     accepted: Counter = dataclasses.field(default_factory=Counter)  # by kind name
     rejected: Counter = dataclasses.field(default_factory=Counter)  # by reason
+    thinned: int = 0  # frames left out by min_frame_interval_s (not rejections)
     reordered: int = 0  # accepted although older than the newest stamp (inserted in time order)
     evicted: int = 0
     cleared: int = 0  # removed by a clock jump or a new episode
@@ -92,7 +96,7 @@ class StreamStats:
         out.update({f"accepted.{k}": v for k, v in sorted(self.accepted.items())})
         out["rejected"] = sum(self.rejected.values())
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
-        out.update(reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps,
+        out.update(thinned=self.thinned, reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps,
                    episodes=self.episodes)
         out.update({f"unused.{k}": v for k, v in sorted(self.unused.items())})
         return out
@@ -125,6 +129,7 @@ class TokenStream:
         self._lateness_ns = round(self.config.lateness_s * NS)
         self._future_ns = round(self.config.max_future_s * NS)
         self._jump_ns = round(self.config.clock_jump_s * NS)
+        self._frame_interval_ns = round(self.config.min_frame_interval_s * NS)
         self.stats = StreamStats()
         self.instruction: Instruction | None = None
         self.instruction_generation = 0  # bumps on every new instruction: the policy rebuilds its cache
@@ -291,6 +296,11 @@ class TokenStream:
             detail = f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
             self._reject(code, detail)
             return None
+        if kind == Kind.IMAGE and self._frame_interval_ns and self._near_frame(stamp, camera):
+            self.stats.thinned += 1
+            self.last_rejection_code = "thinned"
+            self.last_rejection = f"thinned: {source} stamp {stamp * 1e-9:.6f} s is within {self.config.min_frame_interval_s} s of a frame taken"
+            return None
         try:
             data = convert()
         except TokenError as err:
@@ -303,6 +313,16 @@ class TokenStream:
                           camera=camera)
         self._insert(obs)
         return obs
+
+    def _near_frame(self, stamp: int, camera: int) -> bool:
+        """Whether the window holds a frame of ``camera`` stamped within the thinning interval of ``stamp``."""
+        i = bisect.bisect_left(self._keys, (stamp - self._frame_interval_ns + 1, -1, ""))
+        for obs in self._items[i:]:
+            if obs.stamp_ns >= stamp + self._frame_interval_ns:
+                return False
+            if obs.kind == Kind.IMAGE and obs.camera == camera:
+                return True
+        return False
 
     def set_cameras(self, cameras: dict[str, int]) -> None:
         """Image source (topic) -> camera index, for the frames added from now on."""
@@ -406,4 +426,4 @@ class TokenStream:
         """The bookkeeping invariant (also checked by the property tests)."""
         s = self.stats
         observations = sum(v for k, v in s.accepted.items() if k != "text")
-        return s.received == sum(s.accepted.values()) + sum(s.rejected.values()) and observations == len(self._items) + s.evicted + s.cleared
+        return s.received == sum(s.accepted.values()) + sum(s.rejected.values()) + s.thinned and observations == len(self._items) + s.evicted + s.cleared

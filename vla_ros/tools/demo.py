@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
             return 2
         print(f"vla_ros demo: learned policy {model.name}, instruction {args.instruction!r}")
-        cmd += ["policy:=vla", f"model:={model}", f"instruction:={args.instruction}"]
+        from vla_ros.cameras import sim_launch_args
+
+        cmd += ["policy:=vla", f"model:={model}", f"instruction:={args.instruction}", *sim_launch_args(model)]
     launch = subprocess.Popen(cmd, start_new_session=True)
     try:
         record = _watch(args)
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 def _watch(args) -> dict:
     """Record camera, joints and commands on simulated time until the cup is lifted (+1 s) or timeout."""
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -148,15 +151,18 @@ def _watch(args) -> dict:
     node.create_subscription(JointTrajectory, "/vla/action_chunk", on_chunk, 10)
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 50)
     wall_end = time.monotonic() + args.wall_timeout
+    # One executor that keeps the node (rclpy.spin_once(node) rebuilds the wait set on every call).
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
     try:
         # DDS discovery takes a moment, so the first episode's start would be missing from the video:
         # once camera and joints arrive here, restart the episode (same seed) and record it whole.
         while time.monotonic() < wall_end and not (rec["frames"] and rec["t_js"] and rec["status"]):
-            rclpy.spin_once(node, timeout_sec=0.05)
+            executor.spin_once(timeout_sec=0.05)
         if args.policy == "vla":  # loading torch, MiniLM and the model takes seconds: start once it acts
             print("waiting for the policy's first chunk ...", flush=True)
             while time.monotonic() < wall_end and rec["chunks"] == 0:
-                rclpy.spin_once(node, timeout_sec=0.05)
+                executor.spin_once(timeout_sec=0.05)
             if rec["chunks"] == 0:
                 raise RuntimeError("the policy published no chunk (see its /diagnostics)")
         reset = node.create_client(Trigger, "/sim/reset")
@@ -166,7 +172,7 @@ def _watch(args) -> dict:
         rec["traj"] = None  # the new episode's trajectory may arrive before the reset's reply
         future = reset.call_async(Trigger.Request())
         while time.monotonic() < wall_end and not future.done():
-            rclpy.spin_once(node, timeout_sec=0.05)
+            executor.spin_once(timeout_sec=0.05)
         t_reset = rec["t_js"][-1]
         rec["t_start"] = t_reset
         for key in ("frames", "t_js", "q", "t_cmd", "cmd", "latency_ms", "tcp_cup"):
@@ -174,13 +180,14 @@ def _watch(args) -> dict:
         rec["lifted_at"], rec["min_episode"] = None, episode_before + 1
         deadline = t_reset + args.timeout
         while time.monotonic() < wall_end:
-            rclpy.spin_once(node, timeout_sec=0.05)
+            executor.spin_once(timeout_sec=0.05)
             t = rec["t_js"][-1] if rec["t_js"] else 0.0
             if rec["lifted_at"] is not None and t >= rec["lifted_at"] + 1.0:
                 break
             if t >= deadline:
                 break
     finally:
+        executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
     return rec

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(list(sys.argv[1:] if argv is None else argv))
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -129,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = _stdin_lines()
     next_state = time.monotonic()
     pending_reset = None
+    executor = SingleThreadedExecutor()  # kept: rclpy.spin_once(node) rebuilds the wait set on every call
+    executor.add_node(node)
     try:
         while True:
-            rclpy.spin_once(node, timeout_sec=0.01)
+            executor.spin_once(timeout_sec=0.01)
             try:
                 command = commands.get_nowait()
             except queue.Empty:
@@ -159,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "t0": rec["t0"], "lifted_at": rec["lifted_at"]}})
     finally:
         _emit({"record": rec})
+        executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0

@@ -67,12 +67,15 @@ def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
 
 
 def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True,
-                  selection: BagSelection = BagSelection(), cup_tracks: bool = False) -> tuple[list[EpisodeData], dict]:
+                  selection: BagSelection = BagSelection(), cup_tracks: bool = False,
+                  min_frame_interval_s: float = 0.0) -> tuple[list[EpisodeData], dict]:
     """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes.
 
     ``selection``: the bags' topic names, the commands' joint order and an instruction for the whole bag.
     Chunk targets come from the bag's commands, else its joint states (``data.targets.target_track``).
     ``cup_tracks``: also read the named cup's track from the episode statuses (the sim's cup task).
+    ``min_frame_interval_s``: the model's frame thinning (``ModelConfig.min_frame_interval_s``), applied by
+    the same stream rule as online.
     Raises NoUsableEpisodes (what each skipped bag had) when none is usable, BagError for a bad path.
     """
     from tqdm import tqdm
@@ -85,7 +88,8 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
         digest.update(path.name.encode())
         for file in bag_files(path):
             digest.update(hashlib.sha256(file.read_bytes()).digest())
-        stream = make_stream(tokenizer, StreamConfig(window_s=1e6, lateness_s=max_lateness_s, clock_jump_s=max(1.0, 2 * max_lateness_s)))
+        stream = make_stream(tokenizer, StreamConfig(window_s=1e6, lateness_s=max_lateness_s, clock_jump_s=max(1.0, 2 * max_lateness_s),
+                                                  min_frame_interval_s=min_frame_interval_s))
         ep: Episode = replay(path, stream, selection.topics, selection.command_joint_names, keep_windows=False,
                              instruction=selection.instruction)
         reason = unusable_reason(ep)

@@ -196,7 +196,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     selection = selection or BagSelection()
     selection = dataclasses.replace(selection, topics=selection.topics.with_cameras(config.cameras))
     episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
-                                           selection=selection, cup_tracks=cups)
+                                           selection=selection, cup_tracks=cups,
+                                           min_frame_interval_s=config.min_frame_interval_s)
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
     val_eps = [episodes[i] for i in order[:n_val]]
@@ -423,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cameras", default=None,
                         help="camera streams a fresh model reads, comma-separated, main view first (default: camera); "
                              "e.g. camera,wrist_camera: the others are read from /<name>/image_raw")
+    parser.add_argument("--max-frame-rate", type=float, default=None,
+                        help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with "
+                             "two 30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -460,6 +464,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.init:
                 raise ValueError("--cameras and --init: a fine-tune keeps the cameras of the model it starts from")
             model_config = (model_config or task_model_config(args.task)).replace(cameras=cameras)
+        if args.max_frame_rate is not None:
+            if args.init:
+                raise ValueError("--max-frame-rate and --init: a fine-tune keeps the frame rate of the model it starts from")
+            model_config = (model_config or task_model_config(args.task)).replace(max_frame_rate_hz=args.max_frame_rate)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap)
