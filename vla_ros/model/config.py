@@ -68,7 +68,7 @@ class ModelConfig:
         camera_rate_hz / state_rate_hz: nominal input rates (per camera), used only to size the KV cache.
         max_frame_rate_hz: 0 = the model takes every frame; else each camera's frames are thinned to at most
             this rate before they become tokens (``min_frame_interval_s``): a frame stamped within 0.75
-            periods of a frame already taken from the same camera is dropped and counted as ``thinned``, so a
+            periods of a frame already taken from the same camera is left out and counted as ``thinned``, so a
             30 Hz camera feeds a 15 Hz model every other frame. Training replays bags through the same rule.
             Two cameras at 15 Hz cost the tokens of one at 30 Hz.
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.

@@ -79,10 +79,11 @@ class SimNode(Node):
         self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
         # Per published camera: (name, frame_id, image publisher, camera_info publisher); the hand camera
         # only when it is on (one more render per frame).
-        self._cameras = [(cameras.FRONT, p["camera_frame_id"])] + ([(cameras.WRIST, cameras.optical_frame(cameras.WRIST))]
-                                                                  if p["wrist_camera"] else [])
+        published = [(cameras.FRONT, p["camera_frame_id"])]
+        if p["wrist_camera"]:
+            published.append((cameras.WRIST, cameras.optical_frame(cameras.WRIST)))
         self._cameras = [(name, frame_id, self.create_publisher(Image, cameras.image_topic(name), 5),
-                          self.create_publisher(CameraInfo, cameras.info_topic(name), 5)) for name, frame_id in self._cameras]
+                          self.create_publisher(CameraInfo, cameras.info_topic(name), 5)) for name, frame_id in published]
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
         self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
