@@ -366,6 +366,10 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(task="mugs")
     assert main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"]) == 2  # one line, no traceback
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2
+    assert "vla-ros train: max_frame_rate_hz=-5.0 must be >= 0" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "15", "--init", "models/vla_cups"]) == 2
+    assert "a fine-tune keeps the frame rate" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--data", "nowhere", "--out", "nowhere", "--task", "mugs"])
     assert "invalid choice: 'mugs'" in capsys.readouterr().err

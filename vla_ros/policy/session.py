@@ -201,8 +201,9 @@ class PolicySession:
                 src.gaps.add(stamp)
                 if now_ns is not None and len(src.arrival_lag_ms) < 10_000:
                     src.arrival_lag_ms.append((now_ns - stamp) * 1e-6)
+            thinned = self.stream.stats.thinned
             obs = self.stream.add_message(type_name, msg, now_ns, source)
-            if obs is None and self.stream.last_rejection_code == "thinned":
+            if self.stream.stats.thinned != thinned:
                 src.thinned += 1  # the model's frame rate, not a fault: no rejection to report
                 return None, ""
             if obs is None:

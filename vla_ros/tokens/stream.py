@@ -297,9 +297,7 @@ class TokenStream:
             self._reject(code, detail)
             return None
         if kind == Kind.IMAGE and self._frame_interval_ns and self._near_frame(stamp, camera):
-            self.stats.thinned += 1
-            self.last_rejection_code = "thinned"
-            self.last_rejection = f"thinned: {source} stamp {stamp * 1e-9:.6f} s is within {self.config.min_frame_interval_s} s of a frame taken"
+            self.stats.thinned += 1  # not a rejection: last_rejection stays what it was
             return None
         try:
             data = convert()
