@@ -18,7 +18,7 @@ from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
 from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color, sample_sequence
-from vla_ros.training.train import TrainConfig, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
+from vla_ros.training.train import TrainConfig, WeightAverage, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
 
@@ -209,6 +209,51 @@ def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
     assert files[0] == files[1]  # the bytes, header included: the same weights_sha256 in config.json
 
 
+def test_with_a_weight_average_the_average_is_saved_and_training_itself_is_unchanged(demos, tmp_path):
+    """--ema changes what is saved, not how the model trains: the same seed without the average trains the
+    same weights (its validation loss is the averaged run's last-weights loss, bit for bit), and the saved
+    weights are another, averaged set, repeatable run to run."""
+    from safetensors.numpy import load_file
+
+    base = dict(task="cups", steps=12, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 6})
+    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
+    averaged = [train(demos, tmp_path / f"ema{i}", TrainConfig(**base, ema_decay=0.9), model_config=cup_config(), device="cpu",
+                      progress=False) for i in (0, 1)]
+    assert plain["final_val_loss_last_weights"] is None
+    assert averaged[0]["final_val_loss_last_weights"] == plain["final_val_loss"]
+    assert averaged[0]["final_val_loss"] != plain["final_val_loss"]
+    history = lambda run: json.loads((tmp_path / run / "train_report.json").read_text())["history"]  # noqa: E731
+    assert history("ema0")["loss"] == history("plain")["loss"]  # the same training steps
+    w_plain, w_ema = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "ema0" / "model.safetensors")
+    moved = [k for k in w_plain if w_plain[k].dtype.kind == "f" and not np.array_equal(w_plain[k], w_ema[k])]
+    assert len(moved) > len(w_plain) // 2, moved
+    assert (tmp_path / "ema0" / "model.safetensors").read_bytes() == (tmp_path / "ema1" / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "ema0" / "train_report.json").read_text())["train_config"]["ema_decay"] == 0.9
+
+
+def test_the_weight_average_follows_the_weights_with_a_short_memory_at_first():
+    net = torch.nn.Linear(2, 1)
+    net.register_buffer("stat", torch.zeros(1))
+    with torch.no_grad():
+        net.weight.fill_(0.0)
+    average = WeightAverage(net, decay=0.5)
+    expected = 0.0
+    for n, value in enumerate([1.0, 2.0, 4.0, 8.0]):
+        with torch.no_grad():
+            net.weight.fill_(value)
+            net.stat.fill_(value)
+        average.update(net)
+        d = min(0.5, (1 + n) / (10 + n))  # 0.1, 2/11, 3/12, 4/13: the decay 0.5 is reached later
+        expected = d * expected + (1 - d) * value
+        if n == 0:
+            assert expected == pytest.approx(0.9)  # the start weights (0) keep only a tenth at first
+        assert float(average.module.weight[0, 0]) == pytest.approx(expected)
+        assert float(average.module.stat[0]) == value  # buffers are copied
+    assert not any(p.requires_grad for p in average.module.parameters()) and net.weight.requires_grad
+    with pytest.raises(ValueError, match="decay"):
+        WeightAverage(net, decay=1.0)
+
+
 def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tmp_path):
     """Without a task, training learns from the bags' topics alone: no cup tracks, no auxiliary heads, no
     rendered views, no sim camera crop. A time limit stops a run and the report says how far it got."""
@@ -364,6 +409,8 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(minutes=0.0)
     with pytest.raises(ValueError, match="task must be one of"):
         TrainConfig(task="mugs")
+    with pytest.raises(ValueError, match="ema_decay"):
+        TrainConfig(ema_decay=1.0)
     assert main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"]) == 2  # one line, no traceback
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2

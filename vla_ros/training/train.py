@@ -64,6 +64,9 @@ class TrainConfig:
         phrasing_swap_p: task "cups": share of training sequences whose instruction is replaced by another
             training phrasing naming the same colour (``sim.tasks.TRAIN_TEMPLATES``), so every layout is
             seen with many wordings of its request, not just the one its episode was recorded with.
+        ema_decay: 0 = off. Otherwise the saved model (and the validation loss) is an exponential moving
+            average of the weights over the main loop's steps, with this decay per step (``WeightAverage``):
+            with one sequence per step the last weights carry the last few sequences' noise.
     """
 
     steps: int = 3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
@@ -90,6 +93,7 @@ class TrainConfig:
     vision_warmup_steps: int = 1000
     grasp_views: float = 0.0
     phrasing_swap_p: float = 0.0
+    ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.warmup_steps < 0:
@@ -102,6 +106,8 @@ class TrainConfig:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if not 0.0 <= self.grasp_views <= 1.0 or not 0.0 <= self.phrasing_swap_p <= 1.0:
             raise ValueError(f"grasp_views ({self.grasp_views}) and phrasing_swap_p ({self.phrasing_swap_p}) must be in [0, 1]")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
         if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
             raise ValueError(f"views ({self.views}) and vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0, "
                              f"view_batch ({self.view_batch}) >= 1")
@@ -141,6 +147,36 @@ def param_groups(model, weight_decay: float, params=None) -> list[dict]:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and (wanted is None or id(p) in wanted)]
     return [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+
+
+class WeightAverage:
+    """Exponential moving average of a model's weights: after each optimiser step, every averaged parameter
+    moves ``1 - d`` of the way to the trained one, with ``d = min(decay, (1 + n) / (10 + n))`` at the n-th
+    update so the first updates do not keep the starting weights for hundreds of steps. Buffers (fixed
+    statistics such as the mean image) are copied, not averaged. ``module`` is a full model to validate
+    and save."""
+
+    def __init__(self, model, decay: float) -> None:
+        import copy
+
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.decay = decay
+        self.updates = 0
+        self.module = copy.deepcopy(model)
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model) -> None:
+        import torch
+
+        d = min(self.decay, (1.0 + self.updates) / (10.0 + self.updates))
+        with torch.no_grad():
+            for avg, p in zip(self.module.parameters(), model.parameters()):
+                avg.lerp_(p.detach(), 1.0 - d)
+            for avg, b in zip(self.module.buffers(), model.buffers()):
+                avg.copy_(b)
+        self.updates += 1
 
 
 class Deadline:
@@ -213,14 +249,17 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     val_rng = np.random.default_rng(tc.seed + 1)
     val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng)]) for _ in range(tc.val_sequences if val_eps else 0)]
 
-    def validate() -> float:
-        """Action MSE on the validation sequences (the auxiliary loss goes to history["val_aux_loss"])."""
-        model.eval()
+    def validate(net=None, record: bool = True) -> float:
+        """Action MSE on the validation sequences of ``net`` (default: the model that is saved, the weight
+        average when there is one); its auxiliary losses go to history["val_aux_loss"] etc. when ``record``."""
+        net = net if net is not None else (average.module if average is not None else model)
+        net.eval()
         with torch.no_grad():
-            infos = [model(b.to(dev))[1] for b in val_batches]
+            infos = [net(b.to(dev))[1] for b in val_batches]
         model.train()
-        for name in ("aux_loss", "frame_aux_loss"):
-            history[f"val_{name}"].append(float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan"))
+        if record:
+            for name in ("aux_loss", "frame_aux_loss"):
+                history[f"val_{name}"].append(float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan"))
         return float(np.mean([i["loss"] for i in infos])) if infos else float("nan")
 
     history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "val_step": [], "val_loss": [], "val_aux_loss": [],
@@ -245,6 +284,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     if views is not None and tc.vision_warmup_steps and init is None:  # a fine-tune's stem is trained already
         history["warmup_view_loss"] = vision_warmup(model, views, tc, rng, dev, progress, deadline)
     t_warm, cpu_warm = time.monotonic(), time.process_time()
+    # The average starts after the view warm-up: the stem's warm-up weights are a starting point, not a result.
+    average = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
     model.train()
@@ -263,6 +304,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
+        if average is not None:
+            average.update(model)
         smooth = info["loss"] if smooth is None else 0.98 * smooth + 0.02 * info["loss"]
         history["step"].append(step)
         history["loss"].append(info["loss"])
@@ -288,6 +331,9 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
                     "rate had not finished its schedule", tc.minutes, warmup_steps_run, tc.vision_warmup_steps if views is not None else 0,
                     step, tc.steps)
     final_val = validate() if val_batches else float("nan")
+    # With an average, the last trained weights' loss too: what the average changed, on the same sequences.
+    final_val_raw = validate(model, record=False) if val_batches and average is not None else None
+    saved = average.module if average is not None else model
     duration_min = (time.monotonic() - t_start) / 60.0
     out = Path(out)
     report = {
@@ -305,7 +351,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
                      "main": round(t_end - t_warm, 1), "main_cpu": round(cpu_end - cpu_warm, 1)},
         "steps_per_s": round(step / max(t_end - t_warm, 1e-9), 3),
         "vision_warmup_steps_per_s": round(warmup_steps_run / max(t_warm - t_train, 1e-9), 3) if warmup_steps_run else None,
-        "final_train_loss_smoothed": smooth, "final_val_loss": final_val,
+        "final_train_loss_smoothed": smooth, "final_val_loss": final_val, "final_val_loss_last_weights": final_val_raw,
         "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None,
         "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
         "best_val_loss": best_val if best_val < float("inf") else None,
@@ -314,7 +360,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     }
     metadata = {"training": json.dumps({k: report[k] for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")}),
                 "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
-    save_model(model.cpu(), out, metadata=metadata, onnx=True)
+    save_model(saved.cpu(), out, metadata=metadata, onnx=True)
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
     plot_losses(history, out / "loss.png")
     return report
@@ -427,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-frame-rate", type=float, default=None,
                         help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with "
                              "two 30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz")
+    parser.add_argument("--ema", type=float, default=TrainConfig.ema_decay, metavar="DECAY",
+                        help="save an exponential moving average of the weights with this decay per step, e.g. 0.998 "
+                             f"(default {TrainConfig.ema_decay}: off, the last weights)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -470,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
             model_config = (model_config or task_model_config(args.task)).replace(max_frame_rate_hz=args.max_frame_rate)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
-                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap)
+                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap,
+                         ema_decay=args.ema)
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
