@@ -270,6 +270,17 @@ class PrivateNode:
         assert self.spin_until(future.done, timeout_s)
         return future.result()
 
+    def handshake(self, client, empty_request, timeout_s: float = 30.0) -> None:
+        """Send a request that changes nothing until one is answered. wait_for_service sees the server's
+        request reader; the server's response can still be lost while it has not yet matched this client's
+        response reader (DDS discovery is per topic), so a test's first real request must not be the probe."""
+        assert client.wait_for_service(timeout_sec=timeout_s), client.srv_name
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.spin_until(client.call_async(empty_request).done, 2.0):
+                return
+        raise AssertionError(f"{client.srv_name}: no response within {timeout_s} s")
+
     def close(self) -> None:
         self.executor.shutdown()
         self.node.destroy_node()
@@ -445,6 +456,9 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
             rig.node.create_subscription(DiagnosticArray, "/diagnostics", statuses_of(diag[mode], f"controller_{mode}", "parameters"), 50)
         setp = {m: rig.node.create_client(SetParameters, f"/controller_{m}/set_parameters") for m in procs}
         getp = rig.node.create_client(GetParameters, "/controller_strict/get_parameters")
+        for client in setp.values():
+            rig.handshake(client, SetParameters.Request(parameters=[]))
+        rig.handshake(getp, GetParameters.Request(names=[]))
 
         def set_(mode, name, value):
             return rig.call(setp[mode], SetParameters.Request(parameters=[_param(name, value)])).results[0]
