@@ -413,6 +413,8 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(ema_decay=1.0)
     assert main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"]) == 2  # one line, no traceback
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--ema", "1.5"]) == 2
+    assert "vla-ros train: ema_decay must be in [0, 1)" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2
     assert "vla-ros train: max_frame_rate_hz=-5.0 must be >= 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "15", "--init", "models/vla_cups"]) == 2
