@@ -123,16 +123,20 @@ def robot(tmp_path_factory):
     assert code == 0, log_path.read_text()[-3000:]
 
 
-def test_the_node_and_the_in_process_session_give_the_same_chunks_for_the_same_messages(robot):
+def node_and_session_chunks(robot, **params) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A new episode of 8 steps through the node, the same messages through an in-process session with the
+    node's parameters (``params`` on top): (published, local) positions of every chunk, after checking both
+    publish on the same steps with the same stamps."""
     player = robot.player
     player.new_episode()
     player.log.clear()
     node_chunks = [player.step() for _ in range(8)]
     assert sum(c is not None for c in node_chunks) >= 6, robot.latest()
 
-    values = default_values(PARAMS) | PARAMS_SET
+    values = default_values(PARAMS) | PARAMS_SET | params
     session = PolicySession.from_pretrained(robot.folder, backend="onnx", threads=1, config=session_config_from_params(values))
     session.set_instruction(INSTRUCTION, 0)
+    pairs = []
     for (now, batch), node_chunk in zip(player.log, node_chunks):
         for type_name, msg in batch:
             session.add_message(type_name, msg, now, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states")
@@ -141,8 +145,35 @@ def test_the_node_and_the_in_process_session_give_the_same_chunks_for_the_same_m
         if local is None:
             continue
         assert ns_from_time_msg(node_chunk.header.stamp) == local.stamp_ns
-        published = np.array([p.positions for p in node_chunk.points])
-        np.testing.assert_allclose(published, local.positions, rtol=0, atol=1e-6)
+        pairs.append((np.array([p.positions for p in node_chunk.points]), local.positions))
+    return pairs
+
+
+def test_the_node_and_the_in_process_session_give_the_same_chunks_for_the_same_messages(robot):
+    for published, local in node_and_session_chunks(robot):
+        np.testing.assert_allclose(published, local, rtol=0, atol=1e-6)
+
+
+def test_temporal_ensembling_follows_a_run_time_change(robot):
+    """``temporal_ensemble_s`` set to 0 at run time: the node publishes each decode alone, as a session
+    without averaging does, and no longer what the shipped 0.4 s average gives; a negative value is refused."""
+    def set_tau(value: float):
+        return set_param(robot, "temporal_ensemble_s", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
+
+    shipped = default_values(PARAMS)["temporal_ensemble_s"]
+    assert shipped > 0
+    result = set_tau(0.0)
+    assert result.successful, result.reason
+    try:
+        pairs = node_and_session_chunks(robot, temporal_ensemble_s=0.0)
+        for published, local in pairs:
+            np.testing.assert_allclose(published, local, rtol=0, atol=1e-6)
+        refused = set_tau(-1.0)
+        assert not refused.successful and "temporal_ensemble_s" in refused.reason
+    finally:
+        assert set_tau(shipped).successful
+    differs = node_and_session_chunks(robot, temporal_ensemble_s=0.0)
+    assert max(np.abs(p - q).max() for p, q in differs) > 1e-4  # the shipped node averages: a raw session differs
 
 
 def test_a_paused_camera_stops_the_chunks_and_is_reported_with_the_nodes_name(robot):

@@ -5,8 +5,11 @@ the chunk is stamped with the newest observation, cut to the horizon and smoothe
 without a recent camera frame (a paused camera) or a recent joint state; a new episode restarts the window
 and refuses older stamps; one restart when the announcement and the clock jump both come; counts per source
 add up (received = accepted + rejected) and losses show in the stamps; frames too large are refused from
-their header; instructions with control characters are refused; one throttled log stream per reason.
+their header; instructions with control characters are refused; one throttled log stream per reason;
+temporal ensembling averages the decodes, starts over with each episode and follows a run-time change.
 """
+
+import dataclasses
 
 import cv2
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 import torch
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
-from vla_ros.chunks import COMMANDED_JOINTS, smooth_positions
+from vla_ros.chunks import COMMANDED_JOINTS, TemporalEnsemble, smooth_positions
 from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
@@ -101,6 +104,69 @@ def test_chunks_are_stamped_with_the_newest_observation_cut_and_smoothed(model):
     session2 = make_session(model, chunk_smoothing_degree=0)
     raw = [r.chunk for _, r in feed(session2, 0, NS) if r.chunk is not None][-1]
     np.testing.assert_allclose(chunks[-1][1].positions, smooth_positions(raw.time_from_start_s, raw.positions, 2)[:5], atol=1e-6)
+
+
+def test_temporal_ensembling_averages_the_decoded_plans_and_starts_over_with_each_episode(model):
+    """``temporal_ensemble_s``: each published chunk is the ensemble of the decodes so far (the same decodes
+    a session without it publishes), and a new episode's first chunk is its own decode again."""
+    plain = make_session(model, chunk_smoothing_degree=0)
+    averaged = make_session(model, chunk_smoothing_degree=0, temporal_ensemble_s=0.2)
+    for t0, t1 in ((0, NS), (NS + 10 * MS, 2 * NS)):
+        if t0:
+            assert plain.begin_episode(NS + 5 * MS) and averaged.begin_episode(NS + 5 * MS)
+        raw = [r.chunk for _, r in feed(plain, t0, t1) if r.chunk is not None]
+        out = [r.chunk for _, r in feed(averaged, t0, t1) if r.chunk is not None]
+        assert len(raw) == len(out) >= 5 and [c.stamp_ns for c in raw] == [c.stamp_ns for c in out]
+        reference = TemporalEnsemble(0.2)
+        expected = [reference(c.stamp_ns, c.time_from_start_s, c.positions) for c in raw]
+        np.testing.assert_array_equal(out[0].positions, raw[0].positions)  # nothing earlier in this episode
+        for got, want in zip(out, expected):
+            np.testing.assert_allclose(got.positions, want, rtol=0, atol=1e-9)
+        assert max(np.abs(o.positions - r.positions).max() for o, r in zip(out, raw)) > 1e-4  # it did average
+    averaged.config = dataclasses.replace(averaged.config, temporal_ensemble_s=0.0)  # the node's run-time change
+    raw = [r.chunk for _, r in feed(plain, 2 * NS, 2 * NS + 300 * MS) if r.chunk is not None]
+    out = [r.chunk for _, r in feed(averaged, 2 * NS, 2 * NS + 300 * MS) if r.chunk is not None]
+    assert len(raw) == len(out) >= 2
+    for got, want in zip(out, raw):
+        np.testing.assert_array_equal(got.positions, want.positions)
+    with pytest.raises(ValueError, match="temporal_ensemble_s"):
+        SessionConfig(temporal_ensemble_s=-0.1)
+
+
+class NonFiniteOnce:
+    """The real streaming policy, whose ``select_action`` returns NaN targets once, on call ``bad``."""
+
+    def __init__(self, policy, bad: int) -> None:
+        self.policy, self.bad, self.calls = policy, bad, 0
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def select_action(self, observations):
+        chunk = self.policy.select_action(observations)
+        self.calls += 1
+        return dataclasses.replace(chunk, positions=chunk.positions * np.nan) if self.calls == self.bad else chunk
+
+
+def test_a_tick_without_a_chunk_starts_the_average_over(model):
+    """A non-finite decode is not published and not averaged into later chunks; after it (as after any tick
+    without a chunk: a paused camera, a stale state) the next chunk is its own decode again."""
+    plain = make_session(model, chunk_smoothing_degree=0)
+    averaged = make_session(model, chunk_smoothing_degree=0, temporal_ensemble_s=0.4)
+    averaged.policy = NonFiniteOnce(averaged.policy, bad=4)
+    raw = [r for _, r in feed(plain, 0, NS)]
+    out = [r for _, r in feed(averaged, 0, NS)]
+    decoded = [i for i, r in enumerate(raw) if r.chunk is not None]
+    bad = decoded[3]
+    assert out[bad].chunk is None and out[bad].skip == "non_finite_output" and averaged.skipped["non_finite_output"] == 1
+    after = [i for i in decoded if i > bad]
+    assert len(after) >= 3
+    np.testing.assert_array_equal(out[after[0]].chunk.positions, raw[after[0]].chunk.positions)  # nothing older averaged in
+    reference = TemporalEnsemble(0.4)
+    for i in after:
+        want = reference(raw[i].chunk.stamp_ns, raw[i].chunk.time_from_start_s, raw[i].chunk.positions)
+        assert np.all(np.isfinite(out[i].chunk.positions))
+        np.testing.assert_allclose(out[i].chunk.positions, want, rtol=0, atol=1e-9)
 
 
 def test_no_chunk_while_the_camera_is_paused_though_joint_states_keep_coming(model):

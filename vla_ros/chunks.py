@@ -90,3 +90,51 @@ def smooth_positions(time_from_start_s: np.ndarray, positions: np.ndarray, degre
     still = np.ptp(p, axis=0) == 0.0  # a joint held still (a gripper at its stop) stays bit-exact, not off by rounding
     out[:, still] = p[:, still]
     return out
+
+
+class TemporalEnsemble:
+    """Overlapping chunks averaged where they cover the same instants (ACT's temporal ensembling).
+
+    A policy ticking at 10 Hz with 0.8 s chunks has planned every instant up to eight times. Executing only
+    the newest plan follows each decode's independent error; averaging the plans that cover a point keeps
+    the motion they agree on. ``__call__`` returns the newest chunk's points as the weighted mean of its own
+    positions (weight 1) and those of the earlier chunks still covering each point, interpolated at the
+    point's time, a chunk decoded ``a`` seconds earlier weighing ``exp(-a / time_constant_s)``. Earlier
+    chunks enter with their raw positions, not their averaged ones, so an old error fades instead of
+    circulating. Time going backwards (a new episode, a clock jump) forgets everything.
+    """
+
+    def __init__(self, time_constant_s: float, min_weight: float = 0.01) -> None:
+        if not time_constant_s > 0:
+            raise ValueError(f"time_constant_s must be > 0, got {time_constant_s}")
+        self.time_constant_s = float(time_constant_s)
+        self.max_age_s = -self.time_constant_s * float(np.log(min_weight))  # older plans weigh < min_weight
+        self._past: list[tuple[int, np.ndarray, np.ndarray]] = []
+
+    def reset(self) -> None:
+        self._past = []
+
+    def __call__(self, stamp_ns: int, time_from_start_s: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        t = np.asarray(time_from_start_s, np.float64)
+        p = np.asarray(positions, np.float64)
+        if self._past and stamp_ns < self._past[-1][0]:
+            self._past = []
+        total = p.copy()
+        weight = np.ones(len(t))
+        keep = []
+        for old_stamp, old_t, old_p in self._past:
+            age_s = (stamp_ns - old_stamp) * 1e-9
+            if age_s > self.max_age_s or old_p.shape[1] != p.shape[1]:
+                continue
+            at = t + age_s  # the new points' times on the old chunk's axis
+            covered = (at >= old_t[0]) & (at <= old_t[-1])
+            if not covered.any():
+                continue
+            keep.append((old_stamp, old_t, old_p))
+            w = float(np.exp(-age_s / self.time_constant_s))
+            for j in range(p.shape[1]):
+                total[covered, j] += w * np.interp(at[covered], old_t, old_p[:, j])
+            weight[covered] += w
+        keep.append((int(stamp_ns), t, p))
+        self._past = keep
+        return total / weight[:, None]

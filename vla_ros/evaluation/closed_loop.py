@@ -42,6 +42,7 @@ class EvalConfig:
         chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
         shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
             config/policy.yaml sets it.
+        temporal_ensemble_s: the policy node's ``temporal_ensemble_s``; None = as config/policy.yaml sets it.
     """
 
     max_episode_s: float = 15.0
@@ -51,6 +52,7 @@ class EvalConfig:
     hold_after_success_s: float = 0.0
     chunk_smoothing_degree: int | None = None
     shape_chunks: bool | None = None
+    temporal_ensemble_s: float | None = None
     image_width: int = 320
     image_height: int = 240
 
@@ -94,6 +96,8 @@ class ClosedLoop:
             policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
         if self.config.shape_chunks is not None:
             policy_p["shape_chunks"] = self.config.shape_chunks
+        if self.config.temporal_ensemble_s is not None:
+            policy_p["temporal_ensemble_s"] = self.config.temporal_ensemble_s
         if self.config.policy_rate_hz is not None:
             policy_p["rate_hz"] = self.config.policy_rate_hz
         self.rate_hz, self.tick_on_frame = float(policy_p["rate_hz"]), bool(policy_p["tick_on_frame"])

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoothing-degree", type=int, default=None, help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)")
     parser.add_argument("--policy-rate", type=float, default=None, metavar="HZ", help="override the policy's rate_hz, its ticks per simulated second (default: config/policy.yaml)")
     parser.add_argument("--shape-chunks", choices=("on", "off"), default=None, help="override the policy's shape_chunks (default: config/policy.yaml)")
+    parser.add_argument("--temporal-ensemble", type=float, default=None, metavar="S", help="override the policy's temporal_ensemble_s (0 = newest chunk alone; default: config/policy.yaml)")
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
     parser.add_argument("--live", action="store_true", help="run the episodes through the launched graph (sim, policy, "
                         "safety filter and controller processes, DDS, simulated time) instead of in process")
@@ -165,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None or args.shape_chunks is not None
-                      or args.policy_rate is not None):
-        parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks and --policy-rate do not apply")
+                      or args.policy_rate is not None or args.temporal_ensemble is not None):
+        parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks, "
+                     "--policy-rate and --temporal-ensemble do not apply")
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.model.io import resolve_model_dir
 
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
                        args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree, policy_rate_hz=args.policy_rate,
-                                                           shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on"),
+                                                           shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on",
+                                                           temporal_ensemble_s=args.temporal_ensemble),
                        workers=args.workers)
     if not args.json:
         for k, v in summary.items():

@@ -224,7 +224,7 @@ class PolicyNode(Node):
             self._sync_camera_subscriptions(self.session)
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
-        elif name in ("publish_horizon", "chunk_smoothing_degree", "max_observation_age_s", "max_image_age_s", "shape_chunks",
+        elif name in ("publish_horizon", "chunk_smoothing_degree", "temporal_ensemble_s", "max_observation_age_s", "max_image_age_s", "shape_chunks",
                       "shaping_latency_s", "shaping_reach", "shaping_retime", "shaping_table_lift", "shaping_table_margin_m"):
             if name.startswith("shaping_"):
                 self._shaping_cache.clear()

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from vla_ros.cameras import image_topic
-from vla_ros.chunks import ActionChunk, smooth_positions
+from vla_ros.chunks import ActionChunk, TemporalEnsemble, smooth_positions
 from vla_ros.policy.intake import SourceStats
 from vla_ros.policy.shaping import ChunkLimits, shape_chunk
 from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenError, TokenizerConfig, TokenStream, stamp_ns
@@ -68,6 +68,8 @@ class SessionConfig:
             refused before decoding.
         chunk_limits: shape every chunk into these limits (the safety filter's, ``policy.shaping``) from
             the joint state it is anchored on, after the smoothing fit; None = publish it as decoded.
+        temporal_ensemble_s: average each chunk with the earlier ones covering its points, a chunk decoded
+            a seconds earlier weighing exp(-a / this) (``chunks.TemporalEnsemble``); 0 = the newest alone.
     """
 
     publish_horizon: int = 0
@@ -78,8 +80,11 @@ class SessionConfig:
     input_height: int = 0
     max_input_pixels: int = TokenizerConfig.max_input_pixels
     chunk_limits: ChunkLimits | None = None
+    temporal_ensemble_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.temporal_ensemble_s >= 0 and np.isfinite(self.temporal_ensemble_s)):
+            raise ValueError(f"temporal_ensemble_s must be a finite value >= 0, got {self.temporal_ensemble_s}")
         if self.publish_horizon < 0 or self.chunk_smoothing_degree < 0:
             raise ValueError(f"publish_horizon ({self.publish_horizon}) and chunk_smoothing_degree "
                              f"({self.chunk_smoothing_degree}) must be >= 0")
@@ -140,6 +145,7 @@ class PolicySession:
             self.sources = {source_name(Kind.IMAGE, c, self.cameras): SourceStats() for c in range(len(self.cameras))}
             self.sources["joint_states"] = SourceStats()
             self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
+            self._ensemble: TemporalEnsemble | None = None  # built at the tick from the config (it may change at run time)
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
             self.ticks = self.chunks = 0
             self.skipped: dict[str, int] = {}
@@ -271,6 +277,10 @@ class PolicySession:
     def _skip(self, result: TickResult, code: str, detail: str) -> TickResult:
         self.skipped[code] = self.skipped.get(code, 0) + 1
         result.skip, result.detail = code, detail
+        if self._ensemble is not None:
+            # No chunk went out: the arm stops following the earlier plans (the controller holds), and a
+            # non-finite decode must not be averaged into the next ones. Start the average over.
+            self._ensemble.reset()
         return result
 
     def tick(self, now_ns: int) -> TickResult:
@@ -296,6 +306,11 @@ class PolicySession:
         if restart:
             policy.reset()
             result.restarted = True
+        tau = self.config.temporal_ensemble_s
+        if (self._ensemble.time_constant_s if self._ensemble else 0.0) != tau:
+            self._ensemble = TemporalEnsemble(tau) if tau > 0 else None
+        elif (restart or seen[1] != self._seen[1]) and self._ensemble is not None:
+            self._ensemble.reset()  # plans for another episode or another request are not averaged in
         if seen[1] != self._seen[1]:
             policy.set_instruction(instruction)
         self._seen = seen
@@ -314,7 +329,10 @@ class PolicySession:
         result.infer_ms = (time.perf_counter() - t0) * 1e3
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
-        positions = smooth_positions(chunk.time_from_start_s, chunk.positions, c.chunk_smoothing_degree)
+        positions = chunk.positions
+        if self._ensemble is not None:
+            positions = self._ensemble(chunk.stamp_ns, chunk.time_from_start_s, positions)
+        positions = smooth_positions(chunk.time_from_start_s, positions, c.chunk_smoothing_degree)
         times = chunk.time_from_start_s
         if c.chunk_limits is not None and state is not None:
             times, positions = self._shape(chunk, positions[:horizon], state, c.chunk_limits)
