@@ -10,7 +10,7 @@ import torch
 
 from vla_ros.evaluation.attention import cup_patches, run as attention_run
 from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
-from vla_ros.evaluation.run_eval import evaluate, load_templates
+from vla_ros.evaluation.run_eval import evaluate, load_templates, main as eval_main
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
@@ -107,6 +107,16 @@ def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
     for a, b in zip(*eps):
         assert (a["seed"], a["chunks"], a["verdicts"]) == (b["seed"], b["chunks"], b["verdicts"])
         assert a["min_target_distance_m"] == pytest.approx(b["min_target_distance_m"], abs=1e-6)
+
+
+def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_model, tmp_path, capsys):
+    """Before anything loads: exit 2 and one line naming the option and its range."""
+    for bad in ("-0.5", "11", "nan"):
+        with pytest.raises(SystemExit) as exit_info:
+            eval_main(["--model", str(tiny_model), "--episodes", "1", "--temporal-ensemble", bad, "--out", str(tmp_path / "x")])
+        assert exit_info.value.code == 2
+        assert "--temporal-ensemble must be in [0, 10] seconds" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_instruction_files_must_hold_templates(tmp_path):

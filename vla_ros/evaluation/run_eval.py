@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                       or args.policy_rate is not None or args.temporal_ensemble is not None):
         parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks, "
                      "--policy-rate and --temporal-ensemble do not apply")
+    if args.temporal_ensemble is not None and not 0.0 <= args.temporal_ensemble <= 10.0:
+        parser.error(f"--temporal-ensemble must be in [0, 10] seconds (the parameter's range), got {args.temporal_ensemble}")
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.model.io import resolve_model_dir
 
