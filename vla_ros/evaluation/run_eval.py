@@ -169,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
                       or args.policy_rate is not None or args.temporal_ensemble is not None):
         parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks, "
                      "--policy-rate and --temporal-ensemble do not apply")
-    if args.temporal_ensemble is not None and not 0.0 <= args.temporal_ensemble <= 10.0:
-        parser.error(f"--temporal-ensemble must be in [0, 10] seconds (the parameter's range), got {args.temporal_ensemble}")
+    if args.temporal_ensemble is not None:  # the node parameter's own range check, before anything loads
+        from vla_ros.params import policy as policy_params
+        from vla_ros.params.spec import validate_all
+
+        for reason in validate_all(policy_params.PARAMS, {"temporal_ensemble_s": args.temporal_ensemble}):
+            parser.error(f"--temporal-ensemble: {reason}")
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.model.io import resolve_model_dir
 
