@@ -292,3 +292,61 @@ def test_each_camera_is_its_own_stream_and_the_model_knows_which(wrist_model):
     policy = _policy(wrist_model, instruction)
     with pytest.raises(ValueError, match="camera 2 is not one of the model's cameras"):
         policy.observe([dataclasses.replace(frames[0], camera=2)])
+
+
+
+def _relative_twin(model):
+    """The same weights with state-relative chunks (ModelConfig.relative_actions)."""
+    twin = VLATransformer(model.config.replace(relative_actions=True)).eval()
+    twin.load_state_dict(model.state_dict())
+    twin.patch_encoder.mean_image.copy_(model.patch_encoder.mean_image)
+    return twin
+
+
+def test_a_state_relative_chunk_is_the_offsets_plus_the_newest_joint_state(model):
+    """Each chunk of a state-relative model is what the same weights decode plus the positions (not the
+    velocities) of the newest joint state at or before the chunk's anchor; streamed, it still equals one
+    full pass."""
+    config, twin = model.config, _relative_twin(model)
+    instruction = random_instruction(config, 6)
+    stream = synthetic_stream(config, seconds=0.4, seed=21, start_ns=EPOCH_NS)
+    absolute, relative = _policy(model, instruction), _policy(twin, instruction)
+    n, seen, checked = len(config.joint_names), [], 0
+    for tick in ticks(stream):
+        seen += tick
+        a = absolute.select_action(tick)
+        states = [o for o in sorted(seen, key=lambda o: o.key) if o.kind == Kind.STATE]
+        if not states:  # the first frame came before any joint state: nothing to be relative to
+            with pytest.raises(PolicyNotReady):
+                relative.select_action(tick)
+            continue
+        r, newest_state = relative.select_action(tick), states[-1]
+        assert not np.allclose(newest_state.data[:n], newest_state.data[n:])
+        np.testing.assert_allclose(r.positions - a.positions, np.broadcast_to(newest_state.data[:n], a.positions.shape), atol=1e-6)
+        checked += 1
+    assert checked >= 5
+    groups = ticks(stream)
+    first = next(i for i, g in enumerate(groups) if any(o.kind == Kind.STATE for o in g))
+    hidden, chunks = record_stream(_policy(twin, instruction), groups, chunk_after=range(first, 100))
+    assert compare_with_full_pass(twin, stream, instruction.embeddings, hidden, chunks) < TOL
+
+
+def test_a_state_relative_model_without_a_joint_state_refuses_and_stays_exact(model):
+    """Frames alone: no reference, so no chunk (PolicyNotReady), and the tick's tokens still enter the cache
+    consistently: once joint states arrive the chunk equals a fresh policy's over the same observations."""
+    config, twin = model.config, _relative_twin(model)
+    instruction = random_instruction(config, 6)
+    stream = synthetic_stream(config, seconds=0.3, seed=22, start_ns=EPOCH_NS)
+    third_frame = [o for o in stream if o.kind == Kind.IMAGE][2]
+    stream = [o for o in stream if o.kind == Kind.IMAGE or o.stamp_ns > third_frame.stamp_ns]
+    frames_only = [o for o in stream if o.key <= third_frame.key]
+    assert frames_only and all(o.kind == Kind.IMAGE for o in frames_only)
+    policy = _policy(twin, instruction)
+    with pytest.raises(PolicyNotReady, match="joint state"):
+        policy.select_action(frames_only)
+    with pytest.raises(PolicyNotReady, match="joint state"):
+        policy.predict_action_chunk()
+    chunk = policy.select_action(stream[len(frames_only):])
+    fresh = _policy(twin, instruction).select_action(stream)
+    assert chunk.stamp_ns == fresh.stamp_ns
+    np.testing.assert_allclose(chunk.positions, fresh.positions, atol=TOL)

@@ -196,6 +196,50 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
+def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(demos, tmp_path, capsys):
+    """relative_actions: every training target is the recorded chunk minus the positions of the newest joint
+    state at or before its anchor (the true one, also when the inputs drop the states), the action
+    normalisation is that of the offsets, and the saved model's chunks, torch or ONNX, are back in joint
+    positions next to the arm."""
+    from vla_ros.training.data import learned_targets, normalisation_stats
+
+    config = cup_config(relative_actions=True)
+    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
+    saved = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert saved["relative_actions"] is True
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    ep, absolute = episodes[0], cup_config()
+    n, checked = len(config.joint_names), 0
+    for anchor in ep.observations[::25]:
+        targets, positions = learned_targets(config, ep, anchor), learned_targets(absolute, ep, anchor)
+        before = [o for o in ep.observations if o.kind == Kind.STATE and o.key <= anchor.key]
+        if positions is None or not before:
+            assert targets is None
+            continue
+        np.testing.assert_allclose(targets + before[-1].data[:n], positions, atol=1e-9)
+        checked += 1
+    assert checked >= 10
+    offsets, plain = normalisation_stats(episodes, config), normalisation_stats(episodes)
+    assert offsets["state_mean"] == plain["state_mean"]
+    arm = [0, 1, 2, 4]  # pan, lift, elbow, wrist pitch carry the reach: offsets over 0.4 s span less than positions (the rolls barely move)
+    assert np.all(np.array(offsets["action_std"])[arm] < 0.75 * np.array(plain["action_std"])[arm])
+    assert np.abs(np.array(offsets["action_mean"])[arm]).max() < np.abs(np.array(plain["action_mean"])[arm]).max()
+    seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0), drop_states=True)
+    assert seq is not None and seq.states.shape[0] == 0 and np.isfinite(seq.targets).all(1).any()  # offsets without state inputs
+    chunks = []
+    for backend in ("torch", "onnx"):
+        policy = StreamingPolicy.from_pretrained(tmp_path / "model", backend=backend, device="cpu")
+        policy.set_instruction(ep.text)
+        policy.observe(ep.observations[:90])
+        chunks.append(policy.predict_action_chunk().positions)
+    np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
+    newest_state = [o for o in ep.observations[:90] if o.kind == Kind.STATE][-1]
+    assert np.abs(chunks[0][0] - newest_state.data[:n]).max() < 0.5  # next to the arm, not around zero
+    assert main(["--data", "nowhere", "--out", "nowhere", "--relative-actions", "--init", "models/vla_cups"]) == 2
+    assert "a fine-tune keeps the action frame" in capsys.readouterr().err
+
+
 def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
     """The schedule counts steps, never seconds: two runs with one seed on one machine write identical
     weights (views, warm-up and main loop included)."""

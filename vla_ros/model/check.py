@@ -15,7 +15,7 @@ import torch
 
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import PolicyChunk, StreamingPolicy
-from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
+from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, state_reference
 from vla_ros.tokens.types import Kind, Observation
 
 
@@ -54,6 +54,10 @@ def full_pass_outputs(model: VLATransformer, observations: Sequence[Observation]
     first = seq.num_tokens - Hc * len(anchors)
     chunks = [(A[first + c * Hc:first + (c + 1) * Hc], H[first + c * Hc:first + (c + 1) * Hc])
               for c in range(len(anchors))]
+    if config.relative_actions:  # the runtime adds the newest joint state back: so does the reference
+        ordered = sorted(observations, key=lambda o: o.key)
+        chunks = [(positions + state_reference(ordered, anchor, len(config.joint_names)), h)
+                  for (positions, h), anchor in zip(chunks, anchors)]
     return hidden, chunks
 
 

@@ -82,6 +82,11 @@ class ModelConfig:
             frame's instruction-conditioned keypoints (``PatchEncoder``) predicts the same aux target (0 =
             no such head). The gradient reaches the vision stem in two layers instead of through the
             whole Transformer, so the stem learns to find the named cup; not used online either.
+        relative_actions: False = a chunk's points are joint positions; True = offsets from the joint
+            positions of the newest joint state at or before the chunk's anchor (``state_reference``), added
+            back when the chunk is decoded. Offsets span a fraction of the positions' range, so the same
+            error in normalised units is a smaller error in radians; a state-relative model needs a joint
+            state before its first chunk.
     """
 
     hidden_size: int = 128
@@ -120,6 +125,7 @@ class ModelConfig:
     aux_dim: int = 0
     aux_loss_weight: float = 1.0
     frame_aux_loss_weight: float = 0.0
+    relative_actions: bool = False
 
     def __post_init__(self) -> None:
         for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names", "cameras"):
@@ -151,6 +157,8 @@ class ModelConfig:
         if self.aux_dim < 0 or self.aux_loss_weight < 0 or self.frame_aux_loss_weight < 0:
             raise ValueError(f"aux_dim={self.aux_dim}, aux_loss_weight={self.aux_loss_weight} and "
                              f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0")
+        if not isinstance(self.relative_actions, bool):
+            raise ValueError(f"relative_actions={self.relative_actions!r} must be true or false")
         if self.frame_aux_loss_weight > 0 and self.aux_dim == 0:
             raise ValueError(f"frame_aux_loss_weight={self.frame_aux_loss_weight} needs aux_dim > 0 (the target)")
         if self.window_seconds <= 0:

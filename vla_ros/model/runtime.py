@@ -46,7 +46,8 @@ import torch
 
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.model import StepGraph, VLATransformer
-from vla_ros.model.sequence import SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, validate_observation, validate_text
+from vla_ros.model.sequence import (SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, state_reference, validate_observation,
+                                    validate_text)
 from vla_ros.model.timeline import TokenTimes, additive_mask_np, rope_tables_np, visibility
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
@@ -192,7 +193,7 @@ class StreamingPolicy:
         self.total_overflow_tokens = 0
         self.total_dropped_late = 0
         self.last_report: ObserveReport | None = None
-        self._fused_chunk: PolicyChunk | None = None
+        self._fused_chunk: tuple[Observation, np.ndarray] | None = None  # (anchor, actions) decoded within a tick
         self._clear_cache()
 
     # ----- construction -----
@@ -329,10 +330,17 @@ class StreamingPolicy:
 
     def _chunk(self, anchor: Observation, actions: np.ndarray, hidden: np.ndarray | None) -> PolicyChunk:
         H = self.config.chunk_length
+        positions = actions[-H:].astype(np.float64)
+        if self.config.relative_actions:
+            reference = state_reference(self._raw, anchor.key, len(self.config.joint_names))
+            if reference is None:
+                raise PolicyNotReady("no joint state at or before the newest observation: a state-relative "
+                                     "chunk (relative_actions) cannot be decoded")
+            positions = positions + reference
         return PolicyChunk(
             stamp_ns=int(anchor.stamp_ns), t_s=float(anchor.t_s),
             time_from_start_s=np.asarray(self.config.chunk_offsets_ns, np.float64) / 1e9,
-            positions=actions[-H:].astype(np.float64), joint_names=self.config.joint_names,
+            positions=positions, joint_names=self.config.joint_names,
             hidden=None if hidden is None else hidden[-H:],
         )
 
@@ -346,7 +354,9 @@ class StreamingPolicy:
         self._fused_chunk = None
         self.last_report = self.observe(observations, _decode=True)
         if self._fused_chunk is not None:
-            return self._fused_chunk
+            anchor, actions = self._fused_chunk
+            self._fused_chunk = None
+            return self._chunk(anchor, actions, None)  # after the tick: a refusal leaves the cache consistent
         return self.predict_action_chunk()
 
     # ----- internals -----
@@ -375,7 +385,7 @@ class StreamingPolicy:
             chunk = ChunkSpec(group[-1].key) if decode and j == len(self._raw) else None
             actions, hidden, seq = self._step(group, chunk=chunk, order_start=self._next_order)
             if chunk is not None:
-                self._fused_chunk = self._chunk(group[-1], actions, None)
+                self._fused_chunk = (group[-1], actions[-self.config.chunk_length:])
                 n_obs = seq.num_tokens - self.config.chunk_length
                 actions, hidden = actions[:n_obs], hidden[:n_obs]
                 seq = dataclasses.replace(seq, src=seq.src[:n_obs], src_index=seq.src_index[:n_obs],

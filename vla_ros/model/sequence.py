@@ -22,6 +22,7 @@ token order [text0, text1, state@5, patch0@10, patch1@10] gathers rows [4, 5, 3,
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence as SequenceABC
 
@@ -100,6 +101,18 @@ def instruction_vector(text: np.ndarray | None, dim: int) -> np.ndarray:
     if text is None or len(text) == 0:
         return np.zeros(dim, np.float32)
     return np.asarray(text, np.float32).mean(axis=0)
+
+
+def state_reference(observations: SequenceABC[Observation], anchor_key: tuple, n_joints: int) -> np.ndarray | None:
+    """Joint positions (n_joints,) of the newest joint state at or before ``anchor_key`` in ``observations``
+    (sorted by key), or None when there is none: what the chunk anchored there is an offset from when the
+    model's chunks are state-relative (``ModelConfig.relative_actions``). Training, the streaming runtime
+    and the full-pass check all take the reference here."""
+    i = bisect.bisect_right(observations, anchor_key, key=lambda o: o.key)
+    for j in range(i - 1, -1, -1):
+        if observations[j].kind == Kind.STATE:
+            return np.asarray(observations[j].data[:n_joints], np.float64)
+    return None
 
 
 def validate_observation(obs: Observation, config: ModelConfig) -> None:

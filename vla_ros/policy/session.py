@@ -315,6 +315,8 @@ class PolicySession:
             policy.set_instruction(instruction)
         self._seen = seen
         result.observed = len(new)
+        from vla_ros.model.runtime import PolicyNotReady  # loaded with the policy; this module stays torch-free
+
         t0, cpu0 = time.perf_counter(), time.thread_time()
         c = self.config
         try:
@@ -326,6 +328,8 @@ class PolicySession:
             chunk = policy.select_action(new)
         except ValueError as err:  # an observation the model cannot take: no chunk, say why
             return self._skip(result, "model_input_error", str(err))
+        except PolicyNotReady as err:  # a state-relative model with no joint state in its window
+            return self._skip(result, "no_joint_states", str(err))
         result.infer_ms = (time.perf_counter() - t0) * 1e3
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)

@@ -130,10 +130,35 @@ def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np
     return np.maximum(values.std(0), np.maximum(np.minimum(cap, span / 4.0), floor))
 
 
-def normalisation_stats(episodes: list[EpisodeData]) -> dict[str, list[float]]:
-    """Per-dimension mean/std of states and target positions (see ``floored_std``)."""
+def learned_targets(config, ep: EpisodeData, anchor) -> np.ndarray | None:
+    """(H, J) targets of the chunk anchored at observation ``anchor`` as the model learns them: the recorded
+    trajectory at the chunk's instants (``chunk_targets``, NaN where there is none), as offsets from the
+    measured joint positions at the anchor when the model's chunks are state-relative (``state_reference``
+    over the episode's true states, also where the inputs leave them out). None: not trained on (no target
+    at the first point, or no joint state yet for a state-relative chunk)."""
+    from vla_ros.model.sequence import state_reference  # torch: imported where a model is trained
+
+    offsets_s = np.asarray(config.chunk_offsets_ns, np.float64) / 1e9
+    targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s)
+    if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
+        return None
+    if config.relative_actions:
+        reference = state_reference(ep.observations, anchor.key, len(config.joint_names))
+        if reference is None:
+            return None
+        targets = targets - reference
+    return targets
+
+
+def normalisation_stats(episodes: list[EpisodeData], config=None) -> dict[str, list[float]]:
+    """Per-dimension mean/std of states and of what the actions learn (see ``floored_std``): the target
+    positions, or with a state-relative ``config`` the targets of chunks anchored at every tenth joint state."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
-    actions = np.concatenate([e.target_positions for e in episodes])
+    if config is not None and config.relative_actions:
+        chunks = [learned_targets(config, e, o) for e in episodes for o in [o for o in e.observations if o.kind == Kind.STATE][::10]]
+        actions = np.concatenate([c[np.isfinite(c).all(1)] for c in chunks if c is not None])
+    else:
+        actions = np.concatenate([e.target_positions for e in episodes])
     return {
         "state_mean": states.mean(0).astype(float).tolist(), "state_std": floored_std(states).astype(float).tolist(),
         "action_mean": actions.mean(0).astype(float).tolist(), "action_std": floored_std(actions).astype(float).tolist(),
@@ -208,12 +233,11 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     if len(candidates) == 0:
         return None
     picks = np.sort(rng.choice(candidates, size=min(chunks, len(candidates)), replace=False))
-    offsets_s = np.asarray(config.chunk_offsets_ns, np.float64) / 1e9
     specs = []
     for i in picks:
         anchor = observations[i]
-        targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s)
-        if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
+        targets = learned_targets(config, ep, anchor)
+        if targets is None:
             continue
         aux = aux_target(ep, anchor.t_s) if config.aux_dim else None
         specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=aux))

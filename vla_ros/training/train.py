@@ -242,7 +242,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     if model is not None:
         model = model.to(dev)
     else:
-        config = config.replace(**normalisation_stats(train_eps))
+        config = config.replace(**normalisation_stats(train_eps, config))
         model = VLATransformer(config).to(dev)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
@@ -473,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-frame-rate", type=float, default=None,
                         help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with "
                              "two 30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz")
+    parser.add_argument("--relative-actions", action="store_true",
+                        help="a fresh model's chunks are offsets from the newest measured joint positions, not positions "
+                             "(ModelConfig.relative_actions; default: positions)")
     parser.add_argument("--ema", type=float, default=TrainConfig.ema_decay, metavar="DECAY",
                         help="save an exponential moving average of the weights with this decay per step, e.g. 0.998 "
                              f"(default {TrainConfig.ema_decay}: off, the last weights)")
@@ -517,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.init:
                 raise ValueError("--max-frame-rate and --init: a fine-tune keeps the frame rate of the model it starts from")
             model_config = (model_config or task_model_config(args.task)).replace(max_frame_rate_hz=args.max_frame_rate)
+        if args.relative_actions:
+            if args.init:
+                raise ValueError("--relative-actions and --init: a fine-tune keeps the action frame of the model it starts from")
+            model_config = (model_config or task_model_config(args.task)).replace(relative_actions=True)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap,
