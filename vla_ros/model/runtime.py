@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 
 
 class PolicyNotReady(RuntimeError):
-    """A chunk was asked for before any observation arrived."""
+    """A chunk was asked for before any observation arrived, or, for a state-relative model, before a
+    joint state it could be relative to."""
 
 
 @dataclasses.dataclass(frozen=True)
