@@ -294,7 +294,6 @@ def test_each_camera_is_its_own_stream_and_the_model_knows_which(wrist_model):
         policy.observe([dataclasses.replace(frames[0], camera=2)])
 
 
-
 def _relative_twin(model):
     """The same weights with state-relative chunks (ModelConfig.relative_actions)."""
     twin = VLATransformer(model.config.replace(relative_actions=True)).eval()
