@@ -141,3 +141,54 @@ def test_policy_rollouts_with_expert_takeovers_carry_targets_only_where_the_expe
     policy_stretch = t[np.argmax(gaps)] + 0.05  # just after the expert's last command before the longest gap
     assert np.isnan(chunk_targets(t, ep.command_positions, policy_stretch, offsets)[:4]).all()
     assert np.isfinite(chunk_targets(t, ep.command_positions, t[5], offsets)[:2]).all()
+
+
+def test_a_near_miss_goes_down_beside_the_cup_and_hands_over_before_tipping_it(sim):
+    """The decoy of a near-miss episode drives (unlabelled) to a point 2-5 cm beside the named cup and
+    hands over low over the table, with the cup where it was (or moved by at most a centimetre)."""
+    config = collect.CollectConfig(near_miss_probability=1.0)
+    handovers = []
+    for seed in (3, 4, 5):
+        color, _ = episode_task(seed)
+        sim.reset(seed, arm_noise_rad=0.15)
+        miss = collect.NearMiss(seed, config)
+        assert miss.drawn and 0.02 <= np.linalg.norm(miss.offset_m) <= 0.05 and miss.offset_m[2] == 0.0
+        cup0 = sim.cup_positions()[color].copy()
+        while sim.time_s < 6.0:
+            if sim.is_joint_state_step():
+                q = miss.command(sim, sim.cup_positions()[color])
+                if q is None:
+                    break
+                sim.command_positions(None, q)
+            sim.step()
+        assert sim.time_s < 6.0, "the decoy never handed over"
+        tcp, cup = sim.tcp_position(), sim.cup_positions()[color]
+        assert np.linalg.norm(cup - cup0) <= 0.012  # handed over before a finger could tip the cup
+        handovers.append((np.linalg.norm(tcp[:2] - cup[:2]), tcp[2]))
+    xy, z = np.array(handovers).T
+    assert (xy > 0.008).all() and (xy < 0.065).all(), xy  # beside the cup, not on it and not far off
+    assert (z < 0.16).all(), z  # on the way down or at grasp height, below the approach height (0.18 m)
+
+
+def test_near_miss_episodes_label_only_the_experts_part_and_leave_other_seeds_unchanged(tmp_path, capsys, sim):
+    from vla_ros.data.targets import chunk_targets, chunk_usable
+
+    assert collect.main(["--episodes", "1", "--seed-start", "12", "--near-miss", "1", "--out", str(tmp_path / "nm")]) == 0
+    summary = json.loads((tmp_path / "nm" / "collect_summary.json").read_text())["episodes"][0]
+    assert summary["success"] and 0.02 <= summary["near_miss_m"] <= 0.05
+    ep = replay(tmp_path / "nm" / "episode_0000012.mcap", make_stream(TokenizerConfig(), StreamConfig()))
+    assert ep.command_t_s[0] - ep.joint_t_s[0] > 0.5  # the decoy's approach carries no command
+    assert np.diff(ep.command_t_s).max() < 0.02  # from the hand-over on, every period is labelled
+    offsets = np.arange(1, 9) * 0.1
+    assert not chunk_usable(chunk_targets(ep.command_t_s, ep.command_positions, ep.joint_t_s[5], offsets))
+    assert chunk_usable(chunk_targets(ep.command_t_s, ep.command_positions, ep.command_t_s[1], offsets))
+    # a seed whose draw says "no near miss" records the same episode as without the option
+    seed = next(s for s in range(20, 60) if not collect.NearMiss(s, collect.CollectConfig(near_miss_probability=0.5)).drawn)
+    plain = collect.record_episode(sim, seed, tmp_path / "plain.mcap", collect.CollectConfig())
+    mixed = collect.record_episode(sim, seed, tmp_path / "mixed.mcap", collect.CollectConfig(near_miss_probability=0.5))
+    assert plain == mixed and plain["near_miss_m"] is None
+    a, b = (replay(tmp_path / f, make_stream(TokenizerConfig(), StreamConfig())) for f in ("plain.mcap", "mixed.mcap"))
+    np.testing.assert_array_equal(a.command_positions, b.command_positions)
+    for bad in (["--near-miss", "1.5"], ["--near-miss", "nan"], ["--near-miss", "0.5", "--policy", "models/vla_cups"]):
+        assert collect.main(["--episodes", "1", "--out", str(tmp_path / "bad"), *bad]) == 2
+        assert "--near-miss" in capsys.readouterr().err

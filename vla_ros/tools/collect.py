@@ -44,6 +44,9 @@ class CollectConfig:
         push_rad: largest push offset per joint.
         freeze_probability: share of episodes where the executed command is held still for a while (at the
             start in half of them, else mid-way) while the labels keep saying where to go.
+        near_miss_probability: share of episodes that start with a near miss (``NearMiss``): an unlabelled
+            approach to a point beside the cup, then the expert takes over, labelled, from there.
+        near_miss_m: (min, max) distance of the missed point from the cup's centre.
     """
 
     max_episode_s: float = 12.0
@@ -52,6 +55,8 @@ class CollectConfig:
     push_probability: float = 0.4
     push_rad: float = 0.12
     freeze_probability: float = 0.6
+    near_miss_probability: float = 0.0
+    near_miss_m: tuple[float, float] = (0.02, 0.05)
     image_width: int = 320
     image_height: int = 240
 
@@ -76,6 +81,50 @@ def _freeze_window(rng: np.random.Generator, config: CollectConfig) -> tuple[flo
         return None
     start = 0.0 if rng.random() < 0.5 else rng.uniform(0.3, 2.0)
     return start, start + rng.uniform(0.2, 0.8)
+
+
+class NearMiss:
+    """The first part of a near-miss episode: a copy of the expert aims at a point beside the cup.
+
+    Demonstrations only ever show the gripper arriving where the cup is, so a policy never learns what to do
+    with the gripper at grasp height two or three centimetres off, which is where its failures end. Here the
+    decoy goes down beside the cup (in some episodes shutting on nothing; it stops as soon as a finger has
+    moved the cup a centimetre) while nothing is recorded as a command; then the expert takes over from that
+    state (``PickExpert.take_over``: back above the cup, down, grasp) and its commands are the labels. Drawn from its own random stream, so the other episodes of a
+    seed range stay exactly as they were without near misses.
+    """
+
+    def __init__(self, seed: int, config: CollectConfig) -> None:
+        from vla_ros.sim.expert import PickExpert
+        from vla_ros.sim.scripted import GRASP_TCP_Z_M
+
+        rng = np.random.default_rng([seed, 17])
+        self.drawn = self.active = bool(rng.random() < config.near_miss_probability)
+        angle, radius = rng.uniform(0, 2 * np.pi), rng.uniform(*config.near_miss_m)
+        self.offset_m = np.array([radius * np.cos(angle), radius * np.sin(angle), 0.0])
+        # take over on the way down (fingers still above the cup) or, in a third, after shutting on nothing
+        self.shut_s = float(rng.uniform(0.2, 0.9)) if rng.random() < 1 / 3 else None
+        self.takeover_z_m = GRASP_TCP_Z_M + float(rng.uniform(0.005, 0.08))
+        self.decoy = PickExpert()
+        self.cup_start_m: np.ndarray | None = None
+        self.shutting_since_s: float | None = None
+
+    def command(self, sim, cup_m: np.ndarray) -> np.ndarray | None:
+        """The decoy's command while it drives, None once the expert should take over."""
+        d = self.decoy
+        if self.cup_start_m is None:
+            self.cup_start_m = np.array(cup_m, float)
+        if np.linalg.norm(cup_m - self.cup_start_m) > 0.01:  # a finger is on the cup: take over before it tips
+            return None
+        if d.phase == "close":
+            self.shutting_since_s = sim.time_s if self.shutting_since_s is None else self.shutting_since_s
+            if self.shut_s is None or sim.time_s - self.shutting_since_s >= self.shut_s:
+                return None
+        if self.shut_s is None and d.phase == "descend" and sim.tcp_position()[2] <= self.takeover_z_m:
+            return None
+        if d.phase in ("lift", "hold"):
+            return None
+        return d.command(sim.time_s, sim.tcp_position(), cup_m + self.offset_m, sim.joint_positions())
 
 
 class EpisodeRecorder:
@@ -147,7 +196,12 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     sim.reset(seed, arm_noise_rad=config.arm_noise_rad)
     push = _push_profile(rng, config)
     freeze = _freeze_window(rng, config)
+    near_miss = NearMiss(seed, config)
+    if near_miss.active:
+        push = freeze = None  # one thing to recover from at a time
     held: np.ndarray | None = None
+    last = previous = np.asarray(sim.command_joint_positions(), float)
+    dt_s = 1.0 / sim.config.joint_state_rate_hz
     expert = PickExpert()
     rec = EpisodeRecorder(sim, rng)
     rec.instruction(instruction)
@@ -156,8 +210,14 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
         stamp = time_msg_from_ns(sim.time_ns)
         if sim.is_joint_state_step():
             rec.joint_state(stamp)
-            q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
-            rec.command(q_cmd)
+            q_cmd = near_miss.command(sim, sim.cup_positions()[color]) if near_miss.active else None
+            if q_cmd is None:
+                if near_miss.active:  # the decoy is done: the expert goes on from its last command, labelled
+                    near_miss.active = False
+                    expert.take_over(sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions(), last, (last - previous) / dt_s)
+                q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
+                rec.command(q_cmd)
+            previous, last = last, np.asarray(q_cmd, float)
             executed = q_cmd + (push(sim.time_s) if push else 0.0)
             if freeze is not None and freeze[0] <= sim.time_s < freeze[1]:
                 held = np.asarray(sim.command_joint_positions(), float) if held is None else held
@@ -177,7 +237,7 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     summary = {
         "seed": seed, "color": color, "instruction": instruction, "success": lifted_at is not None,
         "time_to_lift_s": lifted_at, "duration_s": round(sim.time_s, 3), "pushed": push is not None,
-        "frozen": freeze is not None,
+        "frozen": freeze is not None, "near_miss_m": round(float(np.linalg.norm(near_miss.offset_m)), 4) if near_miss.drawn else None,
         "expert_restarts": expert.restarts, "wrong_cup": sim.lifted_cup() not in (None, color),
     }
     rec.write(out_path, summary)
@@ -287,8 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="output folder (default runs/demos-<date>)")
     parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
     parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
+    parser.add_argument("--near-miss", type=float, default=0.0, metavar="P",
+                        help="share of expert episodes that start with an unlabelled near miss beside the cup (default 0)")
     parser.add_argument("--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
+        print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
+        return 2
     from tqdm import tqdm
 
     from vla_ros.sim import ArmSim, SimConfig
@@ -309,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig()
+    config = CollectConfig(near_miss_probability=args.near_miss)
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
