@@ -1,5 +1,6 @@
 """Test-wide settings: DDS on loopback in its own domain, headless rendering, offline models, and nothing
-written into the working tree (Hypothesis' storage and Python's bytecode caches go to temporary folders)."""
+written into the working tree (Hypothesis' storage and Python's bytecode caches go to temporary folders)
+or left behind in the system's temporary folder."""
 
 import os
 import shutil
@@ -21,6 +22,13 @@ _PYCACHE = Path(tempfile.gettempdir()) / f"vla_ros-pycache-{os.getuid()}"
 os.environ.setdefault("PYTHONPYCACHEPREFIX", str(_PYCACHE))
 sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
 
+# Temporary files of this run and of the processes it starts (the launch runner's generated parameter
+# files, which `--print` keeps on purpose so the printed commands work) go to one folder removed at the end;
+# pytest's own tmp_path folders stay where pytest keeps them (its last three runs, for a look after a failure).
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+_TMP_DIR = tempfile.mkdtemp(prefix="vla_ros-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = _TMP_DIR
+
 # Hypothesis keeps an example database and a cache of constants under ./.hypothesis by default: send its
 # storage to a temporary folder (read when first used, so before any test runs) and keep no database.
 # Property tests are derandomized, so a run is reproducible and a failure shows its example in the report.
@@ -37,3 +45,4 @@ settings.load_profile("vla_ros")
 def pytest_sessionfinish(session, exitstatus):
     if _HYPOTHESIS_DIR:
         shutil.rmtree(_HYPOTHESIS_DIR, ignore_errors=True)
+    shutil.rmtree(_TMP_DIR, ignore_errors=True)
