@@ -17,7 +17,8 @@ from vla_ros.data.selection import BagSelection
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
-from vla_ros.training.data import AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, load_episodes, make_sequence, named_color, sample_sequence
+from vla_ros.training.data import (AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, gripper_events, load_episodes, make_sequence, named_color,
+                                  sample_sequence)
 from vla_ros.training.train import TrainConfig, WeightAverage, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
@@ -431,6 +432,35 @@ def test_phrasing_swap_gives_a_sequence_another_phrasing_of_its_own_colour(demos
     assert any(np.array_equal(own.text, ep.text) for ep in episodes)
 
 
+def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_shut(demos, monkeypatch):
+    import dataclasses
+
+    from vla_ros.training import data
+
+    config = cup_config()
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False)
+    events = [gripper_events(ep) for ep in episodes]
+    for ep, times in zip(episodes, events):
+        assert len(times) >= 1  # the expert shuts the gripper once (again after a failed lift)
+        gripper = lambda t: np.interp(t, ep.target_t_s, ep.target_positions[:, -1])  # noqa: E731
+        assert gripper(times[0] - 0.05) > 0.02 > gripper(times[0] + 0.05)  # open before, shut after: 0.04 -> 0
+        assert ep.target_t_s[0] < times[0] < ep.target_t_s[-1]
+    still = dataclasses.replace(episodes[0], target_positions=np.zeros_like(episodes[0].target_positions))
+    assert gripper_events(still).size == 0  # a joint that is never moved has no events
+    ends = []
+    real = data.make_sequence
+    monkeypatch.setattr(data, "make_sequence", lambda c, ep, t_end, *a, **k: (ends.append((ep.name, t_end)), real(c, ep, t_end, *a, **k))[1])
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        sample_sequence(config, episodes, 0.5, 0.3, 4, rng, events=events, focus_p=1.0)
+    names = {ep.name: times for ep, times in zip(episodes, events)}
+    assert all(np.min(np.abs(names[n] - t)) <= 0.5 + 1e-9 for n, t in ends)
+    ends.clear()
+    for _ in range(60):
+        sample_sequence(config, episodes, 0.5, 0.3, 4, rng, events=events, focus_p=0.0)
+    assert sum(np.min(np.abs(names[n] - t)) > 0.5 for n, t in ends) > 20  # without focus: anywhere in the episode
+
+
 def test_training_unseen_and_held_out_phrasings_are_three_disjoint_lists():
     from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
 
@@ -455,10 +485,14 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(task="mugs")
     with pytest.raises(ValueError, match="ema_decay"):
         TrainConfig(ema_decay=1.0)
+    with pytest.raises(ValueError, match="grasp_focus_p must be in"):
+        TrainConfig(grasp_focus_p=float("nan"))
     assert main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"]) == 2  # one line, no traceback
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--ema", "1.5"]) == 2
     assert "vla-ros train: ema_decay must be in [0, 1)" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--grasp-focus", "2"]) == 2
+    assert "vla-ros train: grasp_focus_p must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2
     assert "vla-ros train: max_frame_rate_hz=-5.0 must be >= 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "15", "--init", "models/vla_cups"]) == 2

@@ -250,16 +250,36 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
                           frame_aux=frame_aux)
 
 
+def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
+    """Times (s) at which the target track of ``joint`` (the gripper, last in the simulated arm's order)
+    crosses the middle of its range in the episode: where it is commanded shut or open. Empty when the
+    joint's targets move less than a millimetre (or a milliradian) in the episode."""
+    q = np.asarray(ep.target_positions, np.float64)[:, joint]
+    finite = np.isfinite(q)
+    t, q = np.asarray(ep.target_t_s, np.float64)[finite], q[finite]
+    if q.size < 2 or q.max() - q.min() < 1e-3:
+        return np.zeros(0)
+    above = q > 0.5 * (q.max() + q.min())
+    return t[1:][above[1:] != above[:-1]]
+
+
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
                     state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
-                    phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0):
+                    phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0,
+                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
     states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
     token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
-    phrasing of the same request: a random one naming the episode's colour."""
+    phrasing of the same request: a random one naming the episode's colour. With ``events`` (per episode,
+    e.g. ``gripper_events``), the end time is, with probability ``focus_p``, within ``focus_s`` of one of the
+    episode's events, so its chunks cover the moments before and after (the grasp)."""
     while True:
-        ep = episodes[int(rng.integers(len(episodes)))]
+        i = int(rng.integers(len(episodes)))
+        ep = episodes[i]
         t_end = float(rng.uniform(ep.t_s[0] + 0.05, ep.t_s[-1]))
+        if focus_p > 0 and events is not None and len(events[i]) and rng.random() < focus_p:
+            event = float(events[i][int(rng.integers(len(events[i])))])
+            t_end = float(np.clip(event + rng.uniform(-focus_s, focus_s), ep.t_s[0] + 0.05, ep.t_s[-1]))
         drop = bool(rng.random() < drop_states_p)
         text = None
         if phrasings and rng.random() < swap_p:

@@ -64,6 +64,9 @@ class TrainConfig:
         phrasing_swap_p: task "cups": share of training sequences whose instruction is replaced by another
             training phrasing naming the same colour (``sim.tasks.TRAIN_TEMPLATES``), so every layout is
             seen with many wordings of its request, not just the one its episode was recorded with.
+        grasp_focus_p: share of training sequences that end within half a second of a moment the last joint
+            (the gripper) is commanded shut or open (``training.data.gripper_events``), so more of the training
+            is spent on the grasp; 0 = sequences end anywhere with equal chance.
         ema_decay: 0 = off. Otherwise the saved model (and the validation loss) is an exponential moving
             average of the weights over the main loop's steps, with this decay per step (``WeightAverage``):
             with one sequence per step the last weights carry the last few sequences' noise.
@@ -93,6 +96,7 @@ class TrainConfig:
     vision_warmup_steps: int = 1000
     grasp_views: float = 0.0
     phrasing_swap_p: float = 0.0
+    grasp_focus_p: float = 0.0
     ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
@@ -104,8 +108,10 @@ class TrainConfig:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if not 0.0 <= self.grasp_views <= 1.0 or not 0.0 <= self.phrasing_swap_p <= 1.0:
-            raise ValueError(f"grasp_views ({self.grasp_views}) and phrasing_swap_p ({self.phrasing_swap_p}) must be in [0, 1]")
+        shares = {"grasp_views": self.grasp_views, "phrasing_swap_p": self.phrasing_swap_p, "grasp_focus_p": self.grasp_focus_p}
+        for name, value in shares.items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
         if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
@@ -210,7 +216,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
     from vla_ros.model.sequence import collate
     from vla_ros.tokens import Kind, TokenizerConfig
     from vla_ros.data.selection import BagSelection
-    from vla_ros.training.data import load_episodes, mean_image, normalisation_stats, sample_sequence
+    from vla_ros.training.data import gripper_events, load_episodes, mean_image, normalisation_stats, sample_sequence
 
     t_start = time.monotonic()
     if tc.threads:
@@ -272,6 +278,7 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
         poses = np.concatenate([np.stack([o.data[:n] for o in e.observations if o.kind == Kind.STATE]) for e in train_eps])
         views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress, grasp_share=tc.grasp_views)
         history["view_loss"] = []
+    events = [gripper_events(e) for e in train_eps] if tc.grasp_focus_p > 0 else None
     phrasings = None
     if cups and tc.phrasing_swap_p > 0:
         from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
@@ -294,7 +301,8 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
             group["lr"] = lr_at(step, tc)
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
-                                         phrasings, tc.phrasing_swap_p) for _ in range(tc.batch_sequences)]).to(dev)
+                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p)
+                         for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
         if views is not None:
             view_loss = model.view_loss(*view_batch(views, tc.view_batch, rng, dev))
@@ -467,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phrasing-swap", type=float, default=TrainConfig.phrasing_swap_p,
                         help="task cups: share of training sequences whose instruction is another training phrasing of "
                              f"the same request (default {TrainConfig.phrasing_swap_p})")
+    parser.add_argument("--grasp-focus", type=float, default=TrainConfig.grasp_focus_p, metavar="P",
+                        help="share of training sequences that end within 0.5 s of the last joint (the gripper) being "
+                             f"commanded shut or open (default {TrainConfig.grasp_focus_p})")
     parser.add_argument("--cameras", default=None,
                         help="camera streams a fresh model reads, comma-separated, main view first (default: camera); "
                              "e.g. camera,wrist_camera: the others are read from /<name>/image_raw")
@@ -526,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
             model_config = (model_config or task_model_config(args.task)).replace(relative_actions=True)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
-                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap,
+                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
                          ema_decay=args.ema)
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
