@@ -44,6 +44,7 @@ def test_config_json_has_the_keys_the_tokenizer_reads():
     (dict(action_std=(1.0,) * 6), ["action_std has 6 values, expected 7"]),
     (dict(state_std=(0.0,) * 14), ["state_std"]),
     (dict(relative_actions="yes"), ["relative_actions='yes'", "true or false"]),
+    (dict(action_loss="huber"), ["action_loss='huber'", "mse, l1"]),
 ])
 def test_config_errors_quote_the_values(changes, words):
     with pytest.raises(ValueError) as err:

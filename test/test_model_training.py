@@ -62,9 +62,8 @@ def test_chunk_targets_come_from_commands_when_the_bag_has_them():
         target_track(joints_t, joints, joints_t, joints, "actions")
 
 
-def test_overfits_a_handful_of_samples():
-    torch.manual_seed(0)
-    config = tiny_config()
+def handful_of_samples(config):
+    """Four synthetic sequences of different lengths, two random target chunks each, collated (padded)."""
     sequences = []
     for seed in range(4):
         rng = np.random.default_rng(seed)
@@ -73,7 +72,13 @@ def test_overfits_a_handful_of_samples():
         chunks = [ChunkSpec(states[i].key, rng.uniform(-1, 1, (config.chunk_length, 7)).astype(np.float32))
                   for i in (-1, -6)]
         sequences.append(build_sequence(config, stream, random_instruction(config, 3 + seed, seed).embeddings, chunks))
-    batch = collate(sequences)  # different lengths: padding is exercised
+    return collate(sequences)
+
+
+def test_overfits_a_handful_of_samples():
+    torch.manual_seed(0)
+    config = tiny_config()
+    batch = handful_of_samples(config)  # different lengths: padding is exercised
     assert not bool(batch.valid.all())
     model = VLATransformer(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -86,6 +91,26 @@ def test_overfits_a_handful_of_samples():
             break
     assert info["num_targets"] == 4 * 2 * config.chunk_length
     assert info["loss"] < 1e-3, f"could not overfit 8 chunks: loss {info['loss']:.4f} after {step + 1} steps"
+
+
+def test_the_action_loss_is_the_squared_or_the_absolute_error_of_the_same_predictions():
+    """ModelConfig.action_loss: the same weights on the same batch give the mean squared ("mse") or the mean
+    absolute ("l1") error of one set of normalised predictions over the valid targets; the reported "mae"
+    (in joint units) does not depend on the loss."""
+    torch.manual_seed(0)
+    config = tiny_config(action_std=(0.5,) * 7, action_mean=(0.1,) * 7)
+    batch = handful_of_samples(config)
+    mse = VLATransformer(config)
+    l1 = VLATransformer(config.replace(action_loss="l1"))
+    l1.load_state_dict(mse.state_dict())
+    with torch.no_grad():
+        err = (mse.head(mse.full_pass(batch).hidden) - mse.normalize_actions(batch.targets))[batch.target_valid]
+        (loss_mse, info_mse), (loss_l1, info_l1) = mse(batch), l1(batch)
+    assert err.numel() == 4 * 2 * config.chunk_length * 7
+    torch.testing.assert_close(loss_mse, err.pow(2).mean(), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(loss_l1, err.abs().mean(), rtol=1e-5, atol=1e-7)
+    assert float(loss_l1) != pytest.approx(float(loss_mse), rel=1e-3)
+    assert info_l1["mae"] == pytest.approx(info_mse["mae"], rel=1e-6)
 
 
 @pytest.fixture

@@ -497,9 +497,12 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     assert "vla-ros train: max_frame_rate_hz=-5.0 must be >= 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "15", "--init", "models/vla_cups"]) == 2
     assert "a fine-tune keeps the frame rate" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--data", "nowhere", "--out", "nowhere", "--task", "mugs"])
-    assert "invalid choice: 'mugs'" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--action-loss", "l1", "--init", "models/vla_cups"]) == 2
+    assert "a fine-tune keeps the loss" in capsys.readouterr().err
+    for option in (["--task", "mugs"], ["--action-loss", "huber"]):
+        with pytest.raises(SystemExit):
+            main(["--data", "nowhere", "--out", "nowhere", *option])
+        assert f"invalid choice: '{option[1]}'" in capsys.readouterr().err
 
 
 def test_views_and_the_view_loss_refuse_what_they_cannot_use():

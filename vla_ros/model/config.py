@@ -26,6 +26,9 @@ from vla_ros.chunks import COMMANDED_JOINTS
 DERIVED_KEYS = ("num_visual_tokens", "head_dim", "state_dim", "action_dim")
 
 
+ACTION_LOSSES = ("mse", "l1")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Architecture, time handling, inputs and chunk of the policy.
@@ -87,6 +90,9 @@ class ModelConfig:
             back when the chunk is decoded. Offsets span a fraction of the positions' range, so the same
             error in normalised units is a smaller error in radians; a state-relative model needs a joint
             state before its first chunk.
+        action_loss: the training loss on the action points, in normalised units: "mse" (mean squared
+            error) or "l1" (mean absolute error, as ACT trains its chunks: small errors keep their full
+            gradient where a square makes them vanish). Training only; recorded so a model says how it learned.
     """
 
     hidden_size: int = 128
@@ -126,6 +132,7 @@ class ModelConfig:
     aux_loss_weight: float = 1.0
     frame_aux_loss_weight: float = 0.0
     relative_actions: bool = False
+    action_loss: str = "mse"
 
     def __post_init__(self) -> None:
         for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names", "cameras"):
@@ -159,6 +166,8 @@ class ModelConfig:
                              f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0")
         if not isinstance(self.relative_actions, bool):
             raise ValueError(f"relative_actions={self.relative_actions!r} must be true or false")
+        if self.action_loss not in ACTION_LOSSES:
+            raise ValueError(f"action_loss={self.action_loss!r} must be one of {', '.join(ACTION_LOSSES)}")
         if self.frame_aux_loss_weight > 0 and self.aux_dim == 0:
             raise ValueError(f"frame_aux_loss_weight={self.frame_aux_loss_weight} needs aux_dim > 0 (the target)")
         if self.window_seconds <= 0:

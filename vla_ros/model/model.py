@@ -181,7 +181,8 @@ class VLATransformer(nn.Module):
                          cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch, batch.image_camera)
 
     def forward(self, batch: TokenBatch) -> tuple[torch.Tensor, dict]:
-        """Training loss on the action tokens only: MSE in normalised units over valid targets.
+        """Training loss on the action tokens only: MSE (or L1, ``config.action_loss``) in normalised
+        units over valid targets.
 
         Padding and tokens without a target are excluded from the mean (not just zero-weighted in
         the numerator), so the loss does not shrink as padding grows.
@@ -195,7 +196,7 @@ class VLATransformer(nn.Module):
             loss = pred.sum() * 0.0
             return loss, {"loss": 0.0, "num_targets": 0, "mae": 0.0}
         err = pred[sel] - target[sel]  # (n, J)
-        loss = err.pow(2).mean()
+        loss = err.abs().mean() if self.config.action_loss == "l1" else err.pow(2).mean()
         with torch.no_grad():
             mae = (out.actions[sel] - batch.targets[sel]).abs().mean()
         info = {"loss": float(loss.detach()), "num_targets": n, "mae": float(mae)}

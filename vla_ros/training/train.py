@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.model.config import ACTION_LOSSES
+
 EXAMPLE = """examples:
   vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600
   vla-ros train --data bags/ --out models/my_arm --joints j1,j2,j3,j4,j5,j6,gripper --camera-topic /wrist/image_raw \\
@@ -484,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-frame-rate", type=float, default=None,
                         help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with "
                              "two 30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz")
+    parser.add_argument("--action-loss", choices=ACTION_LOSSES, default=None,
+                        help="loss on the action points (ModelConfig.action_loss; default mse)")
     parser.add_argument("--relative-actions", action="store_true",
                         help="a fresh model's chunks are offsets from the newest measured joint positions, not positions "
                              "(ModelConfig.relative_actions; default: positions)")
@@ -535,6 +539,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.init:
                 raise ValueError("--relative-actions and --init: a fine-tune keeps the action frame of the model it starts from")
             model_config = (model_config or task_model_config(args.task)).replace(relative_actions=True)
+        if args.action_loss is not None:
+            if args.init:
+                raise ValueError("--action-loss and --init: a fine-tune keeps the loss of the model it starts from")
+            model_config = (model_config or task_model_config(args.task)).replace(action_loss=args.action_loss)
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
