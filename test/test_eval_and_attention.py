@@ -120,6 +120,12 @@ def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_m
 
 
 def test_instruction_files_must_hold_templates(tmp_path):
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
+
+    # the named lists: choosing between runs ("train") must never spend the held-out phrasings
+    assert load_templates("train") == TRAIN_TEMPLATES and load_templates("heldout") == HELDOUT_TEMPLATES
+    assert load_templates("unseen") == UNSEEN_TEMPLATES
+    assert not set(load_templates("train")) & set(HELDOUT_TEMPLATES)
     good = tmp_path / "good.txt"
     good.write_text("# held out\nfetch the {color} cup\n")
     assert load_templates(str(good)) == ("fetch the {color} cup",)

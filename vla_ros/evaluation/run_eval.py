@@ -24,18 +24,24 @@ import numpy as np
 from vla_ros.evaluation.tables import success_breakdown, verdict_shares
 
 EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
-           "          vla-ros eval --live --episodes 20 --seed 0 --json")
+           "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
+           "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json"
+           "   # choose between runs")
 
 
 def load_templates(path: str | None) -> tuple[str, ...]:
     """The phrasings to evaluate with: None or "heldout" (the default, never trained on), "unseen"
-    (in neither the training nor the held-out list), or a file of templates with {color}, one per line."""
-    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, UNSEEN_TEMPLATES
+    (in neither the training nor the held-out list), "train" (the training list: for choosing between
+    trained runs on seeds of their own, leaving the held-out phrasings to the final figure), or a file of
+    templates with {color}, one per line."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
 
     if not path or path == "heldout":
         return HELDOUT_TEMPLATES
     if path == "unseen":
         return UNSEEN_TEMPLATES
+    if path == "train":
+        return TRAIN_TEMPLATES
     lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
     bad = [line for line in lines if "{color}" not in line]
     if not lines or bad:
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
-    parser.add_argument("--instructions", default=None, help="heldout (default: phrasings held out from training), unseen (in neither list) or a file of templates with {color}, one per line")
+    parser.add_argument("--instructions", default=None, help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training list, to choose between runs) or a file of templates with {color}, one per line")
     parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
