@@ -1,7 +1,7 @@
 """``vla-ros <verb>``: one command for everything that is not a node (like ``ros2 <verb>``).
 
 Verbs: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the simulated demo),
-``demo-two-hosts`` (the demo split over two simulated computers), ``record``/``bag``/``collect``/``train``/``eval``
+``demo-two-hosts`` (the demo split over two simulated computers), ``record``/``bag``/``collect``/``train``/``eval``/``select``
 (data and training), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
 Each verb's ``--help`` ends with a runnable example.
 """
@@ -93,6 +93,12 @@ def _eval(argv: list[str]) -> int:
     return run_eval.main(argv)
 
 
+def _select(argv: list[str]) -> int:
+    from vla_ros.evaluation import select_run
+
+    return select_run.main(argv)
+
+
 def _attention(argv: list[str]) -> int:
     from vla_ros.evaluation import attention
 
@@ -120,6 +126,7 @@ VERBS = {
     "collect": (_collect, "expert demonstrations as MCAP: vla-ros collect --episodes 20 --out runs/demos"),
     "train": (_train, "train the policy: vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600"),
     "eval": (_eval, "closed-loop success rate in the sim: vla-ros eval --model models/vla_cups --episodes 50 --json"),
+    "select": (_select, "keep the best of several runs, on seeds of their own: vla-ros select --runs runs/s0 runs/s1 --out runs/vla_cups"),
     "attention": (_attention, "where the colour word looks: vla-ros attention --model models/vla_cups --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
     "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),

@@ -1,0 +1,82 @@
+"""`vla-ros select` keeps the run that succeeds in the closed loop, on selection seeds, and refuses what it
+cannot judge before any episode runs."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vla_ros.evaluation.select_run import main as select_main, rank_runs
+from vla_ros.model.io import load_model, save_model, sha256_file
+from vla_ros.model.model import VLATransformer
+
+SHIPPED = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory):
+    """A random-weight model of the shipped model's shape: it never lifts a cup."""
+    from vla_ros.model.io import load_config
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("select") / "untrained"
+    save_model(VLATransformer(load_config(SHIPPED)), folder)
+    return folder
+
+
+def test_runs_rank_by_success_then_unmodified_chunks_then_time():
+    def s(rate, unmodified, seconds):
+        return {"success_rate": rate, "filter_pass_unmodified_pct": unmodified, "mean_time_to_success_s": seconds}
+
+    assert rank_runs({"a": s(0.70, 99.0, 2.0), "b": s(0.80, 50.0, 9.0)}) == ["b", "a"]
+    assert rank_runs({"a": s(0.80, 90.0, 2.0), "b": s(0.80, 95.0, 9.0)}) == ["b", "a"]
+    assert rank_runs({"a": s(0.80, 95.0, 4.0), "b": s(0.80, 95.0, 3.0)}) == ["b", "a"]
+    # no success: no time; no chunks: no share; both rank after a run that has them, equal keys keep the order
+    assert rank_runs({"a": s(0.0, None, None), "b": s(0.0, 10.0, None), "c": s(0.0, None, None)}) == ["b", "a", "c"]
+
+
+def test_select_keeps_the_run_that_lifts_cups_and_reports_every_run(untrained, tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "chosen"
+    # the untrained run is given first: the choice is not the order
+    rc = select_main(["--runs", str(untrained), str(SHIPPED), "--out", str(out), "--episodes", "4", "--backend", "torch", "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["chosen"] == str(SHIPPED) and report["order"] == [str(SHIPPED), str(untrained)]
+    shipped, bare = report["runs"][str(SHIPPED)], report["runs"][str(untrained)]
+    assert shipped["success_rate"] > 0 and bare["success_rate"] == 0
+    assert report["seeds"] == [2_000_000, 2_000_003] and report["instructions"] == "train"
+    assert shipped["training"]["steps"] == json.loads((SHIPPED / "train_report.json").read_text())["steps"]
+    assert bare["training"] == {}  # no report: no training figures, not a crash
+    # the winner's files, byte for byte, and a loadable model; every run's episodes kept beside it
+    for name in ("config.json", "model.safetensors", "model.onnx"):
+        assert sha256_file(out / name) == sha256_file(SHIPPED / name)
+    load_model(out)
+    assert json.loads((out / "selection.json").read_text()) == report
+    episodes = {p.parent.name: json.loads(p.read_text())["episodes"] for p in (out / "selection").glob("*/results.json")}
+    assert sorted(episodes) == ["0-untrained", "1-vla_cups"]
+    assert [e["seed"] for e in episodes["1-vla_cups"]] == [2_000_000, 2_000_001, 2_000_002, 2_000_003]
+    assert sum(e["success"] for e in episodes["1-vla_cups"]) == round(4 * shipped["success_rate"])
+    assert not any(p.name.endswith(".selecting") for p in tmp_path.iterdir())
+
+
+def test_select_refuses_what_it_cannot_judge_before_running(untrained, tmp_path, capsys):
+    def refused(*argv) -> str:
+        with pytest.raises(SystemExit) as exc:
+            select_main([*argv, "--episodes", "1"])
+        assert exc.value.code == 2
+        return capsys.readouterr().err
+
+    assert "is one of the runs" in refused("--runs", str(untrained), "--out", str(untrained), "--backend", "torch")
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "todo.txt").write_text("keep me")
+    assert "holds something other than an earlier selection" in refused("--runs", str(untrained), "--out", str(foreign), "--backend", "torch")
+    assert (foreign / "todo.txt").read_text() == "keep me"
+    assert "model folder not found" in refused("--runs", str(untrained), str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--backend", "torch")
+    # the default backend is the node's (ONNX): a folder without its export is refused with the command that makes it
+    assert "vla-ros export-onnx" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"))
+    assert "names a folder twice" in refused("--runs", str(untrained), str(untrained), "--out", str(tmp_path / "o"))
+    assert "template containing {color}" in refused("--runs", str(SHIPPED), "--out", str(tmp_path / "o"), "--instructions", str(foreign / "todo.txt"))
+    assert not (tmp_path / "o").exists()

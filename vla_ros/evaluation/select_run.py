@@ -1,0 +1,155 @@
+"""``vla-ros select``: keep the best of several trained runs, judged in the closed loop on seeds of their own.
+
+Runs of one recipe that differ only in their training seed land far apart in closed-loop success (0.585 to
+0.845 on the cup task), and their validation losses do not say which is which: they ordered two runs
+backwards. Closed-loop success on 100 selection episodes (seeds 2,000,000 on, the training phrasings) came
+within 0.04 of the 200 held-out episodes' figure for five models, so this verb evaluates every run there,
+copies the winner's files into ``--out`` and writes ``selection.json`` with every run's figures. The
+held-out seeds and phrasings stay untouched for the final figure (``vla-ros eval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+EXAMPLE = ("example: vla-ros select --runs runs/seed0 runs/seed1 --out runs/vla_cups --episodes 100 --workers 2 --json\n"
+           "         vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --json   # the held-out figure")
+SELECTION_FILE = "selection.json"
+HELDOUT_OFFSETS = 1_000_000  # `vla-ros eval --seed` offsets below this are the held-out figure's seeds
+
+
+def rank_key(summary: dict) -> tuple:
+    """Order of preference: success, then chunks the filter left unmodified, then the sooner success. A
+    missing figure ranks last; equal keys keep the order the runs were given in (sorting is stable)."""
+    unmodified = summary.get("filter_pass_unmodified_pct")
+    seconds = summary.get("mean_time_to_success_s")
+    return (-summary["success_rate"], -(unmodified if unmodified is not None else -1.0),
+            seconds if seconds is not None else float("inf"))
+
+
+def rank_runs(summaries: dict[str, dict]) -> list[str]:
+    """Run names, best first."""
+    return sorted(summaries, key=lambda name: rank_key(summaries[name]))
+
+
+def check_out_folder(out: Path, runs: list[Path]) -> str | None:
+    """Why ``out`` may not receive the winner (None when it may): never one of the runs, and never a
+    folder with other content than an earlier selection, which would be mixed with or replace it."""
+    if any(out.resolve() == run.resolve() for run in runs):
+        return f"--out {out} is one of the runs; give a new folder"
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SELECTION_FILE).is_file())):
+        return f"--out {out} exists and holds something other than an earlier selection; give a new folder or remove it"
+    return None
+
+
+def check_run(run: Path, backend: str) -> str | None:
+    """Why ``run`` cannot be evaluated (None when it can), before any episode starts."""
+    from vla_ros.model.io import check_onnx, load_model
+
+    try:
+        load_model(run)
+        if backend == "onnx":
+            check_onnx(run)
+    except (FileNotFoundError, ValueError) as exc:
+        return f"{run}: {exc}"
+    return None
+
+
+def training_figures(run: Path) -> dict:
+    """What the run's own report says, beside its closed-loop figures (the loss is not the criterion)."""
+    try:
+        report = json.loads((run / "train_report.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    keys = ("steps", "steps_planned", "stopped_by_time_limit", "final_val_loss", "duration_min")
+    return {k: report[k] for k in keys if k in report}
+
+
+def install(winner: Path, out: Path) -> list[str]:
+    """Replace ``out``'s model files with the winner's top-level files; returns the names copied."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    names = []
+    for f in sorted(winner.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, out / f.name)
+            names.append(f.name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-ros select", description=__doc__.splitlines()[0], epilog=EXAMPLE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", required=True, help="trained model folders to choose between")
+    parser.add_argument("--out", required=True, help="folder that receives the winner's files and selection.json")
+    parser.add_argument("--episodes", type=int, default=100, help="selection episodes per run (default 100)")
+    parser.add_argument("--seed", type=int, default=HELDOUT_OFFSETS,
+                        help=f"offset into the evaluation seeds (default {HELDOUT_OFFSETS:,}: none of the held-out figure's)")
+    parser.add_argument("--instructions", default="train", help="phrasings, as for vla-ros eval (default train: the "
+                        "held-out ones stay for the final figure)")
+    parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"))
+    parser.add_argument("--max-episode-s", type=float, default=15.0)
+    parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(argv)
+    if args.episodes < 1 or args.workers < 1:
+        parser.error("--episodes and --workers must be at least 1")
+    runs = [Path(r) for r in args.runs]
+    if len({r.resolve() for r in runs}) != len(runs):
+        parser.error("--runs names a folder twice")
+    out = Path(args.out)
+    reason = check_out_folder(out, runs)
+    for run in runs:
+        reason = reason or check_run(run, args.backend)
+    if reason:
+        parser.error(reason)
+    from vla_ros.evaluation.closed_loop import EvalConfig
+    from vla_ros.evaluation.run_eval import evaluate, load_templates
+
+    try:
+        templates = load_templates(args.instructions)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--instructions: {exc}")
+    if args.seed < HELDOUT_OFFSETS:
+        print(f"warning: --seed {args.seed} selects on the held-out figure's seeds (offsets below {HELDOUT_OFFSETS:,}); "
+              f"that figure will then flatter the winner", file=sys.stderr)
+
+    summaries, staging = {}, out.parent / f".{out.name}.selecting"
+    shutil.rmtree(staging, ignore_errors=True)
+    for i, run in enumerate(runs):
+        if not args.json:
+            print(f"[{i + 1}/{len(runs)}] {run}")
+        summaries[str(run)] = evaluate(str(run), args.episodes, args.seed, templates, args.backend, "cpu", 0,
+                                       staging / f"{i}-{run.name}", progress=not args.json,
+                                       config=EvalConfig(max_episode_s=args.max_episode_s), workers=args.workers)
+    order = rank_runs(summaries)
+    winner = Path(order[0])
+    copied = install(winner, out)
+    staging.rename(out / "selection")  # every run's per-episode results, beside the winner
+    keys = ("success_rate", "success_by_color", "filter_pass_unmodified_pct", "filter_rejected_pct",
+            "mean_time_to_success_s", "wrong_cup", "wall_s")
+    report = {
+        "chosen": str(winner),
+        "order": order,
+        "runs": {name: {**{k: summaries[name].get(k) for k in keys}, "training": training_figures(Path(name))}
+                 for name in order},
+        "episodes": args.episodes, "seeds": summaries[order[0]]["seeds"], "instructions": args.instructions,
+        "backend": args.backend, "files": copied, "out": str(out),
+    }
+    (out / SELECTION_FILE).write_text(json.dumps(report, indent=1))
+    if not args.json:
+        for name in order:
+            r = report["runs"][name]
+            print(f"  {'chosen' if name == order[0] else '      '} {name}: success {r['success_rate']}, "
+                  f"unmodified {r['filter_pass_unmodified_pct']} %, val loss {r['training'].get('final_val_loss')}")
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
