@@ -90,7 +90,7 @@ bench: setup
 # widely in closed-loop success and their validation loss does not tell which is better, so `vla-ros select`
 # keeps the one that succeeds more often on 100 selection episodes of their own; the held-out evaluation comes
 # last. About 43 min on an idle 2-core CPU.
-MODEL_RECIPE = --data runs/demos --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 --lr 5e-4 \
+MODEL_RECIPE = --data runs/demos --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 --lr 1e-3 \
   --minutes 37 --threads 1
 model: setup
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 0 --out runs/demos/a & pid=$$!; \

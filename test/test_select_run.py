@@ -114,6 +114,6 @@ def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
             VERBS[verb][0](shlex.split(rest))
         parsed.setdefault(verb, []).append(vars(got.value.args[0]))
     assert sorted(parsed) == ["collect", "eval", "select", "train"] and len(parsed["train"]) == 2
-    assert sorted(t["seed"] for t in parsed["train"]) == [0, 1] and {t["lr"] for t in parsed["train"]} == {5e-4}
+    assert sorted(t["seed"] for t in parsed["train"]) == [0, 1] and {t["lr"] for t in parsed["train"]} == {1e-3}
     assert {t["out"] for t in parsed["train"]} == set(parsed["select"][0]["runs"])
     assert parsed["eval"][0]["model"] == parsed["select"][0]["out"] and parsed["eval"][0]["seed"] == 0

@@ -3,7 +3,7 @@
 Runs of one recipe that differ only in their training seed land far apart in closed-loop success (0.585 to
 0.845 on the cup task), and their validation losses do not say which is which: they ordered two runs
 backwards. Closed-loop success on 100 selection episodes (seeds 2,000,000 on, the training phrasings)
-follows the 200 held-out episodes' figure (correlation 0.79 over seven models), so this verb evaluates
+follows the 200 held-out episodes' figure (correlation 0.75 over nine models), so this verb evaluates
 every run there, copies the winner's files into ``--out`` and writes ``selection.json`` with every run's
 figures. The held-out seeds and phrasings stay untouched for the final figure (``vla-ros eval``): with 100
 episodes a selection figure is itself +-0.04 and flatters the winner.
