@@ -79,7 +79,17 @@ def test_select_refuses_what_it_cannot_judge_before_running(untrained, tmp_path,
     assert "vla-ros export-onnx" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"))
     assert "names a folder twice" in refused("--runs", str(untrained), str(untrained), "--out", str(tmp_path / "o"))
     assert "template containing {color}" in refused("--runs", str(SHIPPED), "--out", str(tmp_path / "o"), "--instructions", str(foreign / "todo.txt"))
+    assert "--episodes and --workers must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--workers", "0")
     assert not (tmp_path / "o").exists()
+
+
+def test_selecting_on_the_held_out_seeds_is_warned_about(untrained, tmp_path, capsys):
+    argv = ["--runs", str(untrained), "--episodes", "1", "--max-episode-s", "0.5", "--backend", "torch", "--json"]
+    assert select_main([*argv, "--out", str(tmp_path / "a"), "--seed", "0"]) == 0
+    assert "selects on the held-out figure's seeds" in capsys.readouterr().err
+    assert select_main([*argv, "--out", str(tmp_path / "b")]) == 0  # the default seeds: no warning
+    assert "held-out" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "a" / "selection.json").read_text())["seeds"] == [1_000_000, 1_000_000]
 
 
 def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
