@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from vla_ros.evaluation.attention import cup_patches, run as attention_run
-from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
+from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig, grasp_offset
 from vla_ros.evaluation.run_eval import evaluate, load_templates, main as eval_main
+from vla_ros.evaluation.tables import grasp_summary
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
@@ -38,6 +39,59 @@ def test_closed_loop_is_deterministic_per_seed_and_counts_what_the_filter_did(ti
     assert a.min_target_distance_m == b.min_target_distance_m and a.initial_target_distance_m == b.initial_target_distance_m
     assert a.initial_target_distance_m != c.initial_target_distance_m  # another seed, another layout
     assert not a.success
+
+
+def test_grasp_offsets_split_along_and_across_the_reach():
+    cup = np.array([0.3, 0.4, 0.045])  # the reach points along (0.6, 0.8)
+    along = grasp_offset(1.0, cup + [0.6 * 0.02, 0.8 * 0.02, 0.01], cup)
+    assert along["along_reach_m"] == pytest.approx(0.02) and along["across_reach_m"] == pytest.approx(0.0, abs=1e-4)
+    across = grasp_offset(1.0, cup + [-0.8 * 0.03, 0.6 * 0.03, 0.0], cup)  # to the left seen from the base
+    assert across["across_reach_m"] == pytest.approx(0.03) and across["along_reach_m"] == pytest.approx(0.0, abs=1e-4)
+    assert (across["x_m"], across["y_m"]) == (pytest.approx(-0.024), pytest.approx(0.018))
+    rows = [{"success": True, "closes": [{"along_reach_m": 0.01, "across_reach_m": -0.002}]},
+            {"success": False, "closes": [{"along_reach_m": -0.04, "across_reach_m": 0.01}, {"along_reach_m": 0.0, "across_reach_m": 0.0}]},
+            {"success": False, "closes": []}]
+    summary = grasp_summary(rows)
+    assert summary["closes_per_episode"] == 1.0
+    assert summary["first_close_offset"] == {"along_reach_cm": 2.5, "across_reach_cm": 0.6, "episodes": 2}
+    assert summary["first_close_offset_failed"] == {"along_reach_cm": 4.0, "across_reach_cm": 1.0, "episodes": 1}
+    assert grasp_summary([{"success": True, "closes": []}])["first_close_offset"] is None
+
+
+def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
+    """The expert drives through the evaluation's hook: its one grasp is recorded where it shut, on the cup."""
+    from vla_ros.sim.expert import PickExpert
+
+    class ExpertDrives:
+        def start(self, sim, instruction, color):
+            self.sim, self.color, self.expert, self.shut_at = sim, color, PickExpert(), None
+
+        def joint_state(self, stamp): ...
+
+        def frame(self, rgb, stamp, camera): ...
+
+        def status(self): ...
+
+        def execute(self, q_policy):
+            sim = self.sim
+            q = self.expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
+            if self.shut_at is None and q[-1] < 0.02:
+                self.shut_at = (sim.time_s, sim.tcp_position() - sim.cup_positions()[self.color])
+            return q, False
+
+    torch.set_num_threads(1)
+    loop = ClosedLoop(tiny_model, config=EvalConfig(max_episode_s=8.0))
+    hook = ExpertDrives()
+    try:
+        result = loop.run_episode(1_000_002, "pick up the green cup", "green", hook=hook)
+    finally:
+        loop.close()
+    assert result.success and len(result.closes) == 1, result.closes
+    close, (t, d) = result.closes[0], hook.shut_at
+    assert close["t_s"] == pytest.approx(t, abs=1e-6)
+    assert (close["x_m"], close["y_m"]) == (pytest.approx(d[0], abs=1e-4), pytest.approx(d[1], abs=1e-4))
+    assert np.hypot(close["along_reach_m"], close["across_reach_m"]) == pytest.approx(np.hypot(d[0], d[1]), abs=2e-4)
+    assert np.hypot(d[0], d[1]) < 0.015  # the expert closes within its 1.2 cm tolerance
 
 
 def test_the_evaluation_ticks_as_the_node_is_configured(tiny_model, tmp_path):
@@ -73,7 +127,7 @@ def test_the_evaluation_ticks_as_the_node_is_configured(tiny_model, tmp_path):
 
 def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
-    for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes"):
+    for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes", "grasps"):
         assert key in summary
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
     saved = json.loads((tmp_path / "results.json").read_text())

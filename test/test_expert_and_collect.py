@@ -7,7 +7,7 @@ import pytest
 
 from vla_ros.data.dataset import Topics, make_stream, replay, samples
 from vla_ros.sim import ArmSim
-from vla_ros.sim.expert import PickExpert
+from vla_ros.sim.expert import ExpertConfig, PickExpert
 from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, TRAIN_TEMPLATES, episode_task
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 from vla_ros.tools import collect
@@ -20,10 +20,12 @@ def sim():
     s.close()
 
 
-def run_expert(sim, seed, color, push=None, seconds=8.0):
+def run_expert(sim, seed, color, push=None, seconds=8.0, config=None, on_close=None):
     sim.reset(seed, arm_noise_rad=0.15)
-    expert = PickExpert()
+    expert = PickExpert(config)
     while sim.time_s < seconds:
+        if on_close is not None and expert.phase == "close":
+            on_close(sim)
         if sim.is_joint_state_step():
             q = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
             if push is not None:
@@ -41,6 +43,46 @@ def test_expert_lifts_the_named_cup_and_not_another(sim, seed):
     lifted, expert = run_expert(sim, seed, color)
     assert lifted == color, (seed, color, lifted, expert.phase)
     assert sim.robot_table_contacts() == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4])
+def test_a_rolled_grasp_closes_its_fingers_along_the_reach_and_still_lifts_the_cup(sim, seed):
+    """``wrist_roll_rad`` pi/2 (``vla-ros collect --grasp-roll``): the fingers close along the line from the
+    base to the tool, roughly the fixed camera's line of sight, instead of across it; the pick still works."""
+    color = ("red", "green", "blue")[seed % 3]
+    for roll, expected_cos in ((0.0, 0.0), (np.pi / 2, 1.0)):
+        closing = []
+
+        def finger_axis(s):
+            left, right = s.data.body("left_finger_link").xpos, s.data.body("right_finger_link").xpos
+            reach = s.tcp_position()[:2] / np.linalg.norm(s.tcp_position()[:2])
+            closing.append(abs(float(np.dot((left - right)[:2] / np.linalg.norm((left - right)[:2]), reach))))
+
+        lifted, expert = run_expert(sim, seed, color, config=ExpertConfig(wrist_roll_rad=roll), on_close=finger_axis)
+        assert lifted == color, (seed, roll, lifted, expert.phase)
+        assert closing and np.allclose(closing, expected_cos, atol=0.02), (roll, min(closing), max(closing))
+    with pytest.raises(ValueError, match="wrist_roll_rad"):
+        ExpertConfig(wrist_roll_rad=float("nan"))
+    with pytest.raises(ValueError, match="wrist_roll_rad"):
+        ExpertConfig(wrist_roll_rad=3.5)
+
+
+def test_grasp_tolerance_aims_off_the_cup_along_or_across_the_reach(sim, capsys):
+    """``python -m vla_ros.evaluation.grasp_tolerance``: the offsets are split as the evaluation splits a
+    close; on the cup the expert lifts it, 5 cm off along the reach (beyond a cup's radius) it cannot."""
+    from vla_ros.evaluation.closed_loop import grasp_offset
+    from vla_ros.evaluation import grasp_tolerance as gt
+
+    cup = np.array([0.42, -0.17, 0.045])
+    for axis in gt.AXES:
+        d = grasp_offset(0.0, cup + gt.offset_vector(cup, axis, 0.02), cup)
+        assert d[f"{axis}_m"] == pytest.approx(0.02, abs=1e-4)
+        other = "across_reach_m" if axis == "along_reach" else "along_reach_m"
+        assert d[other] == pytest.approx(0.0, abs=1e-4)
+    assert gt.lifts(sim, 1, np.pi / 2, "along_reach", 0.0)
+    assert not gt.lifts(sim, 1, np.pi / 2, "along_reach", 0.05)
+    assert gt.main(["--roll", "4", "--seeds", "1"]) == 2 and gt.main(["--seeds", "0"]) == 2
+    assert "--roll" in capsys.readouterr().err
 
 
 def test_expert_commands_stay_inside_the_robots_velocity_and_acceleration_limits(sim):
@@ -114,6 +156,12 @@ def test_collect_records_episodes_the_dataset_reader_turns_into_samples(tmp_path
 
 def test_collect_refuses_to_reach_into_the_evaluation_seeds(tmp_path):
     assert collect.main(["--episodes", "5", "--seed-start", str(EVAL_SEED_START - 2), "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("roll", ["3.2", "nan", "-inf"])
+def test_collect_refuses_a_grasp_roll_outside_the_wrists_range(tmp_path, capsys, roll):
+    assert collect.main(["--episodes", "1", f"--grasp-roll={roll}", "--out", str(tmp_path / "d")]) == 2
+    assert "--grasp-roll" in capsys.readouterr().err and not (tmp_path / "d").exists()
 
 
 def test_policy_rollouts_with_expert_takeovers_carry_targets_only_where_the_expert_drove(tmp_path):

@@ -70,9 +70,25 @@ class EpisodeResult:
     min_target_distance_m: float
     initial_target_distance_m: float
     findings: dict = dataclasses.field(default_factory=dict)  # the filter's finding codes on this episode's chunks
+    # every grasp the arm was commanded into (the gripper command falling through half open): simulated time
+    # and where the tool centre point was against the named cup's axis, along the arm's reach (from the base
+    # out) and across it, metres
+    closes: list = dataclasses.field(default_factory=list)
     frames: list | None = None  # camera frames (RGB) when recording
     commanded: list | None = None
     measured: list | None = None
+
+
+def grasp_offset(t_s: float, tcp_m, cup_m) -> dict:
+    """Where a grasp closes against the cup: the tool centre point minus the cup's axis, split along the
+    arm's reach (the horizontal line from the base through the cup) and across it, and in world x, y."""
+    tcp, cup = np.asarray(tcp_m, float), np.asarray(cup_m, float)
+    d = tcp[:2] - cup[:2]
+    norm = float(np.linalg.norm(cup[:2]))
+    reach = cup[:2] / norm if norm > 1e-9 else np.array([1.0, 0.0])
+    return {"t_s": round(float(t_s), 3), "along_reach_m": round(float(d @ reach), 4),
+            "across_reach_m": round(float(reach[0] * d[1] - reach[1] * d[0]), 4),
+            "x_m": round(float(d[0]), 4), "y_m": round(float(d[1]), 4)}
 
 
 class ClosedLoop:
@@ -87,6 +103,7 @@ class ClosedLoop:
         from vla_ros.policy import PolicySession
         from vla_ros.safety import SafetyFilter, load_robot
         from vla_ros.sim import ArmSim, SimConfig
+        from vla_ros.sim.scene import FINGER_JOINT
 
         self.config = config or EvalConfig()
         share = Path(share_dir) if share_dir else find_package_share("vla_ros")
@@ -120,6 +137,9 @@ class ClosedLoop:
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
+        self._gripper = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
+        self._half_open = None if self._gripper is None else 0.5 * (
+            self.sim.limits.lower[self._gripper] + self.sim.limits.upper[self._gripper])
 
     def close(self) -> None:
         self.sim.close()
@@ -159,6 +179,7 @@ class ClosedLoop:
         min_d = initial_d
         frames, commanded, measured = ([], [], []) if record else (None, None, None)
         last_state = None
+        closes, gripper_was_open = [], True
         while sim.time_s < cfg.max_episode_s:
             now = sim.time_ns
             js, camera_frames = sensor_messages(sim, session.cameras)
@@ -201,6 +222,11 @@ class ClosedLoop:
                         controller = self._executor_cls(self.controller_config)
                         controller.set_measured(q_all[ctrl_from_sim], now, now)
                 if q_cmd is not None:
+                    if self._gripper is not None:
+                        is_open = q_cmd[self._gripper] >= self._half_open
+                        if gripper_was_open and not is_open:
+                            closes.append(grasp_offset(sim.time_s, sim.tcp_position(), sim.cup_positions()[color]))
+                        gripper_was_open = is_open
                     sim.command_positions(None, q_cmd)
                     if record:
                         commanded.append((sim.time_s, np.asarray(q_cmd).copy()))
@@ -220,6 +246,6 @@ class ClosedLoop:
         return EpisodeResult(
             seed=seed, color=color, instruction=instruction, success=success_t is not None,
             time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,
-            min_target_distance_m=min_d, initial_target_distance_m=initial_d, findings=dict(findings),
+            min_target_distance_m=min_d, initial_target_distance_m=initial_d, findings=dict(findings), closes=closes,
             frames=frames, commanded=commanded, measured=measured,
         )

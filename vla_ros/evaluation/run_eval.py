@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vla_ros.evaluation.tables import success_breakdown, verdict_shares
+from vla_ros.evaluation.tables import grasp_summary, success_breakdown, verdict_shares
 
 EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
            "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
@@ -125,6 +125,7 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in results if r.lifted not in (None, r.color)),
         "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
+        "grasps": grasp_summary([r.__dict__ for r in results]),
         "episodes": len(results),
         "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
         "model": str(model), "backend": backend, "mode": "in_process", "workers": max(1, workers),

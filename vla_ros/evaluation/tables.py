@@ -33,3 +33,20 @@ def verdict_shares(verdicts: dict) -> dict:
     total = sum(verdicts.values())
     pct = (lambda n: round(100.0 * n / total, 2)) if total else (lambda n: None)
     return {"filter_pass_unmodified_pct": pct(verdicts.get("pass", 0)), "filter_rejected_pct": pct(verdicts.get("rejected", 0))}
+
+
+def grasp_summary(rows: list[dict]) -> dict:
+    """Where the grasps close, from rows with ``success`` and ``closes`` (``closed_loop.grasp_offset``
+    dicts): closes per episode, and the median distance of each episode's first close from the named cup's
+    axis, along the arm's reach and across it, for all episodes with a close and for the failed ones (cm)."""
+    def medians(sel):
+        first = [r["closes"][0] for r in sel if r["closes"]]
+        if not first:
+            return None
+        return {"along_reach_cm": round(100 * float(np.median([abs(c["along_reach_m"]) for c in first])), 2),
+                "across_reach_cm": round(100 * float(np.median([abs(c["across_reach_m"]) for c in first])), 2),
+                "episodes": len(first)}
+
+    return {"closes_per_episode": round(float(np.mean([len(r["closes"]) for r in rows])), 2) if rows else None,
+            "first_close_offset": medians(rows),
+            "first_close_offset_failed": medians([r for r in rows if not r["success"]])}

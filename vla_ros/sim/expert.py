@@ -45,6 +45,10 @@ class ExpertConfig:
         velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
             limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
             for a learned policy's small errors before the filter has to intervene.
+        wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan. At 0 the
+            fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
+            x, the fixed camera's line of sight), where a flat finger pad tolerates an off-centre cup
+            better (a pad is 2 cm wide, the opening 8 cm).
     """
 
     speed_m_s: float = 0.30
@@ -55,10 +59,13 @@ class ExpertConfig:
     z_tolerance_m: float = 0.012
     velocity_fraction: float = 0.8
     acceleration_fraction: float = 0.5
+    wrist_roll_rad: float = 0.0
 
     def __post_init__(self) -> None:
+        if not abs(self.wrist_roll_rad) <= 2.9:  # the URDF's wrist-roll range; NaN fails too
+            raise ValueError(f"wrist_roll_rad must be within [-2.9, 2.9], got {self.wrist_roll_rad}")
         for f in dataclasses.fields(self):
-            if getattr(self, f.name) <= 0:
+            if f.name != "wrist_roll_rad" and getattr(self, f.name) <= 0:
                 raise ValueError(f"{f.name} must be > 0, got {getattr(self, f.name)}")
 
 
@@ -184,7 +191,7 @@ class PickExpert:
         else:
             target = self._advance(tcp_m, goal, speed, dt_s)
         try:
-            arm = top_down_ik(target)
+            arm = top_down_ik(target, c.wrist_roll_rad)
         except UnreachableError:
             arm = np.asarray(q_meas, float)[:6]  # hold the arm where it is
         if self.limiter.q is None:

@@ -47,6 +47,7 @@ class CollectConfig:
         near_miss_probability: share of episodes that start with a near miss (``NearMiss``): an unlabelled
             approach to a point beside the cup, then the expert takes over, labelled, from there.
         near_miss_m: (min, max) distance of the missed point from the cup's centre.
+        grasp_roll_rad: the expert's wrist roll (``ExpertConfig.wrist_roll_rad``): how its fingers face the cup.
     """
 
     max_episode_s: float = 12.0
@@ -57,6 +58,7 @@ class CollectConfig:
     freeze_probability: float = 0.6
     near_miss_probability: float = 0.0
     near_miss_m: tuple[float, float] = (0.02, 0.05)
+    grasp_roll_rad: float = 0.0
     image_width: int = 320
     image_height: int = 240
 
@@ -96,7 +98,7 @@ class NearMiss:
     """
 
     def __init__(self, seed: int, config: CollectConfig) -> None:
-        from vla_ros.sim.expert import PickExpert
+        from vla_ros.sim.expert import ExpertConfig, PickExpert
         from vla_ros.sim.scripted import GRASP_TCP_Z_M
 
         rng = np.random.default_rng([seed, 17])
@@ -106,7 +108,7 @@ class NearMiss:
         # take over on the way down (fingers still above the cup) or, in a third, after shutting on nothing
         self.shut_s = float(rng.uniform(0.2, 0.9)) if rng.random() < 1 / 3 else None
         self.takeover_z_m = GRASP_TCP_Z_M + float(rng.uniform(0.005, 0.08))
-        self.decoy = PickExpert()
+        self.decoy = PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad))
         self.cup_start_m: np.ndarray | None = None
         self.shutting_since_s: float | None = None
 
@@ -189,7 +191,7 @@ class EpisodeRecorder:
 def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templates=None) -> dict:
     """Run one expert episode on ``sim`` and write it to ``out_path``; returns its summary."""
     from vla_ros.ros.time import time_msg_from_ns
-    from vla_ros.sim.expert import PickExpert
+    from vla_ros.sim.expert import ExpertConfig, PickExpert
     from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
 
     color, instruction = episode_task(seed, templates or TRAIN_TEMPLATES)
@@ -203,7 +205,7 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     held: np.ndarray | None = None
     last = previous = np.asarray(sim.command_joint_positions(), float)
     dt_s = 1.0 / sim.config.joint_state_rate_hz
-    expert = PickExpert()
+    expert = PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad))
     rec = EpisodeRecorder(sim, rng)
     rec.instruction(instruction)
     lifted_at = None
@@ -252,13 +254,14 @@ class TakeoverConfig:
     Args:
         policy_s / expert_s: (min, max) length of the alternating segments, drawn per segment; the policy
             drives first.
-        max_episode_s / hold_after_lift_s: as in CollectConfig.
+        max_episode_s / hold_after_lift_s / grasp_roll_rad: as in CollectConfig.
     """
 
     policy_s: tuple[float, float] = (0.6, 2.0)
     expert_s: tuple[float, float] = (1.0, 2.0)
     max_episode_s: float = 12.0
     hold_after_lift_s: float = 1.0
+    grasp_roll_rad: float = 0.0
 
 
 class ExpertTakeover:
@@ -276,10 +279,10 @@ class ExpertTakeover:
         self.expert_segments = 0
 
     def start(self, sim, instruction: str, color: str) -> None:
-        from vla_ros.sim.expert import PickExpert
+        from vla_ros.sim.expert import ExpertConfig, PickExpert
 
         self.sim, self.color = sim, color
-        self.expert = PickExpert()
+        self.expert = PickExpert(ExpertConfig(wrist_roll_rad=self.config.grasp_roll_rad))
         self.rec = EpisodeRecorder(sim, self.rng)
         self.rec.instruction(instruction)
         self.expert_driving = False
@@ -351,9 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--near-miss", type=float, default=0.0, metavar="P",
                         help="share of expert episodes that start with an unlabelled near miss beside the cup (default 0)")
     parser.add_argument("--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)")
+    parser.add_argument("--grasp-roll", type=float, default=0.0, metavar="RAD",
+                        help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
+                             "reach, 1.5708 along it (default 0)")
     args = parser.parse_args(argv)
     if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
         print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
+        return 2
+    if not abs(args.grasp_roll) <= 2.9:
+        print(f"--grasp-roll must be within [-2.9, 2.9] rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
         return 2
     from tqdm import tqdm
 
@@ -370,12 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy:
         from vla_ros.model.io import resolve_model_dir
 
-        summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out)
+        summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
+                                     TakeoverConfig(grasp_roll_rad=args.grasp_roll))
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig(near_miss_probability=args.near_miss)
+    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll)
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
