@@ -19,7 +19,8 @@ from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
 from vla_ros.training.data import (AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, gripper_events, load_episodes, make_sequence, named_color,
                                   sample_sequence)
-from vla_ros.training.train import TrainConfig, WeightAverage, lr_at, main, param_groups, task_model_config, train, view_batch, vision_warmup
+from vla_ros.training.train import (TrainConfig, WeightAverage, lr_at, main, param_groups, subnormals_flushed, task_model_config, train,
+                                   view_batch, vision_warmup)
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
 
@@ -251,7 +252,27 @@ def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
         report = train(demos, tmp_path / run, tc, model_config=cup_config(), device="cpu", progress=False)
         assert report["steps"] == 6 and report["vision_warmup_steps"] == 4
         files.append((tmp_path / run / "model.safetensors").read_bytes())
+        assert subnormal_product() != 0.0  # training flushed subnormals only while it ran
     assert files[0] == files[1]  # the bytes, header included: the same weights_sha256 in config.json
+
+
+def subnormal_product() -> float:
+    return float((torch.tensor([1e-30]) * 1e-10)[0])  # 1e-40: subnormal in float32
+
+
+def test_subnormals_are_flushed_while_training_runs_and_restored_after():
+    """Flushing is thread state: left on, it broke Hypothesis in the same process ("we can't represent
+    subnormal floats right now")."""
+    assert subnormal_product() == pytest.approx(1e-40, rel=1e-2)
+    with subnormals_flushed():
+        assert subnormal_product() == 0.0
+        with subnormals_flushed():  # nested: the inner one leaves it as it found it, on
+            pass
+        assert subnormal_product() == 0.0
+    assert subnormal_product() == pytest.approx(1e-40, rel=1e-2)
+    with pytest.raises(RuntimeError), subnormals_flushed():
+        raise RuntimeError("a failed run restores it too")
+    assert subnormal_product() != 0.0
 
 
 def test_with_a_weight_average_the_average_is_saved_and_training_itself_is_unchanged(demos, tmp_path):
