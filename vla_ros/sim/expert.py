@@ -47,8 +47,8 @@ class ExpertConfig:
             for a learned policy's small errors before the filter has to intervene.
         wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan. At 0 the
             fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
-            x, the fixed camera's line of sight), where a flat finger pad tolerates an off-centre cup
-            better (a pad is 2 cm wide, the opening 8 cm).
+            x, the fixed camera's line of sight). Policies trained on pi/2 grasps did worse on the cup
+            task (docs/training.md, "Fingers closing along the reach").
     """
 
     speed_m_s: float = 0.30
