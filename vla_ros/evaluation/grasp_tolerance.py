@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="training layouts per offset (default 10)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or not abs(args.roll) <= 2.9:
-        print(f"--seeds must be >= 1 and --roll within [-2.9, 2.9] rad, got {args.seeds} and {args.roll}", file=sys.stderr)
+    from vla_ros.sim.expert import WRIST_ROLL_LIMIT_RAD
+
+    if args.seeds < 1 or not abs(args.roll) <= WRIST_ROLL_LIMIT_RAD:
+        print(f"--seeds must be >= 1 and --roll within +-{WRIST_ROLL_LIMIT_RAD} rad, got {args.seeds} and {args.roll}", file=sys.stderr)
         return 2
     result = sweep(args.roll, args.seeds, progress=not args.json)
     if not args.json:

@@ -34,6 +34,9 @@ from vla_ros.sim.scripted import (
 )
 
 
+WRIST_ROLL_LIMIT_RAD = 2.9  # the bundled URDF's wrist_roll_joint range, +-
+
+
 @dataclasses.dataclass(frozen=True)
 class ExpertConfig:
     """Args:
@@ -62,8 +65,8 @@ class ExpertConfig:
     wrist_roll_rad: float = 0.0
 
     def __post_init__(self) -> None:
-        if not abs(self.wrist_roll_rad) <= 2.9:  # the URDF's wrist-roll range; NaN fails too
-            raise ValueError(f"wrist_roll_rad must be within [-2.9, 2.9], got {self.wrist_roll_rad}")
+        if not abs(self.wrist_roll_rad) <= WRIST_ROLL_LIMIT_RAD:  # NaN fails too
+            raise ValueError(f"wrist_roll_rad must be within +-{WRIST_ROLL_LIMIT_RAD}, got {self.wrist_roll_rad}")
         for f in dataclasses.fields(self):
             if f.name != "wrist_roll_rad" and getattr(self, f.name) <= 0:
                 raise ValueError(f"{f.name} must be > 0, got {getattr(self, f.name)}")

@@ -361,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
         print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
         return 2
-    if not abs(args.grasp_roll) <= 2.9:
-        print(f"--grasp-roll must be within [-2.9, 2.9] rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
+    from vla_ros.sim.expert import WRIST_ROLL_LIMIT_RAD
+
+    if not abs(args.grasp_roll) <= WRIST_ROLL_LIMIT_RAD:
+        print(f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
         return 2
     from tqdm import tqdm
 
