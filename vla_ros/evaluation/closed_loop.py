@@ -79,15 +79,22 @@ class EpisodeResult:
     measured: list | None = None
 
 
+def reach_axes(cup_m) -> tuple[np.ndarray, np.ndarray]:
+    """Unit xy vectors along the arm's reach (the horizontal line from the base out through the cup) and
+    across it (to the left seen from the base); +x and +y for a cup straight above the base."""
+    xy = np.asarray(cup_m, float)[:2]
+    norm = float(np.linalg.norm(xy))
+    along = xy / norm if norm > 1e-9 else np.array([1.0, 0.0])
+    return along, np.array([-along[1], along[0]])
+
+
 def grasp_offset(t_s: float, tcp_m, cup_m) -> dict:
     """Where a grasp closes against the cup: the tool centre point minus the cup's axis, split along the
-    arm's reach (the horizontal line from the base through the cup) and across it, and in world x, y."""
-    tcp, cup = np.asarray(tcp_m, float), np.asarray(cup_m, float)
-    d = tcp[:2] - cup[:2]
-    norm = float(np.linalg.norm(cup[:2]))
-    reach = cup[:2] / norm if norm > 1e-9 else np.array([1.0, 0.0])
-    return {"t_s": round(float(t_s), 3), "along_reach_m": round(float(d @ reach), 4),
-            "across_reach_m": round(float(reach[0] * d[1] - reach[1] * d[0]), 4),
+    arm's reach and across it (``reach_axes``), and in world x, y."""
+    d = np.asarray(tcp_m, float)[:2] - np.asarray(cup_m, float)[:2]
+    along, across = reach_axes(cup_m)
+    return {"t_s": round(float(t_s), 3), "along_reach_m": round(float(d @ along), 4),
+            "across_reach_m": round(float(d @ across), 4),
             "x_m": round(float(d[0]), 4), "y_m": round(float(d[1]), 4)}
 
 

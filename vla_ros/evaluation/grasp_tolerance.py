@@ -4,8 +4,7 @@ The learned policy's failed grasps close 2-4 cm from the named cup, mostly along
 fixed camera looks along it and sees depth worst), while its successes close up to about 2 cm off. This
 tool separates the gripper's geometry from the policy: the privileged expert (``sim.expert.PickExpert``)
 aims a fixed offset away from the cup's axis, along the reach or across it, until it has shut the
-fingers, then lifts as usual; a trial counts when the cup is lifted within ``--seconds`` of simulated
-time. Run it for each ``--roll`` (the expert's ``wrist_roll_rad``: 0 closes the fingers across the reach,
+fingers, then lifts as usual; a trial counts when the cup is lifted within 3.5 s of simulated time. Run it for each ``--roll`` (the expert's ``wrist_roll_rad``: 0 closes the fingers across the reach,
 pi/2 along it)::
 
     .venv/bin/python -m vla_ros.evaluation.grasp_tolerance --roll 0 --seeds 10 --json
@@ -25,11 +24,12 @@ AXES = ("along_reach", "across_reach")
 
 
 def offset_vector(cup_m: np.ndarray, axis: str, offset_m: float) -> np.ndarray:
-    """(3,) world offset of ``offset_m`` along the arm's reach through ``cup_m`` (from the base out) or across
-    it (to the left seen from the base), as ``closed_loop.grasp_offset`` splits a close."""
-    reach = np.asarray(cup_m[:2], float) / np.linalg.norm(cup_m[:2])
-    direction = reach if axis == "along_reach" else np.array([-reach[1], reach[0]])
-    return np.append(direction * offset_m, 0.0)
+    """(3,) world offset of ``offset_m`` along the arm's reach through ``cup_m`` or across it, on the axes
+    ``closed_loop.grasp_offset`` splits a close on."""
+    from vla_ros.evaluation.closed_loop import reach_axes
+
+    along, across = reach_axes(cup_m)
+    return np.append((along if axis == "along_reach" else across) * offset_m, 0.0)
 
 
 def lifts(sim, seed: int, roll_rad: float, axis: str, offset_m: float, seconds: float = 3.5) -> bool:
