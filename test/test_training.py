@@ -18,7 +18,7 @@ from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
 from vla_ros.sim.tasks import episode_task
 from vla_ros.training.data import (AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, gripper_events, load_episodes, make_sequence, named_color,
-                                  sample_sequence)
+                                  sample_sequence, shift_images)
 from vla_ros.training.train import (TrainConfig, WeightAverage, lr_at, main, param_groups, subnormals_flushed, task_model_config, train,
                                    view_batch, vision_warmup)
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
@@ -256,6 +256,29 @@ def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
     assert files[0] == files[1]  # the bytes, header included: the same weights_sha256 in config.json
 
 
+def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_path):
+    """--checkpoints writes the model after the given steps as folders `vla-ros select` can load; the run
+    trains the same weights as one without them (the export's randomness is set aside), and the last
+    checkpoint is the saved model."""
+    from vla_ros.model.io import check_onnx, load_model
+
+    base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
+    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
+    report = train(demos, tmp_path / "ck", TrainConfig(**base, checkpoint_steps=(3, 6)), model_config=cup_config(), device="cpu",
+                   progress=False)
+    assert plain["checkpoints"] == [] and report["checkpoints"] == [str(tmp_path / "ck" / "checkpoints" / f"step_0000{n}") for n in (3, 6)]
+    weights = lambda folder: (folder / "model.safetensors").read_bytes()  # noqa: E731
+    assert weights(tmp_path / "ck") == weights(tmp_path / "plain")
+    step3, step6 = (tmp_path / "ck" / "checkpoints" / f"step_0000{n}" for n in (3, 6))
+    assert weights(step6) == weights(tmp_path / "ck") and weights(step3) != weights(step6)
+    for folder, n in ((step3, 3), (step6, 6)):
+        load_model(folder)
+        check_onnx(folder)  # the ONNX export is of these weights
+        ck = json.loads((folder / "train_report.json").read_text())
+        assert ck["checkpoint"] and ck["steps"] == n and ck["steps_planned"] == 6 and np.isfinite(ck["final_val_loss"])
+    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(report["final_val_loss"])
+
+
 def subnormal_product() -> float:
     return float((torch.tensor([1e-30]) * 1e-10)[0])  # 1e-40: subnormal in float32
 
@@ -482,6 +505,29 @@ def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_
     assert sum(np.min(np.abs(names[n] - t)) > 0.5 for n, t in ends) > 20  # without focus: anywhere in the episode
 
 
+def test_image_shift_moves_every_frame_of_a_sequence_by_one_offset(demos):
+    """--image-shift: a sequence's frames move together by a whole-pixel offset within the limit, the border
+    filled from the edge; everything else in the sequence is what the same draw gives unshifted."""
+    config = cup_config()
+    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    episodes, _ = load_episodes(demos, tokenizer, config.max_lateness_s, cup_tracks=True)
+    frames = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    moved = shift_images(frames, 1, -2)  # one row down, two columns left
+    assert np.array_equal(moved[:, :, 1:, :3], frames[:, :, :3, 2:])
+    assert np.array_equal(moved[:, :, 0, :3], frames[:, :, 0, 2:]) and np.array_equal(moved[:, :, :, 4], moved[:, :, :, 3])
+    assert shift_images(frames, 0, 0) is frames
+    offsets = set()
+    for seed in range(12):
+        plain = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed))
+        shifted = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed), shift_px=2)
+        assert np.array_equal(plain.targets, shifted.targets, equal_nan=True) and np.array_equal(plain.stamp_ns, shifted.stamp_ns)
+        match = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                 if np.array_equal(shift_images(plain.images, dy, dx), shifted.images)]
+        assert len(match) == 1, match  # one offset for every frame of the sequence, within +-2
+        offsets.add(match[0])
+    assert len(offsets) > 3  # the offset is drawn, not fixed
+
+
 def test_training_unseen_and_held_out_phrasings_are_three_disjoint_lists():
     from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
 
@@ -508,6 +554,16 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(ema_decay=1.0)
     with pytest.raises(ValueError, match="grasp_focus_p must be in"):
         TrainConfig(grasp_focus_p=float("nan"))
+    with pytest.raises(ValueError, match="image_shift_px must be in"):
+        TrainConfig(image_shift_px=-1)
+    with pytest.raises(ValueError, match="checkpoint_steps must be distinct steps"):
+        TrainConfig(steps=10, checkpoint_steps=(5, 11))
+    with pytest.raises(ValueError, match="checkpoint_steps must be distinct steps"):
+        TrainConfig(steps=10, checkpoint_steps=(5, 5))
+    assert main(["--data", "nowhere", "--out", "nowhere", "--checkpoints", "100,x"]) == 2
+    assert "vla-ros train: --checkpoints takes comma-separated step numbers, got '100,x'" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--steps", "100", "--checkpoints", "0,100"]) == 2
+    assert "checkpoint_steps must be distinct steps in [1, steps=100], got [0, 100]" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--minutes", "-1"]) == 2  # one line, no traceback
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--ema", "1.5"]) == 2

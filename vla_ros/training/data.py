@@ -266,13 +266,15 @@ def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
                     state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
                     phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0,
-                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5):
+                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5, shift_px: int = 0):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
     states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
     token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
     phrasing of the same request: a random one naming the episode's colour. With ``events`` (per episode,
     e.g. ``gripper_events``), the end time is, with probability ``focus_p``, within ``focus_s`` of one of the
-    episode's events, so its chunks cover the moments before and after (the grasp)."""
+    episode's events, so its chunks cover the moments before and after (the grasp). With ``shift_px``, every
+    frame of the sequence is moved by one random whole-pixel offset of up to that many pixels each way
+    (``shift_images``)."""
     while True:
         i = int(rng.integers(len(episodes)))
         ep = episodes[i]
@@ -286,5 +288,21 @@ def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_
             pool = phrasings.get(named_color(ep.instruction) or "", [])
             text = pool[int(rng.integers(len(pool)))] if pool else None
         seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop, text)
+        if seq is not None and shift_px > 0:
+            dy, dx = (int(d) for d in rng.integers(-shift_px, shift_px + 1, size=2))
+            seq = dataclasses.replace(seq, images=shift_images(seq.images, dy, dx))
         if seq is not None:
             return seq
+
+
+def shift_images(images: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    """(F, C, H, W) frames moved ``dy`` rows down and ``dx`` columns right, the uncovered border filled with
+    the nearest edge pixel (random-shift augmentation, as in DrQ and robomimic). One offset for a whole
+    sequence is a camera a little off its calibration: where the cup lies relative to the gripper in the
+    picture stays true, its absolute pixel position does not."""
+    if dy == 0 and dx == 0:
+        return images
+    _, _, h, w = images.shape
+    padded = np.pad(images, ((0, 0), (0, 0), (abs(dy),) * 2, (abs(dx),) * 2), mode="edge")
+    top, left = abs(dy) - dy, abs(dx) - dx
+    return np.ascontiguousarray(padded[:, :, top:top + h, left:left + w])

@@ -73,6 +73,12 @@ class TrainConfig:
         ema_decay: 0 = off. Otherwise the saved model (and the validation loss) is an exponential moving
             average of the weights over the main loop's steps, with this decay per step (``WeightAverage``):
             with one sequence per step the last weights carry the last few sequences' noise.
+        image_shift_px: random-shift augmentation: each training sequence's frames move by one random offset of
+            up to this many pixels each way (``training.data.shift_images``); 0 = off. Validation is unshifted.
+        checkpoint_steps: steps after which the model (the average when there is one) is also written to
+            ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
+            choose among. Writing them changes nothing in the run: the saved copy is exported with the random
+            state set aside.
     """
 
     steps: int = 3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
@@ -101,6 +107,8 @@ class TrainConfig:
     phrasing_swap_p: float = 0.0
     grasp_focus_p: float = 0.0
     ema_decay: float = 0.0
+    image_shift_px: int = 0
+    checkpoint_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.warmup_steps < 0:
@@ -117,6 +125,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
+        if not 0 <= self.image_shift_px <= 8:
+            raise ValueError(f"image_shift_px must be in [0, 8] pixels, got {self.image_shift_px}")
+        bad = [s for s in self.checkpoint_steps if not 0 < s <= self.steps]
+        if bad or len(set(self.checkpoint_steps)) != len(self.checkpoint_steps):
+            raise ValueError(f"checkpoint_steps must be distinct steps in [1, steps={self.steps}], got {list(self.checkpoint_steps)}")
         if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
             raise ValueError(f"views ({self.views}) and vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0, "
                              f"view_batch ({self.view_batch}) >= 1")
@@ -324,13 +337,14 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     average = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
+    checkpoints = []
     model.train()
     while step < tc.steps and not deadline.passed():
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc)
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
-                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p)
+                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p, shift_px=tc.image_shift_px)
                          for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch)
         if views is not None:
@@ -360,6 +374,11 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
             bar.set_postfix(loss=f"{smooth:.4f}", val=f"{v:.4f}")
         elif step % 10 == 0:
             bar.set_postfix(loss=f"{smooth:.4f}")
+        if step in tc.checkpoint_steps:
+            net = average.module if average is not None else model
+            checkpoints.append(Path(out) / CHECKPOINTS_DIR / f"step_{step:05d}")
+            save_checkpoint(net, checkpoints[-1], step, tc, validate(net, record=False) if val_batches else float("nan"),
+                            (time.monotonic() - t_start) / 60.0)
     bar.close()
     t_end, cpu_end = time.monotonic(), time.process_time()
     warmup_steps_run = len(history.get("warmup_view_loss", []))
@@ -394,6 +413,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         "best_val_loss": best_val if best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
         "parameters": model.num_parameters(), "git_commit": git_commit(), "torch": torch.__version__,
+        "checkpoints": [str(c) for c in checkpoints],
     }
     metadata = {"training": json.dumps({k: report[k] for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")}),
                 "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
@@ -401,6 +421,29 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
     plot_losses(history, out / "loss.png")
     return report
+
+
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float) -> None:
+    """Write a copy of ``net`` as a complete model folder (weights, ONNX) with a report of its step.
+
+    The export runs on a CPU copy under a forked random state, so a run with checkpoints trains exactly as
+    one without them."""
+    import copy
+
+    import torch
+
+    from vla_ros.model.io import save_model
+
+    with torch.random.fork_rng(devices=[]):
+        snapshot = copy.deepcopy(net).cpu().eval()
+        save_model(snapshot, folder, metadata={"checkpoint_step": str(step), "seed": str(tc.seed), "git_commit": git_commit()}, onnx=True)
+    report = {"checkpoint": True, "steps": step, "steps_planned": tc.steps, "stopped_by_time_limit": False,
+              "final_val_loss": val_loss, "duration_min": round(minutes, 2), "train_config": dataclasses.asdict(tc)}
+    (folder / "train_report.json").write_text(json.dumps(report, indent=1))
+    log.info("checkpoint at step %d: %s (validation loss %.4f)", step, folder, val_loss)
 
 
 def view_batch(views, n: int, rng: np.random.Generator, dev):
@@ -480,6 +523,13 @@ def _names(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(n for n in text.replace(",", " ").split() if n)
 
 
+def _steps(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(f"--checkpoints takes comma-separated step numbers, got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vla-ros train", description=__doc__.splitlines()[0], epilog=EXAMPLE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -521,6 +571,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ema", type=float, default=TrainConfig.ema_decay, metavar="DECAY",
                         help="save an exponential moving average of the weights with this decay per step, e.g. 0.998 "
                              f"(default {TrainConfig.ema_decay}: off, the last weights)")
+    parser.add_argument("--image-shift", type=int, default=TrainConfig.image_shift_px, metavar="PX",
+                        help="shift each training sequence's frames by a random offset of up to PX pixels each way "
+                             f"(augmentation; default {TrainConfig.image_shift_px}: off)")
+    parser.add_argument("--checkpoints", default="", metavar="STEPS",
+                        help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
+                             "e.g. 3600,4200,4800 (candidates for `vla-ros select`)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
@@ -573,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
-                         ema_decay=args.ema)
+                         ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints))
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
