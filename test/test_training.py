@@ -260,7 +260,7 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     """--checkpoints writes the model after the given steps as folders `vla-ros select` can load; the run
     trains the same weights as one without them (the export's randomness is set aside), and the last
     checkpoint is the saved model."""
-    from vla_ros.model.io import check_onnx, load_model
+    from vla_ros.model.io import check_onnx, load_model, read_config_json
 
     base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
     plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
@@ -274,6 +274,7 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     for folder, n in ((step3, 3), (step6, 6)):
         load_model(folder)
         check_onnx(folder)  # the ONNX export is of these weights
+        assert read_config_json(folder)["metadata"]["data_sha256"] == read_config_json(tmp_path / "ck")["metadata"]["data_sha256"]
         ck = json.loads((folder / "train_report.json").read_text())
         assert ck["checkpoint"] and ck["steps"] == n and ck["steps_planned"] == 6 and np.isfinite(ck["final_val_loss"])
     assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(report["final_val_loss"])

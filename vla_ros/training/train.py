@@ -338,6 +338,8 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
     step, best_val, smooth = 0, float("inf"), None
     checkpoints = []
+    # What every saved folder records of where it came from (checkpoints and the final model alike).
+    provenance = {"data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": git_commit()}
     model.train()
     while step < tc.steps and not deadline.passed():
         for group in opt.param_groups:
@@ -378,7 +380,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
             net = average.module if average is not None else model
             checkpoints.append(Path(out) / CHECKPOINTS_DIR / f"step_{step:05d}")
             save_checkpoint(net, checkpoints[-1], step, tc, validate(net, record=False) if val_batches else float("nan"),
-                            (time.monotonic() - t_start) / 60.0)
+                            (time.monotonic() - t_start) / 60.0, provenance)
     bar.close()
     t_end, cpu_end = time.monotonic(), time.process_time()
     warmup_steps_run = len(history.get("warmup_view_loss", []))
@@ -412,11 +414,11 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
         "best_val_loss": best_val if best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
-        "parameters": model.num_parameters(), "git_commit": git_commit(), "torch": torch.__version__,
+        "parameters": model.num_parameters(), "git_commit": provenance["git_commit"], "torch": torch.__version__,
         "checkpoints": [str(c) for c in checkpoints],
     }
     metadata = {"training": json.dumps({k: report[k] for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")}),
-                "data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": report["git_commit"]}
+                **provenance}
     save_model(saved.cpu(), out, metadata=metadata, onnx=True)
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
     plot_losses(history, out / "loss.png")
@@ -426,7 +428,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
 CHECKPOINTS_DIR = "checkpoints"
 
 
-def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float) -> None:
+def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float, provenance: dict) -> None:
     """Write a copy of ``net`` as a complete model folder (weights, ONNX) with a report of its step.
 
     The export runs on a CPU copy under a forked random state, so a run with checkpoints trains exactly as
@@ -439,7 +441,7 @@ def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: flo
 
     with torch.random.fork_rng(devices=[]):
         snapshot = copy.deepcopy(net).cpu().eval()
-        save_model(snapshot, folder, metadata={"checkpoint_step": str(step), "seed": str(tc.seed), "git_commit": git_commit()}, onnx=True)
+        save_model(snapshot, folder, metadata={**provenance, "checkpoint_step": str(step)}, onnx=True)
     report = {"checkpoint": True, "steps": step, "steps_planned": tc.steps, "stopped_by_time_limit": False,
               "final_val_loss": val_loss, "duration_min": round(minutes, 2), "train_config": dataclasses.asdict(tc)}
     (folder / "train_report.json").write_text(json.dumps(report, indent=1))
