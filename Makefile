@@ -85,20 +85,22 @@ bench: setup
 
 # Train the cup policy as the README measures it: 360 expert episodes (two collectors, one per core), then two
 # runs of the same recipe side by side (one core each, training seeds 0 and 1; 1,000 steps on rendered views,
-# then 3,600 steps by step count: about 35 min, repeatable), each stopped at 37 min if the machine is busier
+# then 3,600 steps by step count: about 25-35 min, repeatable), each stopped at 37 min if the machine is busier
 # (its report then says how far it got; seed 1 writes to runs/vla_cups_seed1.log). Runs of one recipe differ
-# widely in closed-loop success and their validation loss does not tell which is better, so `vla-ros select`
-# keeps the one that succeeds more often on 100 selection episodes of their own; the held-out evaluation comes
-# last. About 43 min on an idle 2-core CPU.
+# widely in closed-loop success, so does one run from checkpoint to checkpoint late in its schedule, and the
+# validation loss does not say which weights are better: each run also saves its weights at steps 3,000 and
+# 3,300, and `vla-ros select` judges the six candidates on selection episodes of their own (all on 50, the best
+# two on 100) and keeps the best; the held-out evaluation comes last. About 37 min on an idle 2-core CPU.
 MODEL_RECIPE = --data runs/demos --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 --lr 1e-3 \
-  --minutes 37 --threads 1
+  --checkpoints 3000,3300 --minutes 37 --threads 1
 model: setup
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 0 --out runs/demos/a & pid=$$!; \
 	$(VENV)/bin/vla-ros collect --episodes 180 --seed-start 180 --out runs/demos/b && wait $$pid
 	mkdir -p runs; $(VENV)/bin/vla-ros train $(MODEL_RECIPE) --seed 1 --out runs/vla_cups_seed1 > runs/vla_cups_seed1.log 2>&1 & pid=$$!; \
 	$(VENV)/bin/vla-ros train $(MODEL_RECIPE) --seed 0 --out runs/vla_cups_seed0 || { kill $$pid; exit 1; }; \
 	wait $$pid || { echo "training seed 1 failed: runs/vla_cups_seed1.log"; exit 1; }
-	$(VENV)/bin/vla-ros select --runs runs/vla_cups_seed0 runs/vla_cups_seed1 --out runs/vla_cups --episodes 100 --workers 2
+	$(VENV)/bin/vla-ros select --runs runs/vla_cups_seed0 runs/vla_cups_seed1 --checkpoints --out runs/vla_cups \
+	  --episodes 100 --screen-episodes 50 --finalists 2 --workers 2
 	$(VENV)/bin/vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --workers 2 --json
 
 params: setup

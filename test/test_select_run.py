@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vla_ros.evaluation.select_run import main as select_main, rank_runs
-from vla_ros.model.io import load_model, save_model, sha256_file
+from vla_ros.evaluation.select_run import candidates, main as select_main, rank_runs
+from vla_ros.model.io import load_config, load_model, save_model, sha256_file
 from vla_ros.model.model import VLATransformer
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
@@ -17,8 +17,6 @@ SHIPPED = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
 @pytest.fixture(scope="module")
 def untrained(tmp_path_factory):
     """A random-weight model of the shipped model's shape: it never lifts a cup."""
-    from vla_ros.model.io import load_config
-
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("select") / "untrained"
     save_model(VLATransformer(load_config(SHIPPED)), folder)
@@ -79,7 +77,11 @@ def test_select_refuses_what_it_cannot_judge_before_running(untrained, tmp_path,
     assert "vla-ros export-onnx" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"))
     assert "names a folder twice" in refused("--runs", str(untrained), str(untrained), "--out", str(tmp_path / "o"))
     assert "template containing {color}" in refused("--runs", str(SHIPPED), "--out", str(tmp_path / "o"), "--instructions", str(foreign / "todo.txt"))
-    assert "--episodes and --workers must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--workers", "0")
+    assert "--episodes, --workers and --finalists must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--workers", "0")
+    assert "--episodes, --workers and --finalists must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--finalists", "0")
+    # screening all of the episodes leaves none for the finalists; a negative count is no count
+    for screen in ("1", "-1"):
+        assert "--screen-episodes must be in [0, --episodes) = [0, 1)" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--screen-episodes", screen)
     assert not (tmp_path / "o").exists()
 
 
@@ -107,6 +109,7 @@ def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
         pytest.skip("make is not installed")
     repo = Path(__file__).resolve().parents[1]
     recipe = subprocess.run(["make", "-n", "-o", "setup", "model"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    recipe = recipe.replace("\\\n", " ")  # one command continued over lines is one command
 
     class Parsed(Exception):
         pass
@@ -126,4 +129,67 @@ def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
     assert sorted(parsed) == ["collect", "eval", "select", "train"] and len(parsed["train"]) == 2
     assert sorted(t["seed"] for t in parsed["train"]) == [0, 1] and {t["lr"] for t in parsed["train"]} == {1e-3}
     assert {t["out"] for t in parsed["train"]} == set(parsed["select"][0]["runs"])
+    # the runs' checkpoints are candidates too, screened on half of the selection episodes
+    assert all(t["checkpoints"] for t in parsed["train"]) and parsed["select"][0]["checkpoints"]
+    assert 0 < parsed["select"][0]["screen_episodes"] < parsed["select"][0]["episodes"]
     assert parsed["eval"][0]["model"] == parsed["select"][0]["out"] and parsed["eval"][0]["seed"] == 0
+
+
+def run_with_checkpoints(root: Path, final: Path, checkpoints: dict[int, Path]) -> Path:
+    """A run folder laid out as `vla-ros train --checkpoints` writes it: ``final``'s files at the top and each
+    model of ``checkpoints`` under checkpoints/step_<n>/ (plus a folder that is not a checkpoint)."""
+    import shutil
+
+    run = root / "run"
+    shutil.copytree(final, run)
+    for step, model in checkpoints.items():
+        shutil.copytree(model, run / "checkpoints" / f"step_{step}")
+        (run / "checkpoints" / f"step_{step}" / "train_report.json").write_text(json.dumps({"checkpoint": True, "steps": step}))
+    (run / "checkpoints" / "step_notes").mkdir()
+    return run
+
+
+def test_checkpoints_are_candidates_after_the_runs_and_repeated_weights_only_once(untrained, tmp_path):
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    save_model(VLATransformer(load_config(SHIPPED)), other)
+    # step 30 holds the run's own final weights (a checkpoint at the last step): listed once, as the run
+    run = run_with_checkpoints(tmp_path, untrained, {10: other, 20: SHIPPED, 30: untrained})
+    ck = run / "checkpoints"
+    assert candidates([run], with_checkpoints=False) == [run]
+    assert candidates([run], with_checkpoints=True) == [run, ck / "step_20", ck / "step_10"]
+    # a checkpoint with the weights of another run given before it is that run: not judged twice
+    assert candidates([SHIPPED, run], with_checkpoints=True) == [SHIPPED, run, ck / "step_10"]
+
+
+def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episode(untrained, tmp_path, capsys):
+    torch.set_num_threads(1)
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    save_model(VLATransformer(load_config(SHIPPED)), other)
+    run = run_with_checkpoints(tmp_path, other, {5: SHIPPED})  # the good weights are a checkpoint
+    checkpoint = run / "checkpoints" / "step_5"
+    out = tmp_path / "chosen"
+    rc = select_main(["--runs", str(untrained), str(run), "--checkpoints", "--episodes", "4", "--screen-episodes", "2",
+                      "--finalists", "2", "--out", str(out), "--backend", "torch", "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["chosen"] == str(checkpoint) and report["screen_episodes"] == 2 and report["finalists"] == 2
+    assert set(report["order"]) == {str(untrained), str(run), str(checkpoint)}
+    figures = report["runs"]
+    # two finalists over all four episodes, the screened-out one over the first two, listed last
+    assert [figures[name]["episodes"] for name in report["order"]] == [4, 4, 2]
+    assert [figures[name]["screened_out"] for name in report["order"]] == [False, False, True]
+    assert figures[str(checkpoint)]["training"] == {"checkpoint": True, "steps": 5}
+    for name in ("config.json", "model.safetensors", "model.onnx"):
+        assert sha256_file(out / name) == sha256_file(SHIPPED / name)
+    # each finalist's episodes are one record over seeds 2,000,000-3, its figure computed over all of them
+    kept = {p.parent.name: json.loads(p.read_text()) for p in (out / "selection").glob("*/results.json")}
+    assert sorted(kept) == ["0-untrained", "1-run", "2-run-step_5"]
+    episodes = kept["2-run-step_5"]["episodes"]
+    assert [e["seed"] for e in episodes] == [2_000_000, 2_000_001, 2_000_002, 2_000_003]
+    assert figures[str(checkpoint)]["success_rate"] == kept["2-run-step_5"]["summary"]["success_rate"] == \
+        round(sum(e["success"] for e in episodes) / 4, 3)
+    (screened,) = [name for name in report["order"] if figures[name]["screened_out"]]
+    assert len(kept[{str(untrained): "0-untrained", str(run): "1-run"}[screened]]["episodes"]) == 2
+    assert not list((out / "selection").glob("*.rest")) and not any(p.name.endswith(".selecting") for p in tmp_path.iterdir())

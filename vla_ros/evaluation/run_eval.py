@@ -16,12 +16,11 @@ import datetime
 import json
 import os
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from vla_ros.evaluation.tables import grasp_summary, success_breakdown, verdict_shares
+from vla_ros.evaluation.tables import outcome_summary
 
 EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
            "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
@@ -110,24 +109,8 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
                 done(r)
     bar.close()
     results.sort(key=lambda r: r.seed)
-    breakdown = success_breakdown([r.__dict__ for r in results])
-    times = [r.time_to_success_s for r in results if r.success]
-    interventions = sum(v for r in results for k, v in r.verdicts.items() if k != "pass")
-    verdicts = dict(sum((Counter(r.verdicts) for r in results), Counter()))
     summary = {
-        "success_rate": round(float(np.mean([r.success for r in results])), 3),
-        "success_by_color": breakdown["success_by_color"],
-        "mean_time_to_success_s": round(float(np.mean(times)), 3) if times else None,
-        "safety_interventions": int(interventions),
-        "safety_verdicts": verdicts,
-        **verdict_shares(verdicts),
-        "safety_findings": dict(sorted(sum((Counter(r.findings) for r in results), Counter()).items())),
-        "success_by_phrasing": breakdown["success_by_phrasing"],
-        "wrong_cup": sum(1 for r in results if r.lifted not in (None, r.color)),
-        "mean_distance_reduction": round(float(np.mean([1 - r.min_target_distance_m / r.initial_target_distance_m for r in results])), 3),
-        "grasps": grasp_summary([r.__dict__ for r in results]),
-        "episodes": len(results),
-        "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
+        **outcome_summary([r.__dict__ for r in results]),
         "model": str(model), "backend": backend, "mode": "in_process", "workers": max(1, workers),
         "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
         "wall_s": round(time.time() - t0, 1),

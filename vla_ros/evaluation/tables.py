@@ -3,6 +3,8 @@ what the safety filter did to the policy's chunks, in shares. Plain functions ov
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 COLORS = ("red", "green", "blue")
@@ -50,3 +52,30 @@ def grasp_summary(rows: list[dict]) -> dict:
     return {"closes_per_episode": round(float(np.mean([len(r["closes"]) for r in rows])), 2) if rows else None,
             "first_close_offset": medians(rows),
             "first_close_offset_failed": medians([r for r in rows if not r["success"]])}
+
+
+def outcome_summary(rows: list[dict]) -> dict:
+    """What a set of in-process episodes did (``closed_loop.EpisodeResult`` fields as dicts, any order):
+    success overall, by colour and by phrasing, time to success, the filter's verdicts and findings, wrong
+    cups, how far the gripper got, the grasps, and the seeds. One function, so figures over episodes run in
+    several calls (``vla-ros select``'s rounds) are computed like those of one run."""
+    rows = sorted(rows, key=lambda r: r["seed"])
+    breakdown = success_breakdown(rows)
+    times = [r["time_to_success_s"] for r in rows if r["success"]]
+    verdicts = dict(sum((Counter(r["verdicts"]) for r in rows), Counter()))
+    return {
+        "success_rate": round(float(np.mean([r["success"] for r in rows])), 3),
+        "success_by_color": breakdown["success_by_color"],
+        "mean_time_to_success_s": round(float(np.mean(times)), 3) if times else None,
+        "safety_interventions": int(sum(v for k, v in verdicts.items() if k != "pass")),
+        "safety_verdicts": verdicts,
+        **verdict_shares(verdicts),
+        "safety_findings": dict(sorted(sum((Counter(r["findings"]) for r in rows), Counter()).items())),
+        "success_by_phrasing": breakdown["success_by_phrasing"],
+        "wrong_cup": sum(1 for r in rows if r["lifted"] not in (None, r["color"])),
+        "mean_distance_reduction": round(float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"]
+                                                        for r in rows])), 3),
+        "grasps": grasp_summary(rows),
+        "episodes": len(rows),
+        "seeds": [rows[0]["seed"], rows[-1]["seed"]],
+    }
