@@ -143,8 +143,8 @@ def run_with_checkpoints(root: Path, final: Path, checkpoints: dict[int, Path]) 
     run = root / "run"
     shutil.copytree(final, run)
     for step, model in checkpoints.items():
-        shutil.copytree(model, run / "checkpoints" / f"step_{step}")
-        (run / "checkpoints" / f"step_{step}" / "train_report.json").write_text(json.dumps({"checkpoint": True, "steps": step}))
+        shutil.copytree(model, run / "checkpoints" / f"step_{step:05d}")  # as training.train names them
+        (run / "checkpoints" / f"step_{step:05d}" / "train_report.json").write_text(json.dumps({"checkpoint": True, "steps": step}))
     (run / "checkpoints" / "step_notes").mkdir()
     return run
 
@@ -157,9 +157,9 @@ def test_checkpoints_are_candidates_after_the_runs_and_repeated_weights_only_onc
     run = run_with_checkpoints(tmp_path, untrained, {10: other, 20: SHIPPED, 30: untrained})
     ck = run / "checkpoints"
     assert candidates([run], with_checkpoints=False) == [run]
-    assert candidates([run], with_checkpoints=True) == [run, ck / "step_20", ck / "step_10"]
+    assert candidates([run], with_checkpoints=True) == [run, ck / "step_00020", ck / "step_00010"]
     # a checkpoint with the weights of another run given before it is that run: not judged twice
-    assert candidates([SHIPPED, run], with_checkpoints=True) == [SHIPPED, run, ck / "step_10"]
+    assert candidates([SHIPPED, run], with_checkpoints=True) == [SHIPPED, run, ck / "step_00010"]
 
 
 def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episode(untrained, tmp_path, capsys):
@@ -168,7 +168,7 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
     torch.manual_seed(1)
     save_model(VLATransformer(load_config(SHIPPED)), other)
     run = run_with_checkpoints(tmp_path, other, {5: SHIPPED})  # the good weights are a checkpoint
-    checkpoint = run / "checkpoints" / "step_5"
+    checkpoint = run / "checkpoints" / "step_00005"
     out = tmp_path / "chosen"
     rc = select_main(["--runs", str(untrained), str(run), "--checkpoints", "--episodes", "4", "--screen-episodes", "2",
                       "--finalists", "2", "--out", str(out), "--backend", "torch", "--json"])
@@ -185,10 +185,10 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
         assert sha256_file(out / name) == sha256_file(SHIPPED / name)
     # each finalist's episodes are one record over seeds 2,000,000-3, its figure computed over all of them
     kept = {p.parent.name: json.loads(p.read_text()) for p in (out / "selection").glob("*/results.json")}
-    assert sorted(kept) == ["0-untrained", "1-run", "2-run-step_5"]
-    episodes = kept["2-run-step_5"]["episodes"]
+    assert sorted(kept) == ["0-untrained", "1-run", "2-run-step_00005"]
+    episodes = kept["2-run-step_00005"]["episodes"]
     assert [e["seed"] for e in episodes] == [2_000_000, 2_000_001, 2_000_002, 2_000_003]
-    assert figures[str(checkpoint)]["success_rate"] == kept["2-run-step_5"]["summary"]["success_rate"] == \
+    assert figures[str(checkpoint)]["success_rate"] == kept["2-run-step_00005"]["summary"]["success_rate"] == \
         round(sum(e["success"] for e in episodes) / 4, 3)
     (screened,) = [name for name in report["order"] if figures[name]["screened_out"]]
     assert len(kept[{str(untrained): "0-untrained", str(run): "1-run"}[screened]]["episodes"]) == 2
