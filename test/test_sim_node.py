@@ -265,12 +265,16 @@ def _drive_and_reset(graph, restart: bool, resets: int = 3):
             assert graph.spin_until(lambda: _stamp_ns(js[-1]) >= reached_ns + 300_000_000, 60)  # steady, with frames
             _set_param(graph, "seed", 40 + k)
             last_old_ns = _stamp_ns(js[-1])
-            n_before = len(js)
+            n_before = len(js), len(img)
             reply = json.loads(graph.call(reset, Trigger.Request()).message)
-            # 0.3 s of the new episode: stamps from its start on (with a restarted clock: after the jump back)
-            assert graph.spin_until(lambda: any(
-                _stamp_ns(m) >= reply["start_ns"] + 300_000_000 and (not restart or _stamp_ns(m) < last_old_ns)
-                for m in js[n_before:]), 60)
+
+            def new_episode_seen(stream, n) -> bool:
+                return any(_stamp_ns(m) >= reply["start_ns"] + 300_000_000 and (not restart or _stamp_ns(m) < last_old_ns)
+                           for m in stream[n:])
+
+            # 0.3 s of the new episode on both streams: stamps from its start on (with a restarted clock: after
+            # the jump back). Frames are larger and may arrive later than joint states on a loaded machine.
+            assert graph.spin_until(lambda: new_episode_seen(js, n_before[0]) and new_episode_seen(img, n_before[1]), 60)
             assert graph.spin_until(lambda: graph.rec["resets"][-1][1] == reply["episode"], 30)
             targets.append(target)
             replies.append(reply)
