@@ -90,7 +90,7 @@ bench: setup
 # widely in closed-loop success, so does one run from checkpoint to checkpoint late in its schedule, and the
 # validation loss does not say which weights are better: each run also saves its weights at steps 3,000 and
 # 3,300, and `vla-ros select` judges the six candidates on selection episodes of their own (all on 50, the best
-# two on 100) and keeps the best; the held-out evaluation comes last. About 37 min on an idle 2-core CPU.
+# two on 100) and keeps the best; the held-out evaluation comes last. About 41 min on an idle 2-core Intel Xeon.
 MODEL_RECIPE = --data runs/demos --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 --lr 1e-3 \
   --checkpoints 3000,3300 --minutes 37 --threads 1
 model: setup
