@@ -156,10 +156,11 @@ def test_checkpoints_are_candidates_after_the_runs_and_repeated_weights_only_onc
     # step 30 holds the run's own final weights (a checkpoint at the last step): listed once, as the run
     run = run_with_checkpoints(tmp_path, untrained, {10: other, 20: SHIPPED, 30: untrained})
     ck = run / "checkpoints"
-    assert candidates([run], with_checkpoints=False) == [run]
-    assert candidates([run], with_checkpoints=True) == [run, ck / "step_00020", ck / "step_00010"]
-    # a checkpoint with the weights of another run given before it is that run: not judged twice
-    assert candidates([SHIPPED, run], with_checkpoints=True) == [SHIPPED, run, ck / "step_00010"]
+    assert candidates([run], with_checkpoints=False) == ([run], {})
+    assert candidates([run], with_checkpoints=True) == ([run, ck / "step_00020", ck / "step_00010"], {str(ck / "step_00030"): str(run)})
+    # a checkpoint with the weights of another run given before it is that run: not judged twice, and said so
+    assert candidates([SHIPPED, run], with_checkpoints=True) == (
+        [SHIPPED, run, ck / "step_00010"], {str(ck / "step_00030"): str(run), str(ck / "step_00020"): str(SHIPPED)})
 
 
 def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episode(untrained, tmp_path, capsys):
@@ -175,6 +176,7 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
     assert rc == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["chosen"] == str(checkpoint) and report["screen_episodes"] == 2 and report["finalists"] == 2
+    assert report["same_weights"] == {}
     assert set(report["order"]) == {str(untrained), str(run), str(checkpoint)}
     figures = report["runs"]
     # two finalists over all four episodes, the screened-out one over the first two, listed last
@@ -193,3 +195,15 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
     (screened,) = [name for name in report["order"] if figures[name]["screened_out"]]
     assert len(kept[{str(untrained): "0-untrained", str(run): "1-run"}[screened]]["episodes"]) == 2
     assert not list((out / "selection").glob("*.rest")) and not any(p.name.endswith(".selecting") for p in tmp_path.iterdir())
+
+
+def test_a_checkpoint_with_the_weights_of_its_run_is_reported_not_judged_again(untrained, tmp_path, capsys):
+    run = run_with_checkpoints(tmp_path, untrained, {30: untrained})
+    out = tmp_path / "chosen"
+    assert select_main(["--runs", str(run), "--checkpoints", "--episodes", "1", "--max-episode-s", "0.5",
+                        "--out", str(out), "--backend", "torch", "--json"]) == 0
+    captured = capsys.readouterr()
+    twin = str(run / "checkpoints" / "step_00030")
+    assert f"note: {twin} has the weights of {run}; judged once" in captured.err
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert report["order"] == [str(run)] and report["same_weights"] == {twin: str(run)}

@@ -97,10 +97,11 @@ def checkpoint_step(folder: Path) -> int | None:
     return int(step) if head == "step" and step.isdigit() else None
 
 
-def candidates(runs: list[Path], with_checkpoints: bool) -> list[Path]:
-    """The runs as given, then (``with_checkpoints``) each run's checkpoints, later steps first; a folder whose
-    weights are byte-identical to one already listed (the checkpoint at a run's last step is its saved model)
-    is left out. Ties in ``rank_runs`` keep this order, so a run's final weights go before its checkpoints."""
+def candidates(runs: list[Path], with_checkpoints: bool) -> tuple[list[Path], dict[str, str]]:
+    """The runs as given, then (``with_checkpoints``) each run's checkpoints, later steps first; and the
+    folders left out because their weights are byte-identical to a candidate already listed (the checkpoint
+    at a run's last step is its saved model), each with the candidate that stands for it. Ties in
+    ``rank_runs`` keep this order, so a run's final weights go before its checkpoints."""
     from vla_ros.model.io import sha256_file
 
     listed = list(runs)
@@ -108,14 +109,16 @@ def candidates(runs: list[Path], with_checkpoints: bool) -> list[Path]:
         for run in runs:
             steps = [(checkpoint_step(f), f) for f in run.glob(CHECKPOINTS_GLOB) if f.is_dir()]
             listed += [f for step, f in sorted((x for x in steps if x[0] is not None), reverse=True)]
-    kept, seen = [], set()
+    kept, seen, same = [], {}, {}
     for folder in listed:
         weights = folder / "model.safetensors"
         digest = sha256_file(weights) if weights.is_file() else str(folder.resolve())
-        if digest not in seen:
-            seen.add(digest)
+        if digest in seen:
+            same[str(folder)] = str(seen[digest])
+        else:
+            seen[digest] = folder
             kept.append(folder)
-    return kept
+    return kept, same
 
 
 def label(folder: Path) -> str:
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs names a folder twice")
     out = Path(args.out)
     reason = check_out_folder(out, runs)
-    pool = candidates(runs, args.checkpoints) if not reason else runs
+    pool, same_weights = candidates(runs, args.checkpoints) if not reason else (runs, {})
     for run in pool:
         reason = reason or check_run(run, args.backend)
     if reason:
@@ -183,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: --seed {args.seed} selects on the held-out figure's seeds (offsets below {HELDOUT_OFFSETS:,}); "
               f"that figure will then flatter the winner", file=sys.stderr)
 
+    for folder, twin in same_weights.items():
+        print(f"note: {folder} has the weights of {twin}; judged once, as {twin}", file=sys.stderr)
     # screening only pays when it leaves someone out
     screen = args.screen_episodes if len(pool) > args.finalists else 0
     staging = out.parent / f".{out.name}.selecting"
@@ -218,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "order": order,
         "runs": {name: {**{k: summaries[name].get(k) for k in keys}, "screened_out": Path(name) not in finalists,
                         "training": training_figures(Path(name))} for name in order},
-        "episodes": args.episodes, "screen_episodes": screen, "finalists": len(finalists) if screen else None,
+        "same_weights": same_weights, "episodes": args.episodes, "screen_episodes": screen, "finalists": len(finalists) if screen else None,
         "seeds": summaries[order[0]]["seeds"], "instructions": args.instructions,
         "backend": args.backend, "files": copied, "out": str(out),
     }
