@@ -28,7 +28,6 @@ EXAMPLE = ("example: vla-ros select --runs runs/seed0 runs/seed1 --out runs/vla_
            "         vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --json   # the held-out figure")
 SELECTION_FILE = "selection.json"
 HELDOUT_OFFSETS = 1_000_000  # `vla-ros eval --seed` offsets below this are the held-out figure's seeds
-CHECKPOINTS_GLOB = "checkpoints/step_*"  # where `vla-ros train --checkpoints` writes (training.train.CHECKPOINTS_DIR)
 
 
 def rank_key(summary: dict) -> tuple:
@@ -103,11 +102,12 @@ def candidates(runs: list[Path], with_checkpoints: bool) -> tuple[list[Path], di
     at a run's last step is its saved model), each with the candidate that stands for it. Ties in
     ``rank_runs`` keep this order, so a run's final weights go before its checkpoints."""
     from vla_ros.model.io import sha256_file
+    from vla_ros.training.train import CHECKPOINTS_DIR
 
     listed = list(runs)
     if with_checkpoints:
         for run in runs:
-            steps = [(checkpoint_step(f), f) for f in run.glob(CHECKPOINTS_GLOB) if f.is_dir()]
+            steps = [(checkpoint_step(f), f) for f in (run / CHECKPOINTS_DIR).glob("step_*") if f.is_dir()]
             listed += [f for step, f in sorted((x for x in steps if x[0] is not None), reverse=True)]
     kept, seen, same = [], {}, {}
     for folder in listed:
@@ -132,10 +132,9 @@ def combine_rounds(first: Path, rest: Path) -> dict:
     from vla_ros.evaluation.tables import outcome_summary
 
     a, b = (json.loads((folder / "results.json").read_text()) for folder in (first, rest))
-    rows = a["episodes"] + b["episodes"]
+    rows = sorted(a["episodes"] + b["episodes"], key=lambda r: r["seed"])
     summary = {**a["summary"], **outcome_summary(rows), "wall_s": round(a["summary"]["wall_s"] + b["summary"]["wall_s"], 1)}
-    (first / "results.json").write_text(json.dumps({"summary": summary, "episodes": sorted(rows, key=lambda r: r["seed"])},
-                                                   indent=1, default=str))
+    (first / "results.json").write_text(json.dumps({"summary": summary, "episodes": rows}, indent=1, default=str))
     shutil.rmtree(rest)
     return summary
 
@@ -210,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         run_round(finalists, args.episodes - screen, args.seed + screen, ".rest")
         for run in finalists:
             summaries[str(run)] = combine_rounds(folders[str(run)], Path(str(folders[str(run)]) + ".rest"))
-    # the finalists by their figures over every episode, then the screened-out by their screening figures
-    order = rank_runs({str(r): summaries[str(r)] for r in finalists})
+    # the finalists by their figures over every episode, then the screened-out by their screening figures;
+    # equal figures keep the order the candidates were listed in
+    order = rank_runs({str(r): summaries[str(r)] for r in pool if r in finalists})
     order += rank_runs({name: v for name, v in summaries.items() if name not in order})
     winner = Path(order[0])
     copied = install(winner, out)
@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         "order": order,
         "runs": {name: {**{k: summaries[name].get(k) for k in keys}, "screened_out": Path(name) not in finalists,
                         "training": training_figures(Path(name))} for name in order},
-        "same_weights": same_weights, "episodes": args.episodes, "screen_episodes": screen, "finalists": len(finalists) if screen else None,
+        "same_weights": same_weights, "episodes": args.episodes, "screen_episodes": screen,
+        "finalists": len(finalists) if screen else None,
         "seeds": summaries[order[0]]["seeds"], "instructions": args.instructions,
         "backend": args.backend, "files": copied, "out": str(out),
     }
