@@ -262,7 +262,8 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     checkpoint is the saved model."""
     from vla_ros.model.io import check_onnx, load_model, read_config_json
 
-    base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
+    # validation every 2 steps: the checkpoint at step 3 validates its weights, the one at step 6 reuses step 6's
+    base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 2})
     plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
     report = train(demos, tmp_path / "ck", TrainConfig(**base, checkpoint_steps=(3, 6)), model_config=cup_config(), device="cpu",
                    progress=False)
@@ -278,6 +279,9 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
         ck = json.loads((folder / "train_report.json").read_text())
         assert ck["checkpoint"] and ck["steps"] == n and ck["steps_planned"] == 6 and np.isfinite(ck["final_val_loss"])
     assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(report["final_val_loss"])
+    history = json.loads((tmp_path / "ck" / "train_report.json").read_text())["history"]
+    assert history["val_step"] == [2, 4, 6]
+    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == history["val_loss"][-1]
 
 
 def subnormal_product() -> float:

@@ -377,9 +377,10 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         elif step % 10 == 0:
             bar.set_postfix(loss=f"{smooth:.4f}")
         if step in tc.checkpoint_steps:
-            net = average.module if average is not None else model
+            # the validation loss of these weights, computed once: a checkpoint on a validation step reuses it
+            val = history["val_loss"][-1] if history["val_step"][-1:] == [step] else validate(record=False)
             checkpoints.append(Path(out) / CHECKPOINTS_DIR / f"step_{step:05d}")
-            save_checkpoint(net, checkpoints[-1], step, tc, validate(net, record=False) if val_batches else float("nan"),
+            save_checkpoint(average.module if average is not None else model, checkpoints[-1], step, tc, val,
                             (time.monotonic() - t_start) / 60.0, provenance)
     bar.close()
     t_end, cpu_end = time.monotonic(), time.process_time()
