@@ -67,6 +67,48 @@ def test_a_rolled_grasp_closes_its_fingers_along_the_reach_and_still_lifts_the_c
         ExpertConfig(wrist_roll_rad=3.5)
 
 
+@pytest.mark.parametrize("seed", [0, 5])
+def test_a_grasp_pause_keeps_the_hand_still_longer_before_closing_and_before_lifting(sim, seed):
+    """``settle_s`` (``vla-ros collect --grasp-pause``): the hand arrives at grasp height, stays still with
+    the fingers open, then closes; with ``close_s`` lengthened by the same pause it lifts that much later
+    after the close. The cup is still lifted, and the collection option builds exactly that expert."""
+    color = ("red", "green", "blue")[seed % 3]
+    timelines = {}
+    for pause in (0.0, 0.3):
+        events = {}
+
+        def watch(s, expert):
+            events.setdefault(expert.phase, s.time_s)
+            if expert.phase in ("settle", "close"):  # where the hand is while it waits and closes
+                events.setdefault("tcp", []).append(s.tcp_position())
+
+        sim.reset(seed, arm_noise_rad=0.15)
+        config = collect.CollectConfig(grasp_pause_s=pause)
+        expert = collect.make_expert(config)
+        assert expert.config.settle_s == pause and expert.config.close_s == pytest.approx(0.9 + pause)
+        while sim.time_s < 8.0 and not (sim.lifted_cup() is not None and expert.phase == "hold"):
+            if sim.is_joint_state_step():
+                q = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
+                sim.command_positions(None, q)
+                watch(sim, expert)
+            sim.step()
+        assert sim.lifted_cup() == color, (seed, pause, expert.phase)
+        assert ("settle" in events) == (pause > 0)
+        timelines[pause] = events
+    plain, paused = timelines[0.0], timelines[0.3]
+    # close begins settle_s after arrival; the lift close_s (0.9 + 0.3) after the close began
+    assert paused["close"] - paused["settle"] == pytest.approx(0.3, abs=0.015)
+    assert paused["lift"] - paused["close"] == pytest.approx(1.2, abs=0.015)
+    assert plain["lift"] - plain["close"] == pytest.approx(0.9, abs=0.015)
+    for events in (plain, paused):  # while it waits and closes the hand settles (the z tolerance) but does
+        tcp = np.array(events["tcp"])  # not move sideways or rise
+        assert np.ptp(tcp[:, :2], axis=0).max() < 0.003 and np.ptp(tcp[:, 2]) < ExpertConfig.z_tolerance_m
+        assert np.diff(tcp[:, 2]).max() < 0.001
+    with pytest.raises(ValueError, match="settle_s"):
+        ExpertConfig(settle_s=-0.1)
+    assert collect.main(["--grasp-pause", "-1", "--episodes", "1"]) == 2
+
+
 def test_grasp_tolerance_aims_off_the_cup_along_or_across_the_reach(sim, capsys):
     """``python -m vla_ros.evaluation.grasp_tolerance``: the offsets are split as the evaluation splits a
     close; on the cup the expert lifts it, 5 cm off along the reach (beyond a cup's radius) it cannot."""

@@ -4,7 +4,7 @@ It is the demonstrator for training data. Unlike the open-loop ``pick_plan`` it 
 period from the *measured* state, so it recovers from perturbations (data collection injects some, so
 the policy also sees how to come back to the path: the DART idea). Phases:
 
-    approach -> above the cup;  descend -> grasp height;  close -> fingers shut;  lift -> up;  hold
+    approach -> above the cup;  descend -> grasp height;  [settle -> still];  close -> fingers shut;  lift -> up;  hold
 
 A moving target point ("carrot") is advanced toward the phase's goal at a bounded Cartesian speed from
 the measured tool position, and the arm follows it through the closed-form top-down IK. If the cup is
@@ -44,6 +44,10 @@ class ExpertConfig:
         descend_speed_m_s: tool speed near the cup, slower so the fingers do not push it away.
         lead_m: how far ahead of the measured tool the carrot may run (bounds the commanded jump).
         close_s: time to keep still while the fingers close.
+        settle_s: time to keep still at grasp height, fingers open, before they start closing (0: close on
+            arrival). With a pause on either side of the close (``vla-ros collect --grasp-pause``) a policy
+            that imitates the timing only roughly still shuts the fingers on a still hand and lifts after
+            they have closed (docs/training.md, "A pause around the grasp").
         xy_tolerance_m / z_tolerance_m: when a phase's goal counts as reached.
         velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
             limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
@@ -58,6 +62,7 @@ class ExpertConfig:
     descend_speed_m_s: float = 0.15
     lead_m: float = 0.05
     close_s: float = 0.9  # the limited gripper needs about 0.65 s to shut
+    settle_s: float = 0.0
     xy_tolerance_m: float = 0.012
     z_tolerance_m: float = 0.012
     velocity_fraction: float = 0.8
@@ -68,8 +73,11 @@ class ExpertConfig:
         if not abs(self.wrist_roll_rad) <= WRIST_ROLL_LIMIT_RAD:  # NaN fails too
             raise ValueError(f"wrist_roll_rad must be within +-{WRIST_ROLL_LIMIT_RAD}, got {self.wrist_roll_rad}")
         for f in dataclasses.fields(self):
-            if f.name != "wrist_roll_rad" and getattr(self, f.name) <= 0:
-                raise ValueError(f"{f.name} must be > 0, got {getattr(self, f.name)}")
+            value = getattr(self, f.name)
+            if f.name == "settle_s" and not value >= 0:
+                raise ValueError(f"settle_s must be >= 0, got {value}")
+            if f.name not in ("wrist_roll_rad", "settle_s") and not value > 0:
+                raise ValueError(f"{f.name} must be > 0, got {value}")
 
 
 class MotionLimiter:
@@ -127,6 +135,7 @@ class PickExpert:
         self.phase = "approach"
         self._carrot: np.ndarray | None = None
         self._close_started_s: float | None = None
+        self._settle_started_s: float | None = None
         self.restarts = 0
 
     def take_over(self, tcp_m, cup_m, q_meas, q_cmd, v_cmd) -> None:
@@ -144,7 +153,8 @@ class PickExpert:
             self.phase = "lift"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
-        z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "close": GRASP_TCP_Z_M}.get(self.phase, LIFT_TCP_Z_M)
+        z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "settle": GRASP_TCP_Z_M,
+             "close": GRASP_TCP_Z_M}.get(self.phase, LIFT_TCP_Z_M)
         return np.array([cup_m[0], cup_m[1], z])
 
     def _advance(self, tcp_m: np.ndarray, goal: np.ndarray, speed: float, dt_s: float) -> np.ndarray:
@@ -173,7 +183,13 @@ class PickExpert:
             if xy_err > 3 * c.xy_tolerance_m and tcp_m[2] > GRASP_TCP_Z_M + 0.04:
                 self.phase = "approach"  # the cup moved away: go back above it
             elif xy_err < c.xy_tolerance_m and z_err < c.z_tolerance_m:
-                self.phase, self._close_started_s = "close", t_s
+                if c.settle_s > 0:
+                    self.phase, self._settle_started_s = "settle", t_s
+                else:
+                    self.phase, self._close_started_s = "close", t_s
+        elif self.phase == "settle" and t_s - self._settle_started_s >= c.settle_s:
+            self.phase, self._close_started_s = "close", t_s
+            gripper = GRIPPER_CLOSED_M
         elif self.phase == "close":
             gripper = GRIPPER_CLOSED_M
             if t_s - self._close_started_s >= c.close_s:
@@ -187,9 +203,9 @@ class PickExpert:
             elif self.phase == "lift" and z_err < c.z_tolerance_m:
                 self.phase = "hold"
         goal = self._goal(cup_m)
-        speed = c.descend_speed_m_s if self.phase in ("descend", "close") else c.speed_m_s
-        if self.phase == "close":
-            target = goal  # keep still while the fingers close
+        speed = c.descend_speed_m_s if self.phase in ("descend", "settle", "close") else c.speed_m_s
+        if self.phase in ("settle", "close"):
+            target = goal  # keep still before and while the fingers close
             self._carrot = goal.copy()
         else:
             target = self._advance(tcp_m, goal, speed, dt_s)

@@ -48,6 +48,9 @@ class CollectConfig:
             approach to a point beside the cup, then the expert takes over, labelled, from there.
         near_miss_m: (min, max) distance of the missed point from the cup's centre.
         grasp_roll_rad: the expert's wrist roll (``ExpertConfig.wrist_roll_rad``): how its fingers face the cup.
+        grasp_pause_s: the expert keeps still this much longer on either side of closing the fingers: at grasp
+            height before they start to close (``ExpertConfig.settle_s``) and before it lifts (added to
+            ``ExpertConfig.close_s``).
     """
 
     max_episode_s: float = 12.0
@@ -59,8 +62,17 @@ class CollectConfig:
     near_miss_probability: float = 0.0
     near_miss_m: tuple[float, float] = (0.02, 0.05)
     grasp_roll_rad: float = 0.0
+    grasp_pause_s: float = 0.0
     image_width: int = 320
     image_height: int = 240
+
+
+def make_expert(config: "CollectConfig | TakeoverConfig"):
+    """The scripted expert with the grasp a collection asks for (``grasp_roll_rad``, ``grasp_pause_s``)."""
+    from vla_ros.sim.expert import ExpertConfig, PickExpert
+
+    return PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad, settle_s=config.grasp_pause_s,
+                                   close_s=ExpertConfig.close_s + config.grasp_pause_s))
 
 
 def _push_profile(rng: np.random.Generator, config: CollectConfig):
@@ -98,7 +110,6 @@ class NearMiss:
     """
 
     def __init__(self, seed: int, config: CollectConfig) -> None:
-        from vla_ros.sim.expert import ExpertConfig, PickExpert
         from vla_ros.sim.scripted import GRASP_TCP_Z_M
 
         rng = np.random.default_rng([seed, 17])
@@ -108,7 +119,7 @@ class NearMiss:
         # take over on the way down (fingers still above the cup) or, in a third, after shutting on nothing
         self.shut_s = float(rng.uniform(0.2, 0.9)) if rng.random() < 1 / 3 else None
         self.takeover_z_m = GRASP_TCP_Z_M + float(rng.uniform(0.005, 0.08))
-        self.decoy = PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad))
+        self.decoy = make_expert(config)
         self.cup_start_m: np.ndarray | None = None
         self.shutting_since_s: float | None = None
 
@@ -191,7 +202,6 @@ class EpisodeRecorder:
 def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templates=None) -> dict:
     """Run one expert episode on ``sim`` and write it to ``out_path``; returns its summary."""
     from vla_ros.ros.time import time_msg_from_ns
-    from vla_ros.sim.expert import ExpertConfig, PickExpert
     from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
 
     color, instruction = episode_task(seed, templates or TRAIN_TEMPLATES)
@@ -205,7 +215,7 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     held: np.ndarray | None = None
     last = previous = np.asarray(sim.command_joint_positions(), float)
     dt_s = 1.0 / sim.config.joint_state_rate_hz
-    expert = PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad))
+    expert = make_expert(config)
     rec = EpisodeRecorder(sim, rng)
     rec.instruction(instruction)
     lifted_at = None
@@ -254,7 +264,7 @@ class TakeoverConfig:
     Args:
         policy_s / expert_s: (min, max) length of the alternating segments, drawn per segment; the policy
             drives first.
-        max_episode_s / hold_after_lift_s / grasp_roll_rad: as in CollectConfig.
+        max_episode_s / hold_after_lift_s / grasp_roll_rad / grasp_pause_s: as in CollectConfig.
     """
 
     policy_s: tuple[float, float] = (0.6, 2.0)
@@ -262,6 +272,7 @@ class TakeoverConfig:
     max_episode_s: float = 12.0
     hold_after_lift_s: float = 1.0
     grasp_roll_rad: float = 0.0
+    grasp_pause_s: float = 0.0
 
 
 class ExpertTakeover:
@@ -279,10 +290,8 @@ class ExpertTakeover:
         self.expert_segments = 0
 
     def start(self, sim, instruction: str, color: str) -> None:
-        from vla_ros.sim.expert import ExpertConfig, PickExpert
-
         self.sim, self.color = sim, color
-        self.expert = PickExpert(ExpertConfig(wrist_roll_rad=self.config.grasp_roll_rad))
+        self.expert = make_expert(self.config)
         self.rec = EpisodeRecorder(sim, self.rng)
         self.rec.instruction(instruction)
         self.expert_driving = False
@@ -357,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grasp-roll", type=float, default=0.0, metavar="RAD",
                         help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
                              "reach, 1.5708 along it (default 0)")
+    parser.add_argument("--grasp-pause", type=float, default=0.0, metavar="S",
+                        help="the expert keeps still S seconds longer before closing the fingers and before lifting "
+                             "(default 0)")
     args = parser.parse_args(argv)
     if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
         print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
@@ -365,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if not abs(args.grasp_roll) <= WRIST_ROLL_LIMIT_RAD:
         print(f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.grasp_pause <= 5.0:
+        print(f"--grasp-pause must be within [0, 5] s, got {args.grasp_pause}", file=sys.stderr)
         return 2
     from tqdm import tqdm
 
@@ -382,12 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         from vla_ros.model.io import resolve_model_dir
 
         summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
-                                     TakeoverConfig(grasp_roll_rad=args.grasp_roll))
+                                     TakeoverConfig(grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause))
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll)
+    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause)
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
