@@ -56,6 +56,29 @@ def test_grasp_offsets_split_along_and_across_the_reach():
     assert summary["first_close_offset"] == {"along_reach_cm": 2.5, "across_reach_cm": 0.6, "episodes": 2}
     assert summary["first_close_offset_failed"] == {"along_reach_cm": 4.0, "across_reach_cm": 1.0, "episodes": 1}
     assert grasp_summary([{"success": True, "closes": []}])["first_close_offset"] is None
+    assert summary["first_close_motion"] is None  # rows written before the hand's motion was recorded
+
+
+def test_the_hand_motion_at_a_close_is_summarised_per_first_close():
+    from vla_ros.evaluation.closed_loop import hand_speed
+
+    path = [(1.0 + 0.01 * i, np.array([0.4 + 0.003 * i, 0.1 + 0.004 * i, 0.08 - 0.002 * i])) for i in range(11)]
+    v = hand_speed(path)  # 0.3 m/s and 0.4 m/s sideways, 0.2 m/s down
+    assert v["hand_speed_xy_m_s"] == pytest.approx(0.5) and v["hand_speed_z_m_s"] == pytest.approx(-0.2)
+    assert hand_speed(path[:1]) == {"hand_speed_xy_m_s": 0.0, "hand_speed_z_m_s": 0.0}
+
+    def close(xy, z, lift, fingers):
+        return {"along_reach_m": 0.0, "across_reach_m": 0.0, "hand_speed_xy_m_s": xy, "hand_speed_z_m_s": z,
+                "lift_after_s": lift, "fingers_at_lift_m": fingers}
+
+    rows = [{"success": True, "closes": [close(0.0, 0.0, 0.77, 0.0285)]},
+            {"success": True, "closes": [close(0.02, -0.01, 0.6, 0.0335), close(0.5, 0.5, None, None)]},
+            {"success": False, "closes": [close(0.04, -0.03, None, None)]}]
+    s = grasp_summary(rows)
+    assert s["first_close_motion"] == {"hand_speed_xy_cm_s": 2.0, "hand_speed_z_cm_s": -1.0, "lift_after_s": 0.685,
+                                       "fingers_at_lift_mm": 31.0, "episodes": 3, "lifted_after_close": 2}
+    assert s["first_close_motion_failed"] == {"hand_speed_xy_cm_s": 4.0, "hand_speed_z_cm_s": -3.0, "lift_after_s": None,
+                                              "fingers_at_lift_mm": None, "episodes": 1, "lifted_after_close": 0}
 
 
 def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
@@ -92,6 +115,10 @@ def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
     assert (close["x_m"], close["y_m"]) == (pytest.approx(d[0], abs=1e-4), pytest.approx(d[1], abs=1e-4))
     assert np.hypot(close["along_reach_m"], close["across_reach_m"]) == pytest.approx(np.hypot(d[0], d[1]), abs=2e-4)
     assert np.hypot(d[0], d[1]) < 0.015  # the expert closes within its 1.2 cm tolerance
+    # on a still hand; it lifts close_s (0.9 s) after its close phase began, the fingers squeezing the cup
+    assert close["hand_speed_xy_m_s"] < 0.005 and abs(close["hand_speed_z_m_s"]) < 0.005, close
+    assert 0.6 < close["lift_after_s"] < 0.9 and 0.02 < close["fingers_at_lift_m"] < 0.035, close
+    assert "_z" not in close
 
 
 def test_the_evaluation_ticks_as_the_node_is_configured(tiny_model, tmp_path):

@@ -72,7 +72,10 @@ class EpisodeResult:
     findings: dict = dataclasses.field(default_factory=dict)  # the filter's finding codes on this episode's chunks
     # every grasp the arm was commanded into (the gripper command falling through half open): simulated time
     # and where the tool centre point was against the named cup's axis, along the arm's reach (from the base
-    # out) and across it, metres
+    # out) and across it, metres; how fast the hand was moving then (over the last 0.1 s, m/s, the vertical
+    # signed: negative is still coming down); and when the hand had risen 2 cm above where it closed
+    # (``lift_after_s`` after the close, None if it never did before the gripper opened again) with the
+    # measured finger opening then (``fingers_at_lift_m``: still closing on air or squeezing the cup)
     closes: list = dataclasses.field(default_factory=list)
     frames: list | None = None  # camera frames (RGB) when recording
     commanded: list | None = None
@@ -96,6 +99,19 @@ def grasp_offset(t_s: float, tcp_m, cup_m) -> dict:
     return {"t_s": round(float(t_s), 3), "along_reach_m": round(float(d @ along), 4),
             "across_reach_m": round(float(d @ across), 4),
             "x_m": round(float(d[0]), 4), "y_m": round(float(d[1]), 4)}
+
+
+LIFT_CHECK_M = 0.02  # a grasp counts as lifted once the hand is this far above where it closed
+
+
+def hand_speed(history: list[tuple[float, np.ndarray]]) -> dict:
+    """The tool centre point's mean velocity over ``history`` ((t_s, xyz) oldest first): horizontal speed and
+    vertical velocity (m/s; negative is downwards), zero for a single sample."""
+    (t0, p0), (t1, p1) = history[0], history[-1]
+    if t1 <= t0:
+        return {"hand_speed_xy_m_s": 0.0, "hand_speed_z_m_s": 0.0}
+    v = (np.asarray(p1) - np.asarray(p0)) / (t1 - t0)
+    return {"hand_speed_xy_m_s": round(float(np.hypot(v[0], v[1])), 4), "hand_speed_z_m_s": round(float(v[2]), 4)}
 
 
 class ClosedLoop:
@@ -187,6 +203,7 @@ class ClosedLoop:
         frames, commanded, measured = ([], [], []) if record else (None, None, None)
         last_state = None
         closes, gripper_was_open = [], True
+        tcp_history: list[tuple[float, np.ndarray]] = []  # the last 0.1 s of the tool's path, for its speed at a close
         while sim.time_s < cfg.max_episode_s:
             now = sim.time_ns
             js, camera_frames = sensor_messages(sim, session.cameras)
@@ -230,9 +247,19 @@ class ClosedLoop:
                         controller.set_measured(q_all[ctrl_from_sim], now, now)
                 if q_cmd is not None:
                     if self._gripper is not None:
+                        tcp = sim.tcp_position()
+                        tcp_history = [h for h in tcp_history if h[0] >= sim.time_s - 0.1 - 1e-9] + [(sim.time_s, tcp)]
                         is_open = q_cmd[self._gripper] >= self._half_open
                         if gripper_was_open and not is_open:
-                            closes.append(grasp_offset(sim.time_s, sim.tcp_position(), sim.cup_positions()[color]))
+                            closes.append(grasp_offset(sim.time_s, tcp, sim.cup_positions()[color]) | hand_speed(tcp_history)
+                                          | {"lift_after_s": None, "fingers_at_lift_m": None, "_z": float(tcp[2])})
+                        elif not is_open and closes and "_z" in closes[-1] and tcp[2] > closes[-1]["_z"] + LIFT_CHECK_M:
+                            c = closes[-1]
+                            c["lift_after_s"] = round(sim.time_s - c["t_s"], 3)
+                            c["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self._gripper]), 4)
+                            del c["_z"]
+                        if is_open and closes:
+                            closes[-1].pop("_z", None)  # opened again before any lift
                         gripper_was_open = is_open
                     sim.command_positions(None, q_cmd)
                     if record:
@@ -250,6 +277,8 @@ class ClosedLoop:
                     success_t = sim.time_s
                 if success_t is not None and sim.time_s >= success_t + cfg.hold_after_success_s:
                     break
+        for c in closes:
+            c.pop("_z", None)
         return EpisodeResult(
             seed=seed, color=color, instruction=instruction, success=success_t is not None,
             time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,

@@ -40,7 +40,10 @@ def verdict_shares(verdicts: dict) -> dict:
 def grasp_summary(rows: list[dict]) -> dict:
     """Where the grasps close, from rows with ``success`` and ``closes`` (``closed_loop.grasp_offset``
     dicts): closes per episode, and the median distance of each episode's first close from the named cup's
-    axis, along the arm's reach and across it, for all episodes with a close and for the failed ones (cm)."""
+    axis, along the arm's reach and across it, for all episodes with a close and for the failed ones (cm);
+    and how the hand moved at that close (medians: horizontal speed and vertical velocity, cm/s, negative
+    still coming down; seconds from the close until the hand had risen 2 cm, and the finger opening then, mm).
+    The scripted expert closes on a still hand and lifts 0.77 s later on fingers squeezing the cup."""
     def medians(sel):
         first = [r["closes"][0] for r in sel if r["closes"]]
         if not first:
@@ -49,9 +52,22 @@ def grasp_summary(rows: list[dict]) -> dict:
                 "across_reach_cm": round(100 * float(np.median([abs(c["across_reach_m"]) for c in first])), 2),
                 "episodes": len(first)}
 
+    def motion(sel):
+        first = [r["closes"][0] for r in sel if r["closes"] and "hand_speed_xy_m_s" in r["closes"][0]]
+        if not first:
+            return None
+        lifts = [c for c in first if c.get("lift_after_s") is not None]
+        return {"hand_speed_xy_cm_s": round(100 * float(np.median([c["hand_speed_xy_m_s"] for c in first])), 2),
+                "hand_speed_z_cm_s": round(100 * float(np.median([c["hand_speed_z_m_s"] for c in first])), 2),
+                "lift_after_s": round(float(np.median([c["lift_after_s"] for c in lifts])), 3) if lifts else None,
+                "fingers_at_lift_mm": round(1000 * float(np.median([c["fingers_at_lift_m"] for c in lifts])), 1) if lifts else None,
+                "episodes": len(first), "lifted_after_close": len(lifts)}
+
     return {"closes_per_episode": round(float(np.mean([len(r["closes"]) for r in rows])), 2) if rows else None,
             "first_close_offset": medians(rows),
-            "first_close_offset_failed": medians([r for r in rows if not r["success"]])}
+            "first_close_offset_failed": medians([r for r in rows if not r["success"]]),
+            "first_close_motion": motion(rows),
+            "first_close_motion_failed": motion([r for r in rows if not r["success"]])}
 
 
 def outcome_summary(rows: list[dict]) -> dict:
