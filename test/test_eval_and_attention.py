@@ -254,3 +254,30 @@ def test_attention_reports_where_the_aux_head_puts_the_named_cup_at_rest(tmp_pat
 
 def test_no_auxiliary_head_no_rest_figure(tiny_model):
     assert attention_run(tiny_model, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)["named_cup_error_at_rest_m"] is None
+
+
+def test_aim_reads_the_hand_and_both_cup_heads_at_the_first_close():
+    """``python -m vla_ros.evaluation.aim`` on the shipped model, the expert driving (its aim is known: it closes
+    on the cup's axis, 2 mm beyond it along the reach): the hand's offsets are the expert's, and both of the
+    model's heads put the cup within a few centimetres of the truth at that moment, signed along the reach."""
+    from pathlib import Path
+
+    from vla_ros.evaluation import aim
+    from vla_ros.sim.expert import PickExpert
+
+    model = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
+    result = aim.run(model, episodes=2, seed=3, driver_factory=PickExpert)
+    assert result["episodes"] == 2 and result["success_rate"] == 1.0
+    for row in result["rows"]:
+        assert row["tcp"][0] == pytest.approx(0.2, abs=0.5) and abs(row["tcp"][1]) < 0.5, row
+        for head in ("transformer", "frame_head"):
+            assert np.hypot(*row[head]) < 5.0, row  # cm: a belief about this cup, not the average layout
+    first = result["first_close"]
+    assert first["episodes"] == 2 and result["first_close_failed"] is None
+    tcp_along = sorted(r["tcp"][0] for r in result["rows"])
+    assert first["tcp"]["along_median_cm"] == pytest.approx(np.mean(tcp_along), abs=0.01)
+    # signs: a point beyond the cup along the reach is +, to the left seen from the base is + across
+    cup = np.array([0.3, 0.4, 0.045])
+    assert aim.along_across_cm(cup[:2] + [0.006, 0.008], cup) == (1.0, 0.0)
+    assert aim.along_across_cm(cup[:2] + [-0.008, 0.006], cup) == (0.0, 1.0)
+    assert aim.main(["--episodes", "0"]) == 2
