@@ -12,9 +12,11 @@ split along the reach and across it (signed, cm; + is beyond the cup, further fr
 * ``frame_head``: the frame head on the newest frame's keypoints alone (what the vision stem sees).
 
 At rest, before the hand is near, both heads find the cup to about a centimetre (``vla-ros attention``,
-``named_cup_error_at_rest_m``); at the close the hand hides part of the cup from the fixed camera and the
-model's window holds only the last ``window_seconds`` (0.5 s) of frames, so an estimate pulled towards the
-hand shows up here as a bias shared by ``frame_head``, ``transformer`` and ``tcp``::
+``named_cup_error_at_rest_m``). At the close the hand is in the picture and the model's window holds only
+the last ``window_seconds`` (0.5 s) of frames: a belief pulled towards the hand would show up as a bias
+shared by ``frame_head``, ``transformer`` and ``tcp``, an error added between the belief and the motion as
+``tcp`` alone drifting from ``transformer`` (what the models measured so far show along the reach;
+docs/training.md, "Where the aim goes")::
 
     .venv/bin/python -m vla_ros.evaluation.aim --model models/vla_cups --episodes 50 --json
 """

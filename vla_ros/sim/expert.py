@@ -47,7 +47,8 @@ class ExpertConfig:
         settle_s: time to keep still at grasp height, fingers open, before they start closing (0: close on
             arrival). With a pause on either side of the close (``vla-ros collect --grasp-pause``) a policy
             that imitates the timing only roughly still shuts the fingers on a still hand and lifts after
-            they have closed (docs/training.md, "A pause around the grasp").
+            they have closed; it does, but the cup policies trained on such data did worse on the whole
+            (docs/training.md, "A pause around the grasp").
         xy_tolerance_m / z_tolerance_m: when a phase's goal counts as reached.
         velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
             limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
