@@ -33,12 +33,11 @@ POINTS = ("tcp", "transformer", "frame_head")
 
 
 def along_across_cm(point_xy, cup_m) -> tuple[float, float]:
-    """``point_xy`` minus the cup's axis, along the arm's reach and across it (``closed_loop.reach_axes``), cm."""
-    from vla_ros.evaluation.closed_loop import reach_axes
+    """``point_xy`` minus the cup's axis, along the arm's reach and across it, cm (``closed_loop.grasp_offset``)."""
+    from vla_ros.evaluation.closed_loop import grasp_offset
 
-    d = np.asarray(point_xy, float)[:2] - np.asarray(cup_m, float)[:2]
-    along, across = reach_axes(cup_m)
-    return round(100 * float(d @ along), 2), round(100 * float(d @ across), 2)
+    d = grasp_offset(0.0, point_xy, cup_m)
+    return round(100 * d["along_reach_m"], 2), round(100 * d["across_reach_m"], 2)
 
 
 class CupBeliefs:
@@ -52,30 +51,19 @@ class CupBeliefs:
             raise ValueError(f"{model_dir}: the model has no cup heads (trained without --task cups)")
 
     def __call__(self, session) -> dict[str, np.ndarray]:
-        import torch
+        from vla_ros.evaluation.attention import cup_estimates
 
-        from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
-        from vla_ros.model.timeline import ACTION
-        from vla_ros.training.data import unscale_aux
-
-        window = session.window()
-        seq = build_sequence(self.model.config, window, text=session.stream.instruction.embeddings,
-                             chunks=[ChunkSpec(anchor=window[-1].key)])
-        with torch.no_grad():
-            out = self.model.full_pass(collate([seq]))
-            rows = np.flatnonzero(seq.kind == ACTION)
-            transformer = self.model.aux_head(out.hidden[0, rows]).mean(0).numpy()
-            main = np.flatnonzero(frame_cameras(seq) == 0)  # the frame head reads the main view
-            frame = self.model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy()
-        return {"transformer": unscale_aux(transformer)[:2], "frame_head": unscale_aux(frame)[:2]}
+        transformer, frame = cup_estimates(self.model, session.window(), session.stream.instruction.embeddings)
+        return {"transformer": transformer, "frame_head": frame}
 
 
 class FirstClose:
     """A ``ClosedLoop`` hook that records the three points at the episode's first close. ``driver`` (optional,
     ``PickExpert``-like) drives instead of the policy: a reference whose aim is known."""
 
-    def __init__(self, beliefs: CupBeliefs, session, driver_factory=None) -> None:
-        self.beliefs, self.session, self.driver_factory = beliefs, session, driver_factory
+    def __init__(self, beliefs: CupBeliefs, loop, driver_factory=None) -> None:
+        self.beliefs, self.session, self.driver_factory = beliefs, loop.session, driver_factory
+        self.gripper, self.half_open = loop.gripper_index, loop.half_open
 
     def start(self, sim, instruction: str, color: str) -> None:
         self.sim, self.color, self.record, self.was_open = sim, color, None, True
@@ -93,9 +81,7 @@ class FirstClose:
         if self.driver is not None:
             q = self.driver.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
         if q is not None:
-            from vla_ros.sim.scripted import GRIPPER_OPEN_M
-
-            is_open = q[-1] >= 0.5 * GRIPPER_OPEN_M  # the evaluation's half-open rule
+            is_open = q[self.gripper] >= self.half_open  # the evaluation's own rule for a close
             if self.was_open and not is_open and self.record is None:
                 cup = sim.cup_positions()[self.color]
                 points = {"tcp": sim.tcp_position()[:2], **self.beliefs(self.session)}
@@ -135,7 +121,7 @@ def run(model_dir, episodes: int, seed: int = 0, templates=None, driver_factory=
         for i in range(episodes):
             ep_seed = EVAL_SEED_START + seed + i
             color, instruction = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
-            hook = FirstClose(beliefs, loop.session, driver_factory)
+            hook = FirstClose(beliefs, loop, driver_factory)
             r = loop.run_episode(ep_seed, instruction, color, hook=hook)
             rows.append({"seed": ep_seed, "color": color, "success": r.success, **(hook.record or {})})
     finally:

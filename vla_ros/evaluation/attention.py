@@ -133,6 +133,27 @@ def _session(model):
                          shared_encoder(model.config.max_text_tokens))
 
 
+def cup_estimates(model, window, text_embeddings) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where the model's cup heads put the named cup (world xy, m) on ``window`` (a policy session's
+    observations): the auxiliary head on the action tokens of a chunk anchored at the newest observation
+    (what the Transformer believes from the whole window), and the frame head on the newest main-camera
+    frame's keypoints alone (None for a model without one)."""
+    import torch
+
+    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
+    from vla_ros.model.timeline import ACTION
+    from vla_ros.training.data import unscale_aux
+
+    seq = build_sequence(model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
+    with torch.no_grad():
+        out = model.full_pass(collate([seq]))
+        rows = np.flatnonzero(seq.kind == ACTION)
+        aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
+        main = np.flatnonzero(frame_cameras(seq) == 0)  # the frame head reads the main view
+        frame_aux = model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy() if model.frame_aux_head is not None else None
+    return unscale_aux(aux)[:2], None if frame_aux is None else unscale_aux(frame_aux)[:2]
+
+
 def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float = 0.6) -> dict:
     """Where the model's auxiliary head puts the named cup while the arm has not moved yet.
 
@@ -143,14 +164,8 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
     head (``ModelConfig.frame_aux_loss_weight``) also its error on the newest frame alone ("frame_head_mean"):
     what the vision stem knows, before the Transformer uses it.
     """
-    import torch
-
-    from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
-    from vla_ros.model.timeline import ACTION
     from vla_ros.sim.tasks import episode_task
-    from vla_ros.training.data import unscale_aux
 
-    config = model.config
     errors, predictions, frame_errors = [], [], []
     for ep_seed in seeds:
         color, text = episode_task(ep_seed, templates)
@@ -159,20 +174,12 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
         while sim.time_s < rest_s:  # no command: the arm holds its start pose
             _feed_sensors(sim, session)
             sim.step()
-        window = session.window()
-        seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
-        with torch.no_grad():
-            out = model.full_pass(collate([seq]))
-            rows = np.flatnonzero(seq.kind == ACTION)
-            aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
-            main = np.flatnonzero(frame_cameras(seq) == 0)  # the frame head reads the main view
-            frame_aux = model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy() if model.frame_aux_head is not None else None
+        xy, frame_xy = cup_estimates(model, session.window(), instruction.embeddings)
         cup_xy = sim.cup_positions()[color][:2]
-        xy = unscale_aux(aux)[:2]
         predictions.append(xy)
         errors.append(float(np.linalg.norm(xy - cup_xy)))
-        if frame_aux is not None:
-            frame_errors.append(float(np.linalg.norm(unscale_aux(frame_aux)[:2] - cup_xy)))
+        if frame_xy is not None:
+            frame_errors.append(float(np.linalg.norm(frame_xy - cup_xy)))
     spread = float(np.linalg.norm(np.std(predictions, axis=0)))
     result = {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
               "prediction_spread": round(spread, 4), "layouts": len(seeds)}

@@ -160,9 +160,10 @@ class ClosedLoop:
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
-        self._gripper = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
-        self._half_open = None if self._gripper is None else 0.5 * (
-            self.sim.limits.lower[self._gripper] + self.sim.limits.upper[self._gripper])
+        # a close: the gripper command falling through half open (the grasp records and the aim tool use it)
+        self.gripper_index = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
+        self.half_open = None if self.gripper_index is None else 0.5 * (
+            self.sim.limits.lower[self.gripper_index] + self.sim.limits.upper[self.gripper_index])
 
     def close(self) -> None:
         self.sim.close()
@@ -246,17 +247,17 @@ class ClosedLoop:
                         controller = self._executor_cls(self.controller_config)
                         controller.set_measured(q_all[ctrl_from_sim], now, now)
                 if q_cmd is not None:
-                    if self._gripper is not None:
+                    if self.gripper_index is not None:
                         tcp = sim.tcp_position()
                         tcp_history = [h for h in tcp_history if h[0] >= sim.time_s - 0.1 - 1e-9] + [(sim.time_s, tcp)]
-                        is_open = q_cmd[self._gripper] >= self._half_open
+                        is_open = q_cmd[self.gripper_index] >= self.half_open
                         if gripper_was_open and not is_open:
                             closes.append(grasp_offset(sim.time_s, tcp, sim.cup_positions()[color]) | hand_speed(tcp_history)
                                           | {"lift_after_s": None, "fingers_at_lift_m": None, "_z": float(tcp[2])})
                         elif not is_open and closes and "_z" in closes[-1] and tcp[2] > closes[-1]["_z"] + LIFT_CHECK_M:
                             c = closes[-1]
                             c["lift_after_s"] = round(sim.time_s - c["t_s"], 3)
-                            c["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self._gripper]), 4)
+                            c["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self.gripper_index]), 4)
                             del c["_z"]
                         if is_open and closes:
                             closes[-1].pop("_z", None)  # opened again before any lift
