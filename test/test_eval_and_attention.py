@@ -281,3 +281,11 @@ def test_aim_reads_the_hand_and_both_cup_heads_at_the_first_close():
     assert aim.along_across_cm(cup[:2] + [0.006, 0.008], cup) == (1.0, 0.0)
     assert aim.along_across_cm(cup[:2] + [-0.008, 0.006], cup) == (0.0, 1.0)
     assert aim.main(["--episodes", "0"]) == 2
+
+
+def test_aim_refuses_a_model_without_cup_heads(tiny_model, capsys):
+    """A model trained without --task cups has no cup heads to read: a clear refusal (exit 2), no episode."""
+    from vla_ros.evaluation import aim
+
+    assert aim.main(["--model", str(tiny_model), "--episodes", "1"]) == 2
+    assert "no cup heads" in capsys.readouterr().err
