@@ -205,6 +205,7 @@ class ClosedLoop:
         last_state = None
         closes, gripper_was_open = [], True
         tcp_history: list[tuple[float, np.ndarray]] = []  # the last 0.1 s of the tool's path, for its speed at a close
+        lift_from_z: float | None = None  # the height of the latest close, until the hand has risen from it
         while sim.time_s < cfg.max_episode_s:
             now = sim.time_ns
             js, camera_frames = sensor_messages(sim, session.cameras)
@@ -253,14 +254,14 @@ class ClosedLoop:
                         is_open = q_cmd[self.gripper_index] >= self.half_open
                         if gripper_was_open and not is_open:
                             closes.append(grasp_offset(sim.time_s, tcp, sim.cup_positions()[color]) | hand_speed(tcp_history)
-                                          | {"lift_after_s": None, "fingers_at_lift_m": None, "_z": float(tcp[2])})
-                        elif not is_open and closes and "_z" in closes[-1] and tcp[2] > closes[-1]["_z"] + LIFT_CHECK_M:
-                            c = closes[-1]
-                            c["lift_after_s"] = round(sim.time_s - c["t_s"], 3)
-                            c["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self.gripper_index]), 4)
-                            del c["_z"]
-                        if is_open and closes:
-                            closes[-1].pop("_z", None)  # opened again before any lift
+                                          | {"lift_after_s": None, "fingers_at_lift_m": None})
+                            lift_from_z = float(tcp[2])
+                        elif not is_open and lift_from_z is not None and tcp[2] > lift_from_z + LIFT_CHECK_M:
+                            closes[-1]["lift_after_s"] = round(sim.time_s - closes[-1]["t_s"], 3)
+                            closes[-1]["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self.gripper_index]), 4)
+                            lift_from_z = None
+                        if is_open:
+                            lift_from_z = None  # opened again before any lift
                         gripper_was_open = is_open
                     sim.command_positions(None, q_cmd)
                     if record:
@@ -278,8 +279,6 @@ class ClosedLoop:
                     success_t = sim.time_s
                 if success_t is not None and sim.time_s >= success_t + cfg.hold_after_success_s:
                     break
-        for c in closes:
-            c.pop("_z", None)
         return EpisodeResult(
             seed=seed, color=color, instruction=instruction, success=success_t is not None,
             time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,
