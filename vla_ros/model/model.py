@@ -180,12 +180,14 @@ class VLATransformer(nn.Module):
         return self.step(batch.images, batch.states, batch.text, batch.action_index, batch.gather,
                          cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch, batch.image_camera)
 
-    def forward(self, batch: TokenBatch) -> tuple[torch.Tensor, dict]:
+    def forward(self, batch: TokenBatch, tool=None) -> tuple[torch.Tensor, dict]:
         """Training loss on the action tokens only: MSE (or L1, ``config.action_loss``) in normalised
         units over valid targets.
 
         Padding and tokens without a target are excluded from the mean (not just zero-weighted in
-        the numerator), so the loss does not shrink as padding grows.
+        the numerator), so the loss does not shrink as padding grows. ``tool``: an optional
+        ``(pred, target) -> loss`` on the absolute joint positions (``training.tool_points.ToolPoints``),
+        added to the loss and reported as ``tool_loss``; ``info["loss"]`` stays the action loss alone.
         """
         out = self.full_pass(batch)
         pred = self.head(out.hidden)  # (B, T, J) normalised; recomputed cheaply rather than re-normalising
@@ -200,6 +202,10 @@ class VLATransformer(nn.Module):
         with torch.no_grad():
             mae = (out.actions[sel] - batch.targets[sel]).abs().mean()
         info = {"loss": float(loss.detach()), "num_targets": n, "mae": float(mae)}
+        if tool is not None:
+            tool_loss = tool(out.actions[sel], batch.targets[sel])
+            info["tool_loss"] = float(tool_loss.detach())
+            loss = loss + tool_loss
         if self.aux_head is not None and batch.aux is not None and bool(batch.aux_valid.any()):
             aux_err = self.aux_head(out.hidden[batch.aux_valid]) - batch.aux[batch.aux_valid]
             aux_loss = aux_err.pow(2).mean()

@@ -75,6 +75,11 @@ class TrainConfig:
             with one sequence per step the last weights carry the last few sequences' noise.
         image_shift_px: random-shift augmentation: each training sequence's frames move by one random offset of
             up to this many pixels each way (``training.data.shift_images``); 0 = off. Validation is unshifted.
+        tool_loss_weight: 0 = off. Otherwise the loss also compares where each predicted and each target chunk
+            point puts the tool (``training.tool_points``: forward kinematics of ``robot_description`` down to
+            ``tool_link``, four points on the tool, squared distance in units of 5 cm) with this weight.
+        robot_description / tool_link: the URDF (empty = the bundled vla_arm.urdf, the sim's arm) and the link
+            of the tool frame, for ``tool_loss_weight``.
         checkpoint_steps: steps after which the model (the average when there is one) is also written to
             ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
             choose among. Writing them changes nothing in the run: the saved copy is exported with the random
@@ -108,6 +113,9 @@ class TrainConfig:
     grasp_focus_p: float = 0.0
     ema_decay: float = 0.0
     image_shift_px: int = 0
+    tool_loss_weight: float = 0.0
+    robot_description: str = ""
+    tool_link: str = "tcp_link"
     checkpoint_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -125,6 +133,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
+        if not (math.isfinite(self.tool_loss_weight) and self.tool_loss_weight >= 0):
+            raise ValueError(f"tool_loss_weight must be >= 0 (0 = off), got {self.tool_loss_weight}")
         if not 0 <= self.image_shift_px <= 8:
             raise ValueError(f"image_shift_px must be in [0, 8] pixels, got {self.image_shift_px}")
         bad = [s for s in self.checkpoint_steps if not 0 < s <= self.steps]
@@ -293,6 +303,9 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         config = config.replace(**normalisation_stats(train_eps, config))
         model = VLATransformer(config).to(dev)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
+    tool = tool_points(tc, config)
+    if tool is not None:
+        tool = tool.to(dev)
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
     val_rng = np.random.default_rng(tc.seed + 1)
     val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng)]) for _ in range(tc.val_sequences if val_eps else 0)]
@@ -303,15 +316,15 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         net = net if net is not None else (average.module if average is not None else model)
         net.eval()
         with torch.no_grad():
-            infos = [net(b.to(dev))[1] for b in val_batches]
+            infos = [net(b.to(dev), tool=tool)[1] for b in val_batches]
         model.train()
         if record:
-            for name in ("aux_loss", "frame_aux_loss"):
+            for name in ("aux_loss", "frame_aux_loss", "tool_loss"):
                 history[f"val_{name}"].append(float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan"))
         return float(np.mean([i["loss"] for i in infos])) if infos else float("nan")
 
-    history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "val_step": [], "val_loss": [], "val_aux_loss": [],
-               "val_frame_aux_loss": []}
+    history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "tool_loss": [], "val_step": [], "val_loss": [],
+               "val_aux_loss": [], "val_frame_aux_loss": [], "val_tool_loss": []}
     views = None
     if cups and model.frame_aux_head is not None and tc.views:
         from vla_ros.training.views import render_views
@@ -348,7 +361,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
                                          phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p, shift_px=tc.image_shift_px)
                          for _ in range(tc.batch_sequences)]).to(dev)
-        loss, info = model(batch)
+        loss, info = model(batch, tool=tool)
         if views is not None:
             view_loss = model.view_loss(*view_batch(views, tc.view_batch, rng, dev))
             history["view_loss"].append(float(view_loss.detach()))
@@ -365,6 +378,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         history["mae"].append(info["mae"])
         history["aux_loss"].append(info.get("aux_loss", float("nan")))
         history["frame_aux_loss"].append(info.get("frame_aux_loss", float("nan")))
+        history["tool_loss"].append(info.get("tool_loss", float("nan")))
         step += 1
         bar.update(1)
         if step % tc.val_every == 0 and val_batches:
@@ -413,6 +427,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         "final_train_loss_smoothed": smooth, "final_val_loss": final_val, "final_val_loss_last_weights": final_val_raw,
         "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None,
         "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
+        "final_val_tool_loss": history["val_tool_loss"][-1] if tool is not None and history["val_tool_loss"] else None,
         "best_val_loss": best_val if best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
         "parameters": model.num_parameters(), "git_commit": provenance["git_commit"], "torch": torch.__version__,
@@ -447,6 +462,24 @@ def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: flo
               "final_val_loss": val_loss, "duration_min": round(minutes, 2), "train_config": dataclasses.asdict(tc)}
     (folder / "train_report.json").write_text(json.dumps(report, indent=1))
     log.info("checkpoint at step %d: %s (validation loss %.4f)", step, folder, val_loss)
+
+
+def tool_points(tc: TrainConfig, config):
+    """The tool-position loss term of ``tc`` for a model of ``config`` (None when off). Raises ValueError
+    for a state-relative model (its targets are offsets, not joint positions) or a tool the URDF cannot
+    reach through the model's joints."""
+    if not tc.tool_loss_weight:
+        return None
+    if config.relative_actions:
+        raise ValueError("tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) "
+                         "targets are offsets")
+    from vla_ros.sim.scene import default_urdf_path
+    from vla_ros.training.tool_points import ToolPoints
+
+    urdf = Path(tc.robot_description) if tc.robot_description else default_urdf_path()
+    if not urdf.is_file():
+        raise ValueError(f"robot description {urdf} does not exist")
+    return ToolPoints(urdf, config.joint_names, tc.tool_link, weight=tc.tool_loss_weight)
 
 
 def view_batch(views, n: int, rng: np.random.Generator, dev):
@@ -577,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-shift", type=int, default=TrainConfig.image_shift_px, metavar="PX",
                         help="shift each training sequence's frames by a random offset of up to PX pixels each way "
                              f"(augmentation; default {TrainConfig.image_shift_px}: off)")
+    parser.add_argument("--tool-loss", type=float, default=TrainConfig.tool_loss_weight, metavar="W",
+                        help="also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared "
+                             f"distance in units of 5 cm) with weight W, e.g. 0.1 (default {TrainConfig.tool_loss_weight}: off)")
     parser.add_argument("--checkpoints", default="", metavar="STEPS",
                         help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
                              "e.g. 3600,4200,4800 (candidates for `vla-ros select`)")
@@ -595,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="std_msgs/Float64MultiArray commands, the targets (default /forward_position_controller/commands)")
     robot.add_argument("--instruction-topic", default=None, help="std_msgs/String instruction topic (default /vla/instruction)")
     robot.add_argument("--instruction", default=None, help="the task of every bag (the instruction topic is then not read)")
+    robot.add_argument("--robot-description", default="", metavar="URDF",
+                       help="the robot's URDF, for --tool-loss (default: the bundled vla_arm.urdf)")
+    robot.add_argument("--tool-link", default=TrainConfig.tool_link, help=f"the tool frame's link, for --tool-loss (default {TrainConfig.tool_link})")
     args = parser.parse_args(argv)
     from vla_ros.data.bag import BagError
     from vla_ros.data.dataset import Topics
@@ -632,7 +671,9 @@ def main(argv: list[str] | None = None) -> int:
         tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
-                         ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints))
+                         ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints),
+                         tool_loss_weight=args.tool_loss, robot_description=args.robot_description, tool_link=args.tool_link)
+        tool_points(tc, model_config or task_model_config(args.task))  # refuse a bad URDF or tool link before any replay
     except ValueError as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
