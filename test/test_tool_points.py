@@ -110,6 +110,12 @@ def test_refusals(tmp_path, capsys):
     assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--robot-description",
                  str(tmp_path / "missing.urdf")]) == 2
     assert "missing.urdf" in capsys.readouterr().err
+    # A fine-tune is checked against the model it starts from: the shipped model's chunks are positions, so only the tool is wrong.
+    assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--tool-link", "palm",
+                 "--init", "models/vla_cups"]) == 2
+    assert "tool link 'palm' is not in" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--init", str(tmp_path / "no_model")]) == 2
+    assert "model folder not found" in capsys.readouterr().err
 
 
 def test_a_run_with_the_tool_loss_reports_it_and_keeps_the_action_loss_comparable(tmp_path):

@@ -673,8 +673,11 @@ def main(argv: list[str] | None = None) -> int:
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
                          ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints),
                          tool_loss_weight=args.tool_loss, robot_description=args.robot_description, tool_link=args.tool_link)
-        tool_points(tc, model_config or task_model_config(args.task))  # refuse a bad URDF or tool link before any replay
-    except ValueError as exc:  # the options themselves
+        if tc.tool_loss_weight:  # refuse a bad URDF or tool link before any replay, for the model that will train
+            from vla_ros.model.io import load_config
+
+            tool_points(tc, load_config(args.init) if args.init else model_config or task_model_config(args.task))
+    except (ValueError, FileNotFoundError) as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
     try:
