@@ -44,7 +44,7 @@ def test_forward_kinematics_equal_pinocchios(urdf, tool_link):
         pose = data.oMf[model.getFrameId(tool_link)]
         expected = np.vstack([pose.translation] + [pose.translation + 0.05 * pose.rotation[:, k] for k in range(3)])
         columns = [q[model.joints[model.getJointId(n)].idx_q] for n in arm] + [0.0]
-        got = points.points(torch.tensor([columns], dtype=torch.float64).float())[0].numpy()
+        got = points.points(torch.tensor([columns], dtype=torch.float32))[0].numpy()
         worst = max(worst, float(np.abs(got - expected).max()))
     assert worst < 1e-5, worst
 
@@ -99,6 +99,9 @@ def test_refusals(tmp_path, capsys):
         '<joint name="wrist_roll_joint" type="revolute">', '<joint name="wrist_roll_joint" type="revolute"><mimic joint="elbow_joint"/>')
     with pytest.raises(ValueError, match="mimics another"):
         ToolPoints(mimic, SIM_JOINTS, "tcp_link")
+    no_axis = default_urdf_path().read_text().replace('<origin xyz="0 0 0.35"/><axis xyz="0 1 0"/>', '<origin xyz="0 0 0.35"/><axis xyz="0 0 0"/>')
+    with pytest.raises(ValueError, match="joint 'elbow_joint' in the robot description has axis \\[0.0, 0.0, 0.0\\]"):
+        ToolPoints(no_axis, SIM_JOINTS, "tcp_link")
     with pytest.raises(ValueError, match="tool_loss_weight must be >= 0"):
         TrainConfig(tool_loss_weight=-1.0)
     with pytest.raises(ValueError, match="a state-relative model"):

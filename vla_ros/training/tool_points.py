@@ -61,10 +61,13 @@ def kinematic_chain(urdf: str | Path | ET.Element, tool_link: str) -> list[dict]
                              "and the tool is not supported")
         origin = joint.find("origin")
         axis = _floats(joint.find("axis").get("xyz") if joint.find("axis") is not None else None, (1.0, 0.0, 0.0))
+        if kind != "fixed" and not (axis.shape == (3,) and np.isfinite(axis).all() and np.linalg.norm(axis) > 0):
+            raise ValueError(f"joint {joint.get('name')!r} in {where} has axis {axis.tolist()}: it needs three finite "
+                             "numbers, not all zero")
         chain.append({"name": joint.get("name"), "type": kind,
                       "xyz": _floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0)),
                       "rotation": _rpy_matrix(_floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0))),
-                      "axis": axis / np.linalg.norm(axis)})
+                      "axis": axis / np.linalg.norm(axis) if kind != "fixed" else axis})
         link = joint.find("parent").get("link")
         if len(chain) > len(by_child):
             raise ValueError(f"{where} has a loop above {tool_link!r}")
