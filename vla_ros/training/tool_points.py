@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_ros.urdf_limits import robot_root
+from vla_ros.urdf_limits import MOVABLE_TYPES, robot_root
 
 
 def _floats(text: str | None, default: tuple[float, float, float]) -> np.ndarray:
@@ -43,7 +43,8 @@ def _skew(axis: np.ndarray) -> np.ndarray:
 
 def kinematic_chain(urdf: str | Path | ET.Element, tool_link: str) -> list[dict]:
     """The joints from the root link down to ``tool_link``, root first: name, type, origin (xyz, rotation)
-    and unit axis of each. Raises ValueError for a link that is not there or a chain with a mimic joint."""
+    and unit axis of each. Raises ValueError for a link that is not there, or a chain with a mimic joint, a
+    joint of another type or a movable joint without a usable axis."""
     root, where, _ = robot_root(urdf)
     by_child = {j.find("child").get("link"): j for j in root.iter("joint") if j.find("child") is not None}
     links = {link.get("name") for link in root.iter("link")}
@@ -53,7 +54,7 @@ def kinematic_chain(urdf: str | Path | ET.Element, tool_link: str) -> list[dict]
     while link in by_child:
         joint = by_child[link]
         kind = joint.get("type")
-        if kind not in ("fixed", "revolute", "continuous", "prismatic"):
+        if kind != "fixed" and kind not in MOVABLE_TYPES:
             raise ValueError(f"joint {joint.get('name')!r} in {where} is {kind!r}: only fixed, revolute, continuous and "
                              "prismatic joints can lie between the root and the tool")
         if joint.find("mimic") is not None:
@@ -110,13 +111,11 @@ class ToolPoints(torch.nn.Module):
         self.register_buffer("skew", as_tensor([_skew(j["axis"]) for j in chain]), persistent=False)
         offsets = np.vstack([np.zeros(3), span_m * np.eye(3)])  # the tool's origin and one point on each axis
         self.register_buffer("offsets", torch.tensor(offsets, dtype=torch.float32), persistent=False)
-        self.weight, self.scale_m, self.tool_link = float(weight), float(scale_m), tool_link
+        self.weight, self.scale_m = float(weight), float(scale_m)
 
     def points(self, q: torch.Tensor) -> torch.Tensor:
-        n = q.shape[0]
-        rot = torch.eye(3, dtype=q.dtype, device=q.device).expand(n, 3, 3)
-        pos = q.new_zeros(n, 3)
         eye = torch.eye(3, dtype=q.dtype, device=q.device)
+        rot, pos = eye.expand(q.shape[0], 3, 3), q.new_zeros(q.shape[0], 3)
         for i, (kind, col) in enumerate(zip(self.kinds, self.columns)):
             pos = pos + rot @ self.xyz[i]
             rot = rot @ self.rotation[i]
