@@ -235,7 +235,10 @@ def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_me
     first chunk of the new episode that starts at the measured state passes (no unreachable_first_point
     deadlock). The announcement is latched (transient local), so this runs late in the module."""
     q_old, stamp_old = _latest(graph)
-    graph.spin_for_sim(0.2)
+    # The announcement is stamped with a later joint state: /clock may run ahead of /joint_states on a
+    # loaded machine, so wait for the state itself to be 0.1 s newer, not for the clock.
+    newer = lambda: ns_from_time_msg(_latest(graph)[1]) - ns_from_time_msg(stamp_old) >= 100_000_000  # noqa: E731
+    assert graph.spin_until(newer, 30), "joint states stopped"
     q, stamp = _latest(graph)
     graph.reset_pub = graph.node.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())  # kept: latched
     graph.reset_pub.publish(Header(frame_id="7", stamp=stamp))
@@ -244,7 +247,8 @@ def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_me
     episode = lambda: [kv["episode"] for _, kv in _statuses(graph.rec, "inputs")][-1:]  # noqa: E731
     assert graph.spin_until(lambda: episode() == ["7"], 20), episode()
     assert _send_and_wait(graph, _traj([q_old, q_old], 0.1, stamp_old, t0=0.4)) == []
-    assert _statuses(graph.rec, "chunk rejected")[-1][1]["reason"] == "before_reset"
+    verdict = _event(graph, "rejected")  # this chunk's own verdict, not a late status of an earlier one
+    assert verdict and verdict[-1][1]["reason"] == "before_reset", [(s.message, kv) for s, kv in verdict]
     q, stamp = _latest(graph)
     first = _traj(q + np.outer(np.arange(0, 5) / 50, np.r_[np.ones(6) * 0.05, 0.0]), 0.1, stamp, t0=0.3)
     out = _send_and_wait(graph, first)
