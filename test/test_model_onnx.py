@@ -20,11 +20,13 @@ TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
 
 
-@pytest.fixture(scope="module", params=[("camera",), ("camera", "wrist_camera")], ids=["one_camera", "wrist_camera"])
+@pytest.fixture(scope="module", params=[dict(cameras=("camera",)), dict(cameras=("camera", "wrist_camera")),
+                                        dict(cameras=("camera",), pin_first_frame=True)],
+                ids=["one_camera", "wrist_camera", "pinned_frame"])
 def folder(tmp_path_factory, request):
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("model")
-    model = VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14, cameras=request.param))
+    model = VLATransformer(tiny_config(action_mean=(0.1,) * 7, state_std=(2.0,) * 14, **request.param))
     with torch.no_grad():  # zero at init: give the instruction conditioning weights so parity covers it
         model.instruction_proj.weight.normal_(0.0, 0.05)
         model.patch_encoder.film.weight.normal_(0.0, 0.05)
@@ -85,12 +87,14 @@ def test_onnx_file_that_does_not_fit_the_config_is_refused(tmp_path, folder):
     other = tmp_path / "other"
     torch.manual_seed(2)
     save_model(VLATransformer(tiny_config(num_hidden_layers=3)), other)
-    cameras = tuple(json.loads((folder / "config.json").read_text())["cameras"])
+    saved = json.loads((folder / "config.json").read_text())
+    cameras, pinned = tuple(saved["cameras"]), saved["pin_first_frame"]
     with pytest.raises(ValueError, match="past_key shape"):
-        OnnxBackend(folder / "model.onnx", tiny_config(num_hidden_layers=3, cameras=cameras))
-    other_cameras = ("camera",) if len(cameras) > 1 else ("camera", "wrist_camera")
-    with pytest.raises(ValueError, match="not the step graph of this config.json"):  # the wrong number of cameras
-        OnnxBackend(folder / "model.onnx", tiny_config(cameras=other_cameras))
+        OnnxBackend(folder / "model.onnx", tiny_config(num_hidden_layers=3, cameras=cameras, pin_first_frame=pinned))
+    # the wrong number of cameras, or a pinned frame's graph for a config without one
+    mismatched = tiny_config(cameras=cameras) if pinned else tiny_config(cameras=("camera",) if len(cameras) > 1 else ("camera", "wrist_camera"))
+    with pytest.raises(ValueError, match="not the step graph of this config.json"):
+        OnnxBackend(folder / "model.onnx", mismatched)
     export_to_folder(VLATransformer(tiny_config(num_hidden_layers=3)), other)
     assert (other / "model.onnx").is_file()
 

@@ -198,6 +198,42 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
+def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(demos, tmp_path):
+    """pin_first_frame: every training sequence carries its episode's first main-camera frame (once the
+    sequence has reached it) as the pinned frame, which the frame head does not learn; the trained folder
+    streams exactly as one full pass in both backends, the pin included."""
+    from vla_ros.model.check import compare_with_full_pass, record_stream
+    from vla_ros.model.io import load_model
+
+    config = cup_config(pin_first_frame=True)
+    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
+    out = tmp_path / "model"
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["pin_first_frame"] is True and report["steps"] == 20
+    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    ep = episodes[0]
+    first = next(o for o in ep.observations if o.kind == Kind.IMAGE)
+    assert ep.pinned is first
+    seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
+    assert seq.image_camera[0] == config.pinned_camera and (seq.image_camera[1:] == 0).all()
+    np.testing.assert_array_equal(seq.images[0], first.data)
+    assert np.isnan(seq.frame_aux[0]).all() and np.isfinite(seq.frame_aux[1:]).all()
+    early = make_sequence(config, ep, first.t_s - 1e-3, 0.5, 0.3, 6, np.random.default_rng(0))  # before the first frame
+    assert early is None or (early.image_camera != config.pinned_camera).all()
+    model = load_model(out)
+    stream = ep.observations[:200]  # two seconds: the first frame is long out of the window at the end
+    assert stream[-1].t_s - first.t_s > 4 * config.window_seconds
+    results = []
+    for backend in ("torch", "onnx"):
+        policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
+        policy.set_instruction(ep.text)
+        results.append(record_stream(policy, [[o] for o in stream[:-1]] + [[stream[-1]]], chunk_after=[len(stream) - 1]))
+        assert policy.pinned is first
+    for hidden, chunks in results:
+        assert compare_with_full_pass(model, stream, ep.text, hidden, chunks) < 1e-4
+
+
 def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(demos, tmp_path, capsys):
     """relative_actions: every training target is the recorded chunk minus the positions of the newest joint
     state at or before its anchor (the true one, also when the inputs drop the states), the action

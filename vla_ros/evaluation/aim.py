@@ -53,7 +53,7 @@ class CupBeliefs:
     def __call__(self, session) -> dict[str, np.ndarray]:
         from vla_ros.evaluation.attention import cup_estimates
 
-        transformer, frame = cup_estimates(self.model, session.window(), session.stream.instruction.embeddings)
+        transformer, frame = cup_estimates(self.model, session.window(), session.stream.instruction.embeddings, session.policy.pinned)
         return {"transformer": transformer, "frame_head": frame}
 
 

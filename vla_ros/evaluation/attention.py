@@ -42,14 +42,15 @@ def cup_patches(sim, color: str, grid: tuple[int, int], crop=(0.0, 0.0, 0.0, 0.0
     return mask.reshape(-1)
 
 
-def frame_attention(model, config, window, instruction) -> np.ndarray:
-    """(layers, heads, L, P): attention of the newest frame's patch tokens to each instruction token."""
+def frame_attention(model, config, window, instruction, pinned=None) -> np.ndarray:
+    """(layers, heads, L, P): attention of the newest frame's patch tokens to each instruction token.
+    ``pinned``: the policy's pinned frame (``StreamingPolicy.pinned``), for a model with ``pin_first_frame``."""
     import torch
 
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
     from vla_ros.tokens import Kind
 
-    seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
+    seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned)
     batch = collate([seq]).to(next(model.parameters()).device)  # the node's model may live on a GPU
     with torch.no_grad():
         out = model.full_pass(batch, need_weights=True)
@@ -76,12 +77,12 @@ def word_heat(att: np.ndarray, tokens, color: str | None) -> np.ndarray:
     return att[:, :, rows, :].mean(axis=(0, 1, 2))
 
 
-def live_overlay(model, config, window, instruction, rgb: np.ndarray) -> np.ndarray:
+def live_overlay(model, config, window, instruction, rgb: np.ndarray, pinned=None) -> np.ndarray:
     """The heat map of the colour word the instruction names (``named_color``) over the crop of ``rgb``,
     the newest camera frame of ``window``, as the model sees it: what the policy node publishes."""
     from vla_ros.training.data import named_color
 
-    att = frame_attention(model, config, window, instruction)  # (layers, H, L, P)
+    att = frame_attention(model, config, window, instruction, pinned)  # (layers, H, L, P)
     heat = word_heat(att, instruction.tokens, named_color(instruction.text))
     return overlay(crop_image(rgb, config.crop), heat, config.patch_grid)
 
@@ -133,7 +134,7 @@ def _session(model):
                          shared_encoder(model.config.max_text_tokens))
 
 
-def cup_estimates(model, window, text_embeddings) -> tuple[np.ndarray, np.ndarray | None]:
+def cup_estimates(model, window, text_embeddings, pinned=None) -> tuple[np.ndarray, np.ndarray | None]:
     """Where the model's cup heads put the named cup (world xy, m) on ``window`` (a policy session's
     observations): the auxiliary head on the action tokens of a chunk anchored at the newest observation
     (what the Transformer believes from the whole window), and the frame head on the newest main-camera
@@ -144,7 +145,7 @@ def cup_estimates(model, window, text_embeddings) -> tuple[np.ndarray, np.ndarra
     from vla_ros.model.timeline import ACTION
     from vla_ros.training.data import unscale_aux
 
-    seq = build_sequence(model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)])
+    seq = build_sequence(model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned)
     with torch.no_grad():
         out = model.full_pass(collate([seq]))
         rows = np.flatnonzero(seq.kind == ACTION)
@@ -174,7 +175,7 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
         while sim.time_s < rest_s:  # no command: the arm holds its start pose
             _feed_sensors(sim, session)
             sim.step()
-        xy, frame_xy = cup_estimates(model, session.window(), instruction.embeddings)
+        xy, frame_xy = cup_estimates(model, session.window(), instruction.embeddings, session.policy.pinned)
         cup_xy = sim.cup_positions()[color][:2]
         predictions.append(xy)
         errors.append(float(np.linalg.norm(xy - cup_xy)))
@@ -220,7 +221,7 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
             if rgb is not None:
                 if round(sim.time_s, 2) in sample_at or any(abs(sim.time_s - t) < 0.017 for t in sample_at):
                     sample_at = {t for t in sample_at if abs(sim.time_s - t) >= 0.017}
-                    att = frame_attention(model, config, session.window(), instruction)  # (layers, H, L, P)
+                    att = frame_attention(model, config, session.window(), instruction, session.policy.pinned)  # (layers, H, L, P)
                     target = cup_patches(sim, color, config.patch_grid, config.crop)
                     share = target.mean()
                     if color_idx is not None and share > 0:

@@ -15,7 +15,7 @@ import torch
 
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import PolicyChunk, StreamingPolicy
-from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, state_reference
+from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, pinned_frame, state_reference
 from vla_ros.tokens.types import Kind, Observation
 
 
@@ -39,7 +39,8 @@ def full_pass_outputs(model: VLATransformer, observations: Sequence[Observation]
                       anchors: Sequence[tuple] = ()) -> tuple[dict, list[tuple[np.ndarray, np.ndarray]]]:
     """Reference outputs of one full pass: {(key, patch): hidden} and per chunk (positions, hidden)."""
     config = model.config
-    seq = build_sequence(config, observations, text, [ChunkSpec(a) for a in anchors])
+    pinned = pinned_frame(observations) if config.pin_first_frame else None  # as the runtime pins after its reset
+    seq = build_sequence(config, observations, text, [ChunkSpec(a) for a in anchors], pinned=pinned)
     device = next(model.parameters()).device
     with torch.inference_mode():
         out = model.full_pass(collate([seq]).to(device))
@@ -48,7 +49,7 @@ def full_pass_outputs(model: VLATransformer, observations: Sequence[Observation]
     P, Hc = config.num_visual_tokens, config.chunk_length
     hidden = {}
     for t in range(seq.num_tokens):
-        if seq.kind[t] in (int(Kind.IMAGE), int(Kind.STATE)):
+        if seq.kind[t] in (int(Kind.IMAGE), int(Kind.STATE)) and seq.token_obs[t] >= 0:  # not the pinned copy
             patch = int(seq.src_index[t] % P) if seq.kind[t] == int(Kind.IMAGE) else 0
             hidden[(observations[seq.token_obs[t]].key, patch)] = H[t]
     first = seq.num_tokens - Hc * len(anchors)

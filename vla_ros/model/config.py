@@ -90,6 +90,13 @@ class ModelConfig:
             back when the chunk is decoded. Offsets span a fraction of the positions' range, so the same
             error in normalised units is a smaller error in radians; a state-relative model needs a joint
             state before its first chunk.
+        pin_first_frame: False = the model sees W seconds back and no further; True = the first frame of the
+            main camera after a reset (``StreamingPolicy.reset``; in training the episode's first frame) is
+            kept for the whole episode as a *pinned* frame: every later observation and chunk sees it beside
+            its window, as it sees the instruction. Its patches get their own learned embedding (one more
+            ``camera_embedding`` row), so the model tells the scene as it was from the scene now. What it is
+            for: near the grasp the hand hides the cup from the main camera, and the pinned frame still
+            shows it.
         action_loss: the training loss on the action points, in normalised units: "mse" (mean squared
             error) or "l1" (mean absolute error, as ACT trains its chunks: small errors keep their full
             gradient where a square makes them vanish). Training only; recorded so a model says how it learned.
@@ -133,6 +140,7 @@ class ModelConfig:
     frame_aux_loss_weight: float = 0.0
     relative_actions: bool = False
     action_loss: str = "mse"
+    pin_first_frame: bool = False
 
     def __post_init__(self) -> None:
         for name in ("image_mean", "image_std", "crop", "patch_grid", "stem_channels", "joint_names", "cameras"):
@@ -166,6 +174,8 @@ class ModelConfig:
                              f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0")
         if not isinstance(self.relative_actions, bool):
             raise ValueError(f"relative_actions={self.relative_actions!r} must be true or false")
+        if not isinstance(self.pin_first_frame, bool):
+            raise ValueError(f"pin_first_frame={self.pin_first_frame!r} must be true or false")
         if self.action_loss not in ACTION_LOSSES:
             raise ValueError(f"action_loss={self.action_loss!r} must be one of {', '.join(ACTION_LOSSES)}")
         if self.frame_aux_loss_weight > 0 and self.aux_dim == 0:
@@ -206,9 +216,9 @@ class ModelConfig:
             raise ValueError(f"max_frame_rate_hz={self.max_frame_rate_hz} must be >= 0 (0 = every frame)")
         if self.max_cache_tokens < 0:
             raise ValueError(f"max_cache_tokens={self.max_cache_tokens} must be >= 0 (0 = derive from rates)")
-        if self.max_cache_tokens and self.max_cache_tokens < self.max_text_tokens + 4 * self.num_visual_tokens:
-            raise ValueError(f"max_cache_tokens={self.max_cache_tokens} is below max_text_tokens + 4 frames = "
-                             f"{self.max_text_tokens + 4 * self.num_visual_tokens}")
+        if self.max_cache_tokens and self.max_cache_tokens < self.prefix_tokens + 4 * self.num_visual_tokens:
+            raise ValueError(f"max_cache_tokens={self.max_cache_tokens} is below max_text_tokens (+ the pinned "
+                             f"frame) + 4 frames = {self.prefix_tokens + 4 * self.num_visual_tokens}")
         for name, size in (("state_mean", self.state_dim), ("state_std", self.state_dim),
                            ("action_mean", self.action_dim), ("action_std", self.action_dim)):
             value = getattr(self, name)
@@ -273,14 +283,32 @@ class ModelConfig:
         return min(self.camera_rate_hz, self.max_frame_rate_hz) if self.max_frame_rate_hz else self.camera_rate_hz
 
     @property
+    def frame_embeddings(self) -> int:
+        """Rows of the per-frame embedding: one per camera, one more for the pinned frame (0 for a
+        one-camera model without a pin: its frames need none, and its step graph has no ``image_camera``)."""
+        n = len(self.cameras) + (1 if self.pin_first_frame else 0)
+        return n if n > 1 else 0
+
+    @property
+    def pinned_camera(self) -> int:
+        """The ``image_camera`` index that marks the pinned frame's patches (after the cameras')."""
+        return len(self.cameras)
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Cache slots reserved before the window: the instruction, and the pinned frame's patches."""
+        return self.max_text_tokens + (self.num_visual_tokens if self.pin_first_frame else 0)
+
+    @property
     def cache_capacity(self) -> int:
-        """Tokens the KV cache holds: instruction + the W + lateness window at the nominal rates, +50%."""
+        """Tokens the KV cache holds: instruction (and pinned frame) + the W + lateness window at the
+        nominal rates, +50%."""
         if self.max_cache_tokens:
             return self.max_cache_tokens
         span_s = self.window_seconds + self.max_lateness_s
         frames = (math.floor(span_s * self.frame_rate_hz) + 2) * len(self.cameras)
         states = math.floor(span_s * self.state_rate_hz) + 2
-        return self.max_text_tokens + int(math.ceil(1.5 * (frames * self.num_visual_tokens + states)))
+        return self.prefix_tokens + int(math.ceil(1.5 * (frames * self.num_visual_tokens + states)))
 
     # ----- JSON -----
     def to_dict(self) -> dict[str, Any]:

@@ -53,8 +53,9 @@ class VLATransformer(nn.Module):
         self.instruction_norm = RMSNorm(config.text_embedding_dim, config.rms_norm_eps)
         self.instruction_proj = nn.Linear(config.text_embedding_dim, 3 * D)
         self.modality = nn.Embedding(4, D)  # indexed by Kind: TEXT, IMAGE, STATE, ACTION
-        # Which camera a frame's patches come from (the patch encoder is shared); a one-camera model has none.
-        self.camera_embedding = nn.Embedding(len(config.cameras), D) if len(config.cameras) > 1 else None
+        # Which camera a frame's patches come from (the patch encoder is shared), and a row for the pinned
+        # frame (pin_first_frame); a one-camera model without a pin has none.
+        self.camera_embedding = nn.Embedding(config.frame_embeddings, D) if config.frame_embeddings else None
         self.action_queries = nn.Parameter(torch.zeros(config.chunk_length, D))  # one per chunk point
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(D, config.rms_norm_eps)
@@ -261,4 +262,4 @@ class StepGraph(nn.Module):
 def step_input_names(config: ModelConfig) -> tuple[str, ...]:
     """The step graph's inputs for a model: ``image_camera`` only where there is more than one camera, so a
     one-camera model's graph (and every model.onnx exported before cameras existed) stays as it was."""
-    return StepGraph.base_input_names + (("image_camera",) if len(config.cameras) > 1 else ())
+    return StepGraph.base_input_names + (("image_camera",) if config.frame_embeddings else ())

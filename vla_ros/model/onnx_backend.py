@@ -64,7 +64,7 @@ def example_inputs(config: ModelConfig, frames: int = 2, states: int = 3, text: 
         "past_key": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "past_value": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "instruction": rng.standard_normal(config.text_embedding_dim).astype(np.float32),
-        **({"image_camera": rng.integers(0, len(config.cameras), frames).astype(np.int64)} if len(config.cameras) > 1 else {}),
+        **({"image_camera": rng.integers(0, config.frame_embeddings, frames).astype(np.int64)} if config.frame_embeddings else {}),
     }
 
 

@@ -12,6 +12,8 @@ with time instead of indices). Rules that keep it exact:
 * The instruction is pinned at the front of the cache. A new instruction changes every token's
   keys/values, so the cache is rebuilt from the raw observations the runtime keeps (those within
   W + max_lateness); after a rebuild the outputs equal a full pass over that retained window.
+* A model with ``pin_first_frame`` pins the first main-camera frame after a reset behind the
+  instruction (``timeline``: every later token sees it); pinning it rebuilds the cache the same way.
 * Out-of-order arrival: an observation whose ``key`` (stamp_ns, kind, source) is older than the newest
   one held is inserted where it belongs: the cache is cut back to the tokens before it and the newer
   raw observations are replayed. One more than max_lateness behind the newest is dropped (and
@@ -23,7 +25,8 @@ Cache layout (slots of a preallocated buffer, ``capacity`` tokens; keys stored r
 
     slot:  0 .. L-1     L .. start-1         start .. end-1              end .. capacity-1
            instruction  evicted (masked)     live observation tokens,    free
-                                             in key order
+           (+ pinned                         in key order
+           frame)
 
 Example (L = 2, P = 2 patches, W + lateness = 100 ms, stamps in ms): after S@0 I@20 S@90 the slots hold
 [t0 t1 S0 I20 I20 S90], start = 2, end = 6. S@130 arrives: it runs against slots 0..5 and is written to
@@ -46,8 +49,8 @@ import torch
 
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.model import StepGraph, VLATransformer
-from vla_ros.model.sequence import (SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, state_reference, validate_observation,
-                                    validate_text)
+from vla_ros.model.sequence import (SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, pinned_frame, state_reference,
+                                    validate_observation, validate_text)
 from vla_ros.model.timeline import TokenTimes, additive_mask_np, rope_tables_np, visibility
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
@@ -176,7 +179,7 @@ class StreamingPolicy:
         self.backend = backend
         self.capacity = config.cache_capacity
         # A step's tokens must fit beside a full window: cap a step at a quarter of the capacity.
-        self.max_step_tokens = max(config.num_visual_tokens + 1, (self.capacity - config.max_text_tokens) // 4)
+        self.max_step_tokens = max(config.num_visual_tokens + 1, (self.capacity - config.prefix_tokens) // 4)
         self.backend.allocate(self.capacity)
         # Per-slot metadata of the cache (numpy: masks are built on the CPU, whatever the backend).
         self._kind = np.zeros(self.capacity, np.int64)
@@ -184,6 +187,7 @@ class StreamingPolicy:
         self._order = np.zeros(self.capacity, np.int64)
         self._valid = np.zeros(self.capacity, bool)
         self._text: np.ndarray | None = None
+        self._pin: Observation | None = None  # the pinned frame (pin_first_frame), in the cache's prefix
         self._instruction_vec = instruction_vector(None, config.text_embedding_dim)
         self.instruction: Instruction | None = None
         # The retained raw window, sorted by key, with the order each was run under (None: not run yet).
@@ -230,16 +234,18 @@ class StreamingPolicy:
     # ----- state -----
     def _clear_cache(self) -> None:
         self._end = 0
-        self._n_text = 0
+        self._n_prefix = 0
         self._start = 0
         self._valid[:] = False
         self._next_order = 0
         self._raw_order = [None] * len(self._raw)
 
     def reset(self) -> None:
-        """New episode: forget every observation, keep the instruction (its tokens are recomputed)."""
+        """New episode: forget every observation and the pinned frame, keep the instruction (its tokens are
+        recomputed). A model with ``pin_first_frame`` pins the first main-camera frame observed after this."""
         self._raw.clear()
         self._raw_keys.clear()
+        self._pin = None
         self._rebuild()
 
     @property
@@ -256,9 +262,14 @@ class StreamingPolicy:
         return list(self._raw)
 
     @property
+    def pinned(self) -> Observation | None:
+        """The pinned frame (``ModelConfig.pin_first_frame``), None before the first main-camera frame."""
+        return self._pin
+
+    @property
     def cached_tokens(self) -> int:
-        """Live tokens in the cache (instruction + observation tokens in the window)."""
-        return self._n_text + (self._end - self._start)
+        """Live tokens in the cache (instruction, pinned frame, observation tokens in the window)."""
+        return self._n_prefix + (self._end - self._start)
 
     @property
     def cache_mb(self) -> float:
@@ -277,11 +288,16 @@ class StreamingPolicy:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self._clear_cache()
-        if self._text is not None and self._text.shape[0]:
-            self._step([], text=self._text)
-            self._n_text = self._start = self._end
+        self._write_prefix()
         self._run_from(0, ObserveReport())
+
+    def _write_prefix(self) -> None:
+        """Empty the cache and write the tokens every later one sees: the instruction and the pinned frame.
+        The retained observations are left to be run again (their orders are cleared)."""
+        self._clear_cache()
+        if (self._text is not None and self._text.shape[0]) or self._pin is not None:
+            self._step([], text=self._text, pinned=self._pin)
+            self._n_prefix = self._start = self._end
 
     # ----- ticks -----
     def observe(self, observations: Observation | Iterable[Observation], return_hidden: bool = False,
@@ -296,6 +312,7 @@ class StreamingPolicy:
         for obs in batch:
             validate_observation(obs, self.config)
         report = ObserveReport()
+        accepted: list[Observation] = []
         if return_hidden:
             report.hidden = np.zeros((0, self.config.hidden_size), np.float32)
             report.token_keys, report.token_patch = [], np.zeros(0, np.int64)
@@ -311,8 +328,16 @@ class StreamingPolicy:
             self._raw.insert(pos, obs)
             self._raw_keys.insert(pos, key)
             self._raw_order.insert(pos, None)
+            accepted.append(obs)
             report.accepted += 1
         self.total_dropped_late += report.dropped_late
+        if self.config.pin_first_frame:
+            # The first main-camera frame pins (an earlier one arriving late takes its place): every token
+            # sees it, so the cache is built again from the prefix, as at an instruction.
+            candidate = pinned_frame(accepted)
+            if candidate is not None and (self._pin is None or candidate.key < self._pin.key):
+                self._pin = candidate
+                self._write_prefix()
         first = next((i for i, od in enumerate(self._raw_order) if od is None), None)
         if first is not None:
             report.replayed = sum(od is not None for od in self._raw_order[first:])
@@ -425,14 +450,14 @@ class StreamingPolicy:
     def _make_room(self, tokens: int) -> int:
         """Compact when the evicted block is large or the free space is short; if a full window plus the
         step still does not fit (inputs faster than the nominal rates), evict the oldest tokens early."""
-        dead = self._start - self._n_text
+        dead = self._start - self._n_prefix
         if dead and (self._end + tokens > self.capacity or dead >= max(32, self.capacity // 8)):
             live = self._end - self._start
-            self.backend.move(self._start, self._n_text, live)
+            self.backend.move(self._start, self._n_prefix, live)
             for arr in (self._kind, self._stamp, self._order, self._valid):
-                arr[self._n_text:self._n_text + live] = arr[self._start:self._end].copy()
-            self._valid[self._n_text + live:self._end] = False
-            self._start, self._end = self._n_text, self._n_text + live
+                arr[self._n_prefix:self._n_prefix + live] = arr[self._start:self._end].copy()
+            self._valid[self._n_prefix + live:self._end] = False
+            self._start, self._end = self._n_prefix, self._n_prefix + live
         overflow = max(0, self._end + tokens - self.capacity)
         if not overflow:
             return 0
@@ -449,12 +474,13 @@ class StreamingPolicy:
         return cut
 
     def _step(self, observations: list[Observation], text: np.ndarray | None = None,
-              chunk: ChunkSpec | None = None, anchors: dict | None = None, order_start: int = 0):
+              chunk: ChunkSpec | None = None, anchors: dict | None = None, order_start: int = 0,
+              pinned: Observation | None = None):
         """Run new tokens against the cache [0, end); write the text and observation tokens at end (the
         chunk's action tokens, last in the sequence, are never written)."""
         cfg = self.config
         seq = build_sequence(cfg, observations, text, [chunk] if chunk else (), validate=False,
-                             order_start=order_start, anchors=anchors)
+                             order_start=order_start, anchors=anchors, pinned=pinned)
         T, end = seq.num_tokens, self._end
         q = TokenTimes(seq.kind, seq.stamp_ns, seq.order, seq.chunk, np.ones(T, bool))
         k = TokenTimes(np.concatenate([self._kind[:end], seq.kind]), np.concatenate([self._stamp[:end], seq.stamp_ns]),

@@ -1,6 +1,7 @@
 """From observations to the model's token layout, for training batches and for each streaming step.
 
-A *sequence* is the instruction's text tokens, then the observations in ``Observation.key`` order
+A *sequence* is the instruction's text tokens, then the pinned frame's patches where the model has one
+(``ModelConfig.pin_first_frame``; ``pinned_frame`` says which frame), then the observations in ``Observation.key`` order
 (stamp_ns, kind, source; a frame expands to P patch tokens), then the action tokens of each chunk to
 decode. Chunks are anchored on an observation key: chunk c's point k targets time
 anchor + (k + 1) / chunk_rate_hz. Several chunks may
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from vla_ros.model.config import ModelConfig
-from vla_ros.model.timeline import ACTION, IMAGE, STATE, TEXT
+from vla_ros.model.timeline import ACTION, IMAGE, PINNED_ORDER, PINNED_STAMP_NS, STATE, TEXT
 from vla_ros.tokens.types import Kind, Observation
 
 # Source of a token row, before the pool offsets are known.
@@ -115,6 +116,14 @@ def state_reference(observations: SequenceABC[Observation], anchor_key: tuple, n
     return None
 
 
+def pinned_frame(observations: SequenceABC[Observation]) -> Observation | None:
+    """The frame a model with ``pin_first_frame`` pins: the main camera's earliest frame by key, or None.
+    Training takes it over a whole episode, the streaming runtime over what it has seen since its reset,
+    the full-pass check over its stream."""
+    frames = [o for o in observations if o.kind == Kind.IMAGE and o.camera == 0]
+    return min(frames, key=lambda o: o.key) if frames else None
+
+
 def validate_observation(obs: Observation, config: ModelConfig) -> None:
     """Raise ValueError naming the field at fault (data enters the model here)."""
     where = f"observation seq={obs.seq} source={obs.source!r}"
@@ -149,8 +158,12 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
                    text: np.ndarray | None = None, chunks: SequenceABC[ChunkSpec] = (),
                    validate: bool = True, order_start: int = 0,
                    anchors: dict[tuple, tuple[int, int]] | None = None,
-                   frame_aux: SequenceABC[np.ndarray | None] | None = None) -> TokenSequence:
-    """Lay out text, observations (sorted by key) and chunk tokens; see the module docstring.
+                   frame_aux: SequenceABC[np.ndarray | None] | None = None,
+                   pinned: Observation | None = None) -> TokenSequence:
+    """Lay out text, the pinned frame, observations (sorted by key) and chunk tokens; see the module docstring.
+
+    ``pinned``: the pinned frame (a main-camera frame; only for a model with ``pin_first_frame``). It is
+    laid out as well when it is also among ``observations``: there it is a frame of the window like any other.
 
     ``frame_aux``: optional per-observation auxiliary targets (aligned with ``observations``; used for
     frames, None where there is none), kept in frame order as ``TokenSequence.frame_aux``.
@@ -176,6 +189,20 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
 
     for l in range(text_arr.shape[0]):
         add(SRC_TEXT, l, TEXT, 0, -1, -1, 0, -1)
+    if pinned is not None:
+        if not config.pin_first_frame:
+            raise ValueError("a pinned frame was given to a model without pin_first_frame")
+        if validate:
+            validate_observation(pinned, config)
+        if pinned.kind != Kind.IMAGE or pinned.camera != 0:
+            raise ValueError(f"the pinned frame must be a frame of the main camera, not {Kind(pinned.kind).name} "
+                             f"camera {pinned.camera}")
+        images.append(np.asarray(pinned.data, np.float32))
+        cameras.append(config.pinned_camera)
+        if frame_aux is not None:
+            frame_targets.append(None)  # the frame head learns the window's frames
+        for p in range(P):
+            add(SRC_PATCH, p, IMAGE, PINNED_STAMP_NS, PINNED_ORDER, -1, pinned.stamp_ns, -1)
     for rank, i in enumerate(order):
         obs = observations[i]
         od = order_start + rank

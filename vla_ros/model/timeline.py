@@ -24,6 +24,13 @@ The rule (query i, key j), W = window_ns:
 * j is ACTION: visible only to action queries of the same chunk (bidirectional inside a chunk). No
   observation ever sees an action token, which is why a chunk's keys and values never need to be kept.
 
+The pinned frame (``ModelConfig.pin_first_frame``): its patches are IMAGE tokens with masking stamp
+``PINNED_STAMP_NS`` (far in the future, so ``stamp_i - stamp_j`` is never above W) and order
+``PINNED_ORDER`` (-1, before every observation's rank, which start at 0). The rule above then makes it
+visible to every observation and action query, beyond the window, and not to text; it sees the text and
+itself. No special case in ``visibility``: the same integers give the same mask in training, the streaming
+runtime and ONNX. Its RoPE time stays the frame's real stamp.
+
 Action tokens use their anchor's stamp for the window, not their future time: every point of the chunk
 then reads the same observation window, the one the cache holds right after the anchor arrived. (With
 their future times, the late points of a 0.8 s chunk would fall out of a 0.5 s window and see nothing
@@ -59,6 +66,10 @@ import torch
 from vla_ros.tokens.types import Kind
 
 TEXT, IMAGE, STATE, ACTION = int(Kind.TEXT), int(Kind.IMAGE), int(Kind.STATE), int(Kind.ACTION)
+# The pinned frame's masking stamp and order (see above). 2**62 ns is about 146 years past any ROS stamp, and
+# a query stamp minus it stays far inside int64.
+PINNED_STAMP_NS = 2**62
+PINNED_ORDER = -1
 
 
 @dataclasses.dataclass

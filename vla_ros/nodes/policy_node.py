@@ -452,7 +452,8 @@ class PolicyNode(Node):
         try:
             _, type_name, msg = frame
             rgb = rgb_from_compressed_msg(msg) if type_name.endswith("CompressedImage") else rgb_from_image_msg(msg)
-            image = live_overlay(self._attention_torch_model(session), session.policy.config, window, session.instruction, rgb)
+            image = live_overlay(self._attention_torch_model(session), session.policy.config, window, session.instruction, rgb,
+                                 session.policy.pinned)
             out = image_msg(np.ascontiguousarray(image), msg.header.stamp, msg.header.frame_id)
             pub.publish(out)
         except Exception as err:  # noqa: BLE001 - a debug view must never stop the chunks
@@ -536,6 +537,9 @@ class PolicyNode(Node):
             values.update({f"skipped.{k}": v for k, v in sorted(session.skipped.items())})
             values["tokens_in_cache"] = session.policy.cached_tokens
             values["cache_mb"] = round(session.policy.cache_mb, 3)
+            if session.policy.config.pin_first_frame:  # which frame every chunk of this episode also sees
+                pin = session.policy.pinned
+                values["pinned_frame.stamp_ns"] = "" if pin is None else int(pin.stamp_ns)
             values.update(session.source_values())
             for name, lags in session.take_arrival_lags().items():
                 if lags:

@@ -13,6 +13,7 @@ exactly as the node does after a reset).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 from pathlib import Path
@@ -40,6 +41,14 @@ class EpisodeData:
     target_source: str = "commands"  # or "joint_states" (a bag without commands)
     cup_t_s: np.ndarray | None = None  # (M,) times of the named cup's position (from /vla/episode_status)
     cup_m: np.ndarray | None = None  # (M, 3)
+
+    @functools.cached_property
+    def pinned(self):
+        """The frame a model with ``pin_first_frame`` pins in every sequence of this episode (its first
+        main-camera frame, ``sequence.pinned_frame``), or None."""
+        from vla_ros.model.sequence import pinned_frame
+
+        return pinned_frame(self.observations)
 
 
 # Auxiliary target: the named cup's position, scaled to about unit range over the sim's cup region.
@@ -246,8 +255,10 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     frame_aux = None
     if config.aux_dim and config.frame_aux_loss_weight > 0:
         frame_aux = [aux_target(ep, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
+    # The pinned frame once it exists, as online: a sequence that ends before the episode's first frame has none.
+    pinned = ep.pinned if config.pin_first_frame and ep.pinned is not None and ep.pinned.t_s <= t_end_s else None
     return build_sequence(config, observations, text=ep.text if text is None else text, chunks=specs, validate=False,
-                          frame_aux=frame_aux)
+                          frame_aux=frame_aux, pinned=pinned)
 
 
 def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:

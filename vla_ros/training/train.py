@@ -604,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relative-actions", action="store_true",
                         help="a fresh model's chunks are offsets from the newest measured joint positions, not positions "
                              "(ModelConfig.relative_actions; default: positions)")
+    parser.add_argument("--pin-first-frame", action="store_true",
+                        help="a fresh model keeps the main camera's first frame of each episode beside its window "
+                             "(ModelConfig.pin_first_frame; default: the window alone)")
     parser.add_argument("--ema", type=float, default=TrainConfig.ema_decay, metavar="DECAY",
                         help="save an exponential moving average of the weights with this decay per step, e.g. 0.998 "
                              f"(default {TrainConfig.ema_decay}: off, the last weights)")
@@ -664,6 +667,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.init:
                 raise ValueError("--relative-actions and --init: a fine-tune keeps the action frame of the model it starts from")
             model_config = (model_config or task_model_config(args.task)).replace(relative_actions=True)
+        if args.pin_first_frame:
+            if args.init:
+                raise ValueError("--pin-first-frame and --init: a fine-tune keeps the inputs of the model it starts from")
+            model_config = (model_config or task_model_config(args.task)).replace(pin_first_frame=True)
         if args.action_loss is not None:
             if args.init:
                 raise ValueError("--action-loss and --init: a fine-tune keeps the loss of the model it starts from")
