@@ -190,6 +190,29 @@ def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
         assert a["min_target_distance_m"] == pytest.approx(b["min_target_distance_m"], abs=1e-6)
 
 
+def test_a_model_that_cannot_load_is_one_error_not_endless_worker_restarts(tmp_path, capsys):
+    """A pool initializer that raises would be restarted forever: the command line refuses the folder
+    before any worker starts (exit 2, one line), and evaluate() itself raises the workers' error."""
+    import signal
+
+    def hung(*_):
+        raise AssertionError("did not return: the pool kept restarting its workers")
+
+    missing = tmp_path / "missing"
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(300)  # wall-clock guard only against a hang; it normally returns in seconds
+    try:
+        assert eval_main(["--model", str(missing), "--episodes", "2", "--workers", "2", "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("vla-ros eval: ") and "model folder not found" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x").exists()
+        with pytest.raises(FileNotFoundError, match="model folder not found"):
+            evaluate(str(missing), 2, 0, load_templates(None), backend="torch", progress=False, workers=2)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_model, tmp_path, capsys):
     """Before anything loads: exit 2 and one line naming the option and why (the node parameter's check)."""
     for bad, why in (("-0.5", "is below the minimum 0.0"), ("11", "is above the maximum 10.0"), ("nan", "must be a number, got NaN")):

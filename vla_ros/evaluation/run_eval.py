@@ -15,6 +15,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -49,17 +50,27 @@ def load_templates(path: str | None) -> tuple[str, ...]:
 
 
 _LOOP = None  # one ClosedLoop per worker process (built once, reused for every episode it runs)
+_INIT_ERROR: BaseException | None = None  # why this worker could not build it
 
 
-def _init_worker(model, backend, device, config, share_dir, threads) -> None:
-    global _LOOP
+def _init_worker(model, backend, device, config, share_dir, threads, in_pool: bool = False) -> None:
+    global _LOOP, _INIT_ERROR
     from vla_ros.evaluation.closed_loop import ClosedLoop
 
-    _LOOP = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir, threads=threads)
+    # A pool initializer that raises kills its worker and the pool starts another, forever: keep the error
+    # and raise it from the first episode instead, which ends the pool and reaches the caller.
+    try:
+        _LOOP = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir, threads=threads)
+    except Exception as exc:  # noqa: BLE001 (re-raised by _run_one)
+        if not in_pool:
+            raise
+        _INIT_ERROR = exc
 
 
 def _run_one(job):
     """One episode in this process's ClosedLoop; the video is written here, frames never cross processes."""
+    if _INIT_ERROR is not None:
+        raise _INIT_ERROR
     ep_seed, instruction, color, record, out = job
     r = _LOOP.run_episode(ep_seed, instruction, color, record=record)
     if r.frames and out is not None:
@@ -104,7 +115,7 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
         _LOOP.close()
     else:
         # spawn, not fork: each worker gets its own MuJoCo/EGL context and torch thread pool
-        with mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(*init, 1)) as pool:
+        with mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(*init, 1, True)) as pool:
             for r in pool.imap_unordered(_run_one, jobs):
                 done(r)
     bar.close()
@@ -166,8 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         for reason in validate_all(policy_params.PARAMS, {"temporal_ensemble_s": args.temporal_ensemble}):
             parser.error(f"--temporal-ensemble: {reason}")
     from vla_ros.evaluation.closed_loop import EvalConfig
+    from vla_ros.evaluation.select_run import check_run
     from vla_ros.model.io import resolve_model_dir
 
+    problem = check_run(resolve_model_dir(args.model), args.backend)  # before any worker or graph starts
+    if problem:
+        print(f"vla-ros eval: {problem}", file=sys.stderr)
+        return 2
     templates = load_templates(args.instructions)
     out = Path(args.out or f"runs/eval-{'live-' if args.live else ''}{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if args.live:
