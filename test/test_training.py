@@ -198,7 +198,7 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
-def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(demos, tmp_path):
+def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(demos, tmp_path, capsys):
     """pin_first_frame: every training sequence carries its episode's first main-camera frame (once the
     sequence has reached it) as the pinned frame, which the frame head does not learn; the trained folder
     streams exactly as one full pass in both backends, the pin included."""
@@ -232,6 +232,8 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
         assert policy.pinned is first
     for hidden, chunks in results:
         assert compare_with_full_pass(model, stream, ep.text, hidden, chunks) < 1e-4
+    assert main(["--data", "nowhere", "--out", "nowhere", "--pin-first-frame", "--init", "models/vla_cups"]) == 2
+    assert "--pin-first-frame and --init: a fine-tune keeps the inputs" in capsys.readouterr().err
 
 
 def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(demos, tmp_path, capsys):
