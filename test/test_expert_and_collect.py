@@ -282,3 +282,44 @@ def test_near_miss_episodes_label_only_the_experts_part_and_leave_other_seeds_un
     for bad in (["--near-miss", "1.5"], ["--near-miss", "nan"], ["--near-miss", "0.5", "--policy", "models/vla_cups"]):
         assert collect.main(["--episodes", "1", "--out", str(tmp_path / "bad"), *bad]) == 2
         assert "--near-miss" in capsys.readouterr().err
+
+
+def test_a_takeover_over_the_cup_goes_on_down_only_with_resume_descent(sim):
+    """`PickExpert.take_over(resume_descent=True)`: a hand coming down within the descent's give-up distance
+    of the cup's axis goes on down; one further off, or above the approach height, goes back above the cup."""
+    from vla_ros.sim.scripted import APPROACH_TCP_Z_M
+
+    sim.reset(0, arm_noise_rad=0.0)
+    q, cup = sim.joint_positions(), np.array([0.45, 0.05, 0.03])
+    v = np.zeros(7)
+    cases = [((0.02, 0.10), True, "descend"), ((0.02, 0.10), False, "approach"), ((0.05, 0.10), True, "approach"),
+             ((0.01, APPROACH_TCP_Z_M + 0.05), True, "approach")]
+    for (off, z), resume, phase in cases:
+        expert = PickExpert()
+        expert.take_over(cup + [off, 0, 0] - [0, 0, cup[2] - z], cup, q, q, v, resume_descent=resume)
+        assert expert.phase == phase, (off, z, resume)
+
+
+def test_the_grasp_round_labels_the_last_centimetres_from_where_the_policy_brought_the_hand(tmp_path, capsys):
+    """`vla-ros collect --policy M --takeover-near-cup 0.06`: the shipped policy drives with no command
+    recorded until its tool comes down within 6 cm of the named cup (or it starts closing); from there the
+    expert drives to the end, every step labelled, and lifts the cup."""
+    from vla_ros.sim.scripted import GRIPPER_OPEN_M
+
+    out = tmp_path / "grasp_round"
+    assert collect.main(["--policy", "models/vla_cups", "--takeover-near-cup", "0.06", "--episodes", "2",
+                         "--seed-start", "7", "--out", str(out)]) == 0
+    summary = json.loads((out / "collect_summary.json").read_text())
+    for s in summary["episodes"]:
+        assert s["expert_segments"] == 1 and s["success"] and not s["wrong_cup"], s
+        dx, dy, _ = s["takeover_offset_m"]
+        assert np.hypot(dx, dy) < 0.06 or s["takeover_closing"], s
+        ep = replay(out / f"rollout_{s['seed']:07d}.mcap", make_stream(TokenizerConfig(), StreamConfig()))
+        t = ep.command_t_s
+        assert t[0] > ep.joint_t_s[0] + 0.5  # the policy drove first, unlabelled
+        assert np.diff(t).max() < 0.011  # then one unbroken labelled stretch at 100 Hz: no hand-back
+        assert t[-1] > ep.joint_t_s[-1] - 0.05  # to the end of the episode
+        assert ep.command_positions[-1, -1] < 0.5 * GRIPPER_OPEN_M  # and it ends holding the cup
+    for bad in (["--takeover-near-cup", "0.06"], ["--policy", "models/vla_cups", "--takeover-near-cup", "nan"]):
+        assert collect.main([*bad, "--episodes", "1", "--out", str(tmp_path / "x")]) == 2
+        assert "--takeover-near-cup" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -139,11 +139,14 @@ class PickExpert:
         self._settle_started_s: float | None = None
         self.restarts = 0
 
-    def take_over(self, tcp_m, cup_m, q_meas, q_cmd, v_cmd) -> None:
+    def take_over(self, tcp_m, cup_m, q_meas, q_cmd, v_cmd, resume_descent: bool = False) -> None:
         """Continue from where someone else left the arm: commanded ``q_cmd`` moving at ``v_cmd``.
 
         The commands go on smoothly from the last one given; the phase is read from the scene: a cup held
-        between closed fingers is lifted on, anything else starts over from above the cup.
+        between closed fingers is lifted on, anything else starts over from above the cup. With
+        ``resume_descent`` a hand already coming down over the cup (below the approach height, within the
+        descent's own give-up distance of the cup's axis) goes on down to it, correcting sideways on the way,
+        as the expert's own descent does.
         """
         tcp_m, cup_m, q_meas = np.asarray(tcp_m, float), np.asarray(cup_m, float), np.asarray(q_meas, float)
         self.reset()
@@ -152,6 +155,9 @@ class PickExpert:
         holding = np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
         if holding and q_cmd[-1] < 0.02:
             self.phase = "lift"
+        elif (resume_descent and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
+              and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 3 * self.config.xy_tolerance_m):
+            self.phase = "descend"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
         z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "settle": GRASP_TCP_Z_M,

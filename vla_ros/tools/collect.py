@@ -264,11 +264,18 @@ class TakeoverConfig:
     Args:
         policy_s / expert_s: (min, max) length of the alternating segments, drawn per segment; the policy
             drives first.
+        near_cup_m: above 0, the grasp round instead: the policy drives until its tool comes down within
+            this horizontal distance of the named cup, below a height drawn per episode from ``takeover_z_m``,
+            or until it starts closing the gripper; then the expert finishes the grasp and the lift from
+            there (no hand-back), so the labels are the last centimetres from where the policy brought the hand.
+        takeover_z_m: (min, max) of that drawn height (m, tool height above the table).
         max_episode_s / hold_after_lift_s / grasp_roll_rad / grasp_pause_s: as in CollectConfig.
     """
 
     policy_s: tuple[float, float] = (0.6, 2.0)
     expert_s: tuple[float, float] = (1.0, 2.0)
+    near_cup_m: float = 0.0
+    takeover_z_m: tuple[float, float] = (0.06, 0.15)  # from 1 cm over grasp height to 3 cm under the approach's
     max_episode_s: float = 12.0
     hold_after_lift_s: float = 1.0
     grasp_roll_rad: float = 0.0
@@ -296,6 +303,9 @@ class ExpertTakeover:
         self.rec.instruction(instruction)
         self.expert_driving = False
         self.switch_at_s = float(self.rng.uniform(*self.config.policy_s))
+        self.takeover_z_m = float(self.rng.uniform(*self.config.takeover_z_m))
+        self.takeover = None  # grasp round: where the expert took over (tool minus cup, m)
+        self.takeover_closing = False  # ... because the policy started closing the fingers before it was near
         self.last = self.prev = np.asarray(sim.command_joint_positions(), float)
 
     def joint_state(self, stamp) -> None:
@@ -307,10 +317,25 @@ class ExpertTakeover:
     def status(self) -> None:
         self.rec.status()
 
+    def _near_cup(self, q_policy) -> bool:
+        from vla_ros.sim.scripted import GRIPPER_OPEN_M
+
+        tcp, cup = self.sim.tcp_position(), self.sim.cup_positions()[self.color]
+        closing = q_policy is not None and q_policy[-1] < 0.5 * GRIPPER_OPEN_M
+        near = np.linalg.norm(tcp[:2] - cup[:2]) < self.config.near_cup_m and tcp[2] < self.takeover_z_m
+        if near or closing:
+            self.takeover, self.takeover_closing = (tcp - cup).round(4).tolist(), bool(closing and not near)
+        return near or closing
+
     def execute(self, q_policy):
         sim, handback = self.sim, False
         dt = 1.0 / sim.config.joint_state_rate_hz
-        if sim.time_s >= self.switch_at_s:
+        if self.config.near_cup_m > 0:
+            if not self.expert_driving and self._near_cup(q_policy):
+                self.expert_driving, self.expert_segments = True, 1
+                self.expert.take_over(sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions(),
+                                      self.last, (self.last - self.prev) / dt, resume_descent=True)
+        elif sim.time_s >= self.switch_at_s:
             self.expert_driving = not self.expert_driving
             handback = not self.expert_driving
             self.switch_at_s = sim.time_s + float(self.rng.uniform(*(self.config.expert_s if self.expert_driving else self.config.policy_s)))
@@ -337,7 +362,9 @@ def collect_rollouts(model: str, seeds: range, out: Path, config: TakeoverConfig
     from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
     from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
 
-    loop = ClosedLoop(model, config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s))
+    # one inference thread: collectors run one per core, and ONNX Runtime's spinning workers would fight
+    loop = ClosedLoop(model, config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s),
+                      threads=1)
     summaries = []
     bar = tqdm(seeds, desc="rollouts", unit="ep", disable=not progress)
     for seed in bar:
@@ -346,7 +373,8 @@ def collect_rollouts(model: str, seeds: range, out: Path, config: TakeoverConfig
         r = loop.run_episode(seed, instruction, color, hook=hook)
         summary = {"seed": seed, "color": color, "instruction": instruction, "success": r.success,
                    "time_to_lift_s": r.time_to_success_s, "expert_segments": hook.expert_segments,
-                   "wrong_cup": r.lifted not in (None, color), "policy": str(model)}
+                   "wrong_cup": r.lifted not in (None, color), "policy": str(model), "takeover_offset_m": hook.takeover,
+                   "takeover_closing": hook.takeover_closing}
         hook.rec.write(out / f"rollout_{seed:07d}.mcap", summary, recorder="collect --policy")
         summaries.append(summary)
         bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
@@ -363,6 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--near-miss", type=float, default=0.0, metavar="P",
                         help="share of expert episodes that start with an unlabelled near miss beside the cup (default 0)")
     parser.add_argument("--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)")
+    parser.add_argument("--takeover-near-cup", type=float, default=0.0, metavar="M",
+                        help="with --policy: the expert takes over once the policy's tool comes down within M "
+                             "metres of the named cup (or it starts closing) and finishes the grasp (default 0: "
+                             "alternating segments)")
     parser.add_argument("--grasp-roll", type=float, default=0.0, metavar="RAD",
                         help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
                              "reach, 1.5708 along it (default 0)")
@@ -372,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
         print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.takeover_near_cup <= 0.2 or (args.takeover_near_cup and not args.policy):
+        print(f"--takeover-near-cup must be within [0, 0.2] m and is for --policy rollouts, got {args.takeover_near_cup}", file=sys.stderr)
         return 2
     from vla_ros.sim.expert import WRIST_ROLL_LIMIT_RAD
 
@@ -397,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         from vla_ros.model.io import resolve_model_dir
 
         summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
-                                     TakeoverConfig(grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause))
+                                     TakeoverConfig(near_cup_m=args.takeover_near_cup, grasp_roll_rad=args.grasp_roll,
+                                                    grasp_pause_s=args.grasp_pause))
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
