@@ -139,6 +139,11 @@ class PickExpert:
         self._settle_started_s: float | None = None
         self.restarts = 0
 
+    @property
+    def give_up_xy_m(self) -> float:
+        """How far off the cup's axis a descent may be before it goes back above the cup."""
+        return 3 * self.config.xy_tolerance_m
+
     def take_over(self, tcp_m, cup_m, q_meas, q_cmd, v_cmd, resume_descent: bool = False) -> None:
         """Continue from where someone else left the arm: commanded ``q_cmd`` moving at ``v_cmd``.
 
@@ -156,7 +161,7 @@ class PickExpert:
         if holding and q_cmd[-1] < 0.02:
             self.phase = "lift"
         elif (resume_descent and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
-              and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 3 * self.config.xy_tolerance_m):
+              and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < self.give_up_xy_m):
             self.phase = "descend"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
@@ -187,7 +192,7 @@ class PickExpert:
         if self.phase == "approach" and xy_err < c.xy_tolerance_m and z_err < 2 * c.z_tolerance_m:
             self.phase = "descend"
         elif self.phase == "descend":
-            if xy_err > 3 * c.xy_tolerance_m and tcp_m[2] > GRASP_TCP_Z_M + 0.04:
+            if xy_err > self.give_up_xy_m and tcp_m[2] > GRASP_TCP_Z_M + 0.04:
                 self.phase = "approach"  # the cup moved away: go back above it
             elif xy_err < c.xy_tolerance_m and z_err < c.z_tolerance_m:
                 if c.settle_s > 0:
