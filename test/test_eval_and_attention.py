@@ -82,16 +82,18 @@ def test_the_hand_motion_at_a_close_is_summarised_per_first_close():
 
 
 def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
-    """The expert drives through the evaluation's hook: its one grasp is recorded where it shut, on the cup."""
+    """The expert drives through the evaluation's hook: its one grasp is recorded where it shut, on the cup;
+    the recorded camera frames (what ``eval --videos`` writes) are the images the robot graph carried, in order."""
     from vla_ros.sim.expert import PickExpert
 
     class ExpertDrives:
         def start(self, sim, instruction, color):
-            self.sim, self.color, self.expert, self.shut_at = sim, color, PickExpert(), None
+            self.sim, self.color, self.expert, self.shut_at, self.frames = sim, color, PickExpert(), None, []
 
         def joint_state(self, stamp): ...
 
-        def frame(self, rgb, stamp, camera): ...
+        def frame(self, rgb, stamp, camera):
+            self.frames.append(rgb.copy())
 
         def status(self): ...
 
@@ -106,10 +108,14 @@ def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
     loop = ClosedLoop(tiny_model, config=EvalConfig(max_episode_s=8.0))
     hook = ExpertDrives()
     try:
-        result = loop.run_episode(1_000_002, "pick up the green cup", "green", hook=hook)
+        result = loop.run_episode(1_000_002, "pick up the green cup", "green", record=True, hook=hook)
     finally:
         loop.close()
     assert result.success and len(result.closes) == 1, result.closes
+    # each 30 Hz frame as it was rendered: the arm moved between the first and the last
+    assert len(result.frames) == len(hook.frames) > 30
+    assert all(np.array_equal(a, b) for a, b in zip(result.frames, hook.frames))
+    assert np.abs(result.frames[0].astype(int) - result.frames[-1]).mean() > 0.5
     close, (t, d) = result.closes[0], hook.shut_at
     assert close["t_s"] == pytest.approx(t, abs=1e-6)
     assert (close["x_m"], close["y_m"]) == (pytest.approx(d[0], abs=1e-4), pytest.approx(d[1], abs=1e-4))

@@ -221,7 +221,7 @@ class ClosedLoop:
                     hook.frame(rgb, image.header.stamp, camera)
                 pending_frames.append((now + frame_delay_ns, session.topic_of(camera), image))
                 if record and camera == session.cameras[0]:
-                    frames.append(rgb)
+                    frames.append(rgb.copy())  # the sim renders every frame into one reused buffer
             frame_in = False
             while pending_frames and pending_frames[0][0] <= now:
                 _, topic, msg = pending_frames.pop(0)
