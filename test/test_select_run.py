@@ -127,7 +127,7 @@ def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
             VERBS[verb][0](shlex.split(rest))
         parsed.setdefault(verb, []).append(vars(got.value.args[0]))
     assert sorted(parsed) == ["collect", "eval", "select", "train"] and len(parsed["train"]) == 2
-    assert sorted(t["seed"] for t in parsed["train"]) == [0, 1] and {t["lr"] for t in parsed["train"]} == {1e-3}
+    assert sorted(t["seed"] for t in parsed["train"]) == [0, 1] and {t["lr"] for t in parsed["train"]} == {5e-4}
     assert {t["out"] for t in parsed["train"]} == set(parsed["select"][0]["runs"])
     # the runs' checkpoints are candidates too, screened on half of the selection episodes
     assert all(t["checkpoints"] for t in parsed["train"]) and parsed["select"][0]["checkpoints"]
