@@ -105,13 +105,15 @@ def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
             return q, False
 
     torch.set_num_threads(1)
-    loop = ClosedLoop(tiny_model, config=EvalConfig(max_episode_s=8.0))
+    loop = ClosedLoop(tiny_model, config=EvalConfig(max_episode_s=8.0, hold_after_success_s=1.0))
     hook = ExpertDrives()
     try:
         result = loop.run_episode(1_000_002, "pick up the green cup", "green", record=True, hook=hook)
     finally:
         loop.close()
     assert result.success and len(result.closes) == 1, result.closes
+    # held for a second past the lift (eval --hold): the cup is still up at the end, the frames go on
+    assert result.lifted == "green" and len(result.frames) >= round((result.time_to_success_s + 1.0) * 30) - 1
     # each 30 Hz frame as it was rendered: the arm moved between the first and the last
     assert len(result.frames) == len(hook.frames) > 30
     assert all(np.array_equal(a, b) for a, b in zip(result.frames, hook.frames))
@@ -162,6 +164,9 @@ def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
     summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
     for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes", "grasps"):
         assert key in summary
+    assert "held_after_lift" not in summary  # only asked for with a hold
+    held = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", progress=False, config=EvalConfig(max_episode_s=1.0, hold_after_success_s=0.5))
+    assert held["held_after_lift"] == {"hold_s": 0.5, "rate": 0.0, "dropped": 0}  # nothing lifted, nothing dropped
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["episodes"]) == 2
@@ -226,6 +231,17 @@ def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_m
             eval_main(["--model", str(tiny_model), "--episodes", "1", "--temporal-ensemble", bad, "--out", str(tmp_path / "x")])
         assert exit_info.value.code == 2
         assert "--temporal-ensemble: temporal_ensemble_s" in (err := capsys.readouterr().err) and why in err, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_bad_hold_is_refused_on_the_command_line(tiny_model, tmp_path, capsys):
+    """--hold outside [0, 5] s (or NaN), or with --live: exit 2 and one line, before anything loads."""
+    for argv, why in ((["--hold", "-1"], "--hold must be in [0, 5]"), (["--hold", "nan"], "--hold must be in [0, 5]"),
+                      (["--hold", "6"], "--hold must be in [0, 5]"), (["--hold", "1", "--live"], "--hold do not apply")):
+        with pytest.raises(SystemExit) as exit_info:
+            eval_main(["--model", str(tiny_model), "--episodes", "1", "--out", str(tmp_path / "x"), *argv])
+        assert exit_info.value.code == 2
+        assert why in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

@@ -38,7 +38,7 @@ class EvalConfig:
             sets it, and its ``tick_on_frame`` too, so the evaluation ticks as the node does.
         inference_latency_s: modelled time from a tick to its chunk reaching the filter.
         frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
-        hold_after_success_s: keep running after success (for videos).
+        hold_after_success_s: keep running after success (for videos, and ``eval --hold``: is the cup still up?).
         chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
         shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
             config/policy.yaml sets it.

@@ -126,6 +126,11 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
         "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
         "wall_s": round(time.time() - t0, 1),
     }
+    hold_s = config.hold_after_success_s if config is not None else 0.0
+    if hold_s > 0:  # success counts the lift; a cup dropped within the hold is counted here
+        held = sum(1 for r in results if r.success and r.lifted == r.color)
+        summary["held_after_lift"] = {"hold_s": hold_s, "rate": round(held / len(results), 3) if results else None,
+                                      "dropped": sum(1 for r in results if r.success) - held}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": [r.__dict__ for r in results]}, indent=1, default=str))
@@ -159,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy-rate", type=float, default=None, metavar="HZ", help="override the policy's rate_hz, its ticks per simulated second (default: config/policy.yaml)")
     parser.add_argument("--shape-chunks", choices=("on", "off"), default=None, help="override the policy's shape_chunks (default: config/policy.yaml)")
     parser.add_argument("--temporal-ensemble", type=float, default=None, metavar="S", help="override the policy's temporal_ensemble_s (0 = newest chunk alone; default: config/policy.yaml)")
+    parser.add_argument("--hold", type=float, default=0.0, metavar="S", help="run each episode S simulated seconds past the lift "
+                        "(success still counts the lift); the summary's held_after_lift says how many named cups are still up then")
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
     parser.add_argument("--live", action="store_true", help="run the episodes through the launched graph (sim, policy, "
                         "safety filter and controller processes, DDS, simulated time) instead of in process")
@@ -167,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None or args.shape_chunks is not None
-                      or args.policy_rate is not None or args.temporal_ensemble is not None):
+                      or args.policy_rate is not None or args.temporal_ensemble is not None or args.hold):
         parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks, "
-                     "--policy-rate and --temporal-ensemble do not apply")
+                     "--policy-rate, --temporal-ensemble and --hold do not apply")
+    if not 0.0 <= args.hold <= 5.0:  # NaN fails too
+        parser.error(f"--hold must be in [0, 5] simulated seconds, got {args.hold}")
     if args.temporal_ensemble is not None:  # the node parameter's own range check, before anything loads
         from vla_ros.params import policy as policy_params
         from vla_ros.params.spec import validate_all
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
                        args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree, policy_rate_hz=args.policy_rate,
                                                            shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on",
-                                                           temporal_ensemble_s=args.temporal_ensemble),
+                                                           temporal_ensemble_s=args.temporal_ensemble, hold_after_success_s=args.hold),
                        workers=args.workers)
     if not args.json:
         for k, v in summary.items():

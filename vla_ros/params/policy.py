@@ -24,7 +24,7 @@ PARAMS = [
     ParamSpec("instruction", "", "task in words; also settable on /vla/instruction (the newest wins)"),
     ParamSpec("publish_horizon", 0, "chunk points to publish (0 = the model's whole chunk)", min_value=0, max_value=1000),
     ParamSpec("chunk_smoothing_degree", 3, "fit each joint's chunk with a polynomial in time of this degree before publishing (0 = off): removes point-to-point noise the safety filter would read as acceleration", min_value=0, max_value=8),
-    ParamSpec("temporal_ensemble_s", 0.4, "average each chunk with the earlier chunks that cover its points, one decoded a seconds earlier weighing exp(-a / this) (0 = publish the newest decode alone)", min_value=0.0, max_value=10.0),
+    ParamSpec("temporal_ensemble_s", 1.2, "average each chunk with the earlier chunks that cover its points, one decoded a seconds earlier weighing exp(-a / this) (0 = publish the newest decode alone)", min_value=0.0, max_value=10.0),
     ParamSpec("max_observation_age_s", 0.5, "newest joint state older than this on the node's clock at a tick: no chunk", min_value=0.01, max_value=60.0),
     ParamSpec("image_transport", "raw", "camera input: raw (sensor_msgs/Image) or compressed (CompressedImage on <topic>/compressed)", read_only=True, choices=("raw", "compressed")),
     ParamSpec("image_topic", "/camera/image_raw", "camera topic (remapping works too)", read_only=True),
