@@ -51,6 +51,24 @@ def test_chunk_targets_leave_gaps_in_the_recording_without_a_target():
         chunk_targets(t_s[:1], positions[:1], 0.0, offsets)
 
 
+def test_chunk_targets_hold_the_last_command_for_hold_s_past_the_end_and_nowhere_else():
+    """hold_s: points up to hold_s after the recording's last sample take its value; later ones, points
+    inside a silence and points before the first sample still have no target; a bad hold_s is refused."""
+    t_s = np.r_[np.arange(0.0, 1.0, 0.01), np.arange(1.6, 2.0, 0.01)]  # silent from 0.99 to 1.6 s, ends at 1.99
+    positions = np.stack([t_s, 2.0 * t_s], axis=1)
+    offsets = np.arange(1, 9) * 0.05
+    plain = chunk_targets(t_s, positions, 1.9, offsets)  # points at 1.95 ... 2.30 s
+    assert np.isfinite(plain[0]).all() and np.isnan(plain[1:]).all()
+    held = chunk_targets(t_s, positions, 1.9, offsets, hold_s=0.2)  # the last command, 1.99, holds to 2.19
+    np.testing.assert_allclose(held[:5], np.vstack([plain[:1], np.tile(positions[-1], (4, 1))]), atol=1e-12)
+    assert np.isnan(held[5:]).all()  # 2.20 s and later: past the hold
+    assert np.isnan(chunk_targets(t_s, positions, 0.9, offsets, hold_s=5.0)[1:]).all()  # a silence stays silent
+    assert np.isnan(chunk_targets(t_s, positions, -0.3, offsets, hold_s=5.0)[:5]).all()  # so does the time before
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="hold_s must be >= 0"):
+            chunk_targets(t_s, positions, 1.9, offsets, hold_s=bad)
+
+
 def test_chunk_targets_come_from_commands_when_the_bag_has_them():
     joints_t, joints = np.arange(10) * 0.01, np.zeros((10, 7))
     t, q, source = target_track(np.array([0.0, 0.01]), np.ones((2, 7)), joints_t, joints)

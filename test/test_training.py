@@ -580,6 +580,31 @@ def test_training_unseen_and_held_out_phrasings_are_three_disjoint_lists():
         assert all(named_color(t.format(color=c)) == c for t in templates for c in ("red", "green", "blue"))
 
 
+def test_end_hold_gives_targets_past_the_end_only_where_the_commands_run_to_the_episodes_end():
+    """TrainConfig.end_hold_s: a chunk anchored in a demonstration's last moments learns the last command
+    past the end; a rollout whose commands stop before its observations do (the policy drove last) learns
+    nothing past its commands, held or not."""
+    from types import SimpleNamespace
+
+    from vla_ros.training.data import EpisodeData, learned_targets
+
+    config = cup_config()  # 4 points at 10 Hz: 0.1 ... 0.4 s after the anchor
+    t_s = np.arange(0.0, 2.0, 0.01)
+    q = np.stack([np.sin(t_s + j) for j in range(len(config.joint_names))], axis=1)
+    demo = EpisodeData("demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q)
+    anchor = SimpleNamespace(t_s=float(t_s[-1]) - 0.15)  # points at 1.94, 2.04, 2.14, 2.24; the commands end at 1.99
+    plain, held = learned_targets(config, demo, anchor), learned_targets(config, demo, anchor, end_hold_s=1.0)
+    assert np.isfinite(plain[0]).all() and np.isnan(plain[1:]).all()
+    np.testing.assert_allclose(held[0], plain[0])
+    np.testing.assert_allclose(held[1:], np.tile(q[-1], (3, 1)), atol=1e-12)
+    short = learned_targets(config, demo, anchor, end_hold_s=0.1)  # 2.14 and 2.24 lie past 1.99 + 0.1
+    assert np.isfinite(short[:2]).all() and np.isnan(short[2:]).all()
+    cut = t_s <= 1.5  # commands stop half a second before the observations
+    rollout = EpisodeData("rollout", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s[cut], q[cut])
+    late = learned_targets(config, rollout, SimpleNamespace(t_s=1.38), end_hold_s=1.0)  # 1.48 has a target
+    assert np.isfinite(late[0]).all() and np.isnan(late[1:]).all()
+
+
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="grasp_views"):
         TrainConfig(grasp_views=1.5)
@@ -599,6 +624,9 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
         TrainConfig(grasp_focus_p=float("nan"))
     with pytest.raises(ValueError, match="image_shift_px must be in"):
         TrainConfig(image_shift_px=-1)
+    for hold in (-0.5, 10.5, float("nan")):
+        with pytest.raises(ValueError, match="end_hold_s must be in"):
+            TrainConfig(end_hold_s=hold)
     with pytest.raises(ValueError, match="checkpoint_steps must be distinct steps"):
         TrainConfig(steps=10, checkpoint_steps=(5, 11))
     with pytest.raises(ValueError, match="checkpoint_steps must be distinct steps"):
@@ -611,6 +639,8 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     assert "vla-ros train: minutes must be > 0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--ema", "1.5"]) == 2
     assert "vla-ros train: ema_decay must be in [0, 1)" in capsys.readouterr().err
+    assert main(["--data", "nowhere", "--out", "nowhere", "--end-hold", "-1"]) == 2
+    assert "vla-ros train: end_hold_s must be in [0, 10] seconds (0 = off), got -1.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--grasp-focus", "2"]) == 2
     assert "vla-ros train: grasp_focus_p must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2

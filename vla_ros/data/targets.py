@@ -15,6 +15,11 @@ Rules:
   two recorded samples around the point are more than ``max_gap_s`` apart. A gap is a stretch where nobody
   commanded (the policy-driven stretches of ``vla-ros collect --policy`` rollouts) or a dropped recording;
   a line drawn across it would teach a motion nobody made.
+* Past the end (``hold_s``, 0 by default): a recording that ends where its robot stands still (a demonstration
+  that ends on a finished task) may be taken to hold its last command for ``hold_s`` seconds more, so the
+  chunks of its last moments say "stay" instead of nothing. A policy that never learned what follows its
+  demonstrations' end drifts there: the cup policy, trained without it, carried the lifted cup away and
+  dropped it a second after the lift (docs/training.md, "Holding after the end").
 * A chunk is used (``chunk_usable``) when its first point has a target: a chunk that starts where someone
   commands is a demonstration; its points past the end of the recording carry no loss.
 """
@@ -49,13 +54,14 @@ def chunk_offsets_s(chunk_length: int, chunk_rate_hz: float) -> np.ndarray:
 
 
 def chunk_targets(t_s: np.ndarray, positions: np.ndarray, anchor_t_s: float, offsets_s: np.ndarray,
-                  max_gap_s: float = MAX_TARGET_GAP_S) -> np.ndarray:
+                  max_gap_s: float = MAX_TARGET_GAP_S, hold_s: float = 0.0) -> np.ndarray:
     """(H, J) float64 targets of a chunk stamped ``anchor_t_s``: ``positions`` (M, J) recorded at increasing
     ``t_s`` (M,), interpolated at anchor_t_s + offsets_s; NaN where there is no target (module docstring).
+    ``hold_s``: points up to this long after the last sample take its value.
 
     Example: samples at t_s = [0.00, 0.01, 0.02, 0.60, 0.61], anchor 0.0, offsets [0.01, 0.3, 0.6, 0.7]:
     0.01 lies on a sample (a target); 0.3 lies between 0.02 and 0.60, 0.58 s apart (a gap: NaN); 0.6 lies
-    on a sample (a target); 0.7 is after the last sample (NaN).
+    on a sample (a target); 0.7 is after the last sample (NaN; with hold_s=0.1, the value at 0.61).
     """
     t_s = np.asarray(t_s, np.float64)
     positions = np.asarray(positions, np.float64)
@@ -63,12 +69,15 @@ def chunk_targets(t_s: np.ndarray, positions: np.ndarray, anchor_t_s: float, off
         raise ValueError(f"t_s (M,) and positions (M, J) must agree, got {t_s.shape} and {positions.shape}")
     if t_s.size < 2:
         raise ValueError(f"chunk targets need at least 2 recorded samples, got {t_s.size}")
+    if not hold_s >= 0:  # NaN fails too
+        raise ValueError(f"hold_s must be >= 0, got {hold_s}")
     query = anchor_t_s + np.asarray(offsets_s, np.float64)  # (H,)
     out = np.stack([np.interp(query, t_s, positions[:, j]) for j in range(positions.shape[1])], axis=1)  # (H, J)
     i = np.clip(np.searchsorted(t_s, query, side="right"), 1, t_s.size - 1)  # t_s[i-1] <= query < t_s[i] inside
     left, right = t_s[i - 1], t_s[i]
     bracketed = (right - left <= max_gap_s) | (query == left) | (query == right)
-    out[~bracketed | (query < t_s[0]) | (query > t_s[-1])] = np.nan
+    held = (query > t_s[-1]) & (query <= t_s[-1] + hold_s)  # np.interp already gives the last value there
+    out[(~bracketed & ~held) | (query < t_s[0]) | (query > t_s[-1] + hold_s)] = np.nan
     return out
 
 

@@ -398,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grasp-roll", type=float, default=0.0, metavar="RAD",
                         help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
                              "reach, 1.5708 along it (default 0)")
+    parser.add_argument("--hold-after-lift", type=float, default=CollectConfig.hold_after_lift_s, metavar="S",
+                        help="keep recording S seconds after the cup is lifted, the expert holding it still "
+                             f"(default {CollectConfig.hold_after_lift_s})")
     parser.add_argument("--grasp-pause", type=float, default=0.0, metavar="S",
                         help="the expert keeps still S seconds longer before closing the fingers and before lifting "
                              "(default 0)")
@@ -412,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if not abs(args.grasp_roll) <= WRIST_ROLL_LIMIT_RAD:
         print(f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.hold_after_lift <= 10.0:
+        print(f"--hold-after-lift must be within [0, 10] s, got {args.hold_after_lift}", file=sys.stderr)
         return 2
     if not 0.0 <= args.grasp_pause <= 5.0:
         print(f"--grasp-pause must be within [0, 5] s, got {args.grasp_pause}", file=sys.stderr)
@@ -433,12 +439,13 @@ def main(argv: list[str] | None = None) -> int:
 
         summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
                                      TakeoverConfig(near_cup_m=args.takeover_near_cup, grasp_roll_rad=args.grasp_roll,
-                                                    grasp_pause_s=args.grasp_pause))
+                                                    grasp_pause_s=args.grasp_pause, hold_after_lift_s=args.hold_after_lift))
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause)
+    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause,
+                           hold_after_lift_s=args.hold_after_lift)
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")

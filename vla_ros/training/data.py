@@ -23,7 +23,7 @@ import numpy as np
 from vla_ros.data.bag import bag_files
 from vla_ros.data.dataset import Episode, episode_paths, make_stream, replay
 from vla_ros.data.selection import BagSelection, Diagnosis, unusable_reason
-from vla_ros.data.targets import chunk_targets, chunk_usable, target_track
+from vla_ros.data.targets import MAX_TARGET_GAP_S, chunk_targets, chunk_usable, target_track
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -139,16 +139,20 @@ def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np
     return np.maximum(values.std(0), np.maximum(np.minimum(cap, span / 4.0), floor))
 
 
-def learned_targets(config, ep: EpisodeData, anchor) -> np.ndarray | None:
+def learned_targets(config, ep: EpisodeData, anchor, end_hold_s: float = 0.0) -> np.ndarray | None:
     """(H, J) targets of the chunk anchored at observation ``anchor`` as the model learns them: the recorded
     trajectory at the chunk's instants (``chunk_targets``, NaN where there is none), as offsets from the
     measured joint positions at the anchor when the model's chunks are state-relative (``state_reference``
     over the episode's true states, also where the inputs leave them out). None: not trained on (no target
-    at the first point, or no joint state yet for a state-relative chunk)."""
+    at the first point, or no joint state yet for a state-relative chunk). ``end_hold_s``: the last command
+    holds this long past the end of the target track (``chunk_targets``' hold_s), where that track runs to
+    the episode's end; a track that stops earlier (a policy-driven end of a rollout) gets none."""
     from vla_ros.model.sequence import state_reference  # torch: imported where a model is trained
 
     offsets_s = np.asarray(config.chunk_offsets_ns, np.float64) / 1e9
-    targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s)
+    runs_to_end = len(ep.target_t_s) and ep.target_t_s[-1] >= ep.t_s[-1] - MAX_TARGET_GAP_S
+    targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s,
+                            hold_s=end_hold_s if runs_to_end else 0.0)
     if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
         return None
     if config.relative_actions:
@@ -159,12 +163,13 @@ def learned_targets(config, ep: EpisodeData, anchor) -> np.ndarray | None:
     return targets
 
 
-def normalisation_stats(episodes: list[EpisodeData], config=None) -> dict[str, list[float]]:
+def normalisation_stats(episodes: list[EpisodeData], config=None, end_hold_s: float = 0.0) -> dict[str, list[float]]:
     """Per-dimension mean/std of states and of what the actions learn (see ``floored_std``): the target
-    positions, or with a state-relative ``config`` the targets of chunks anchored at every tenth joint state."""
+    positions, or with a state-relative ``config`` the targets of chunks anchored at every tenth joint state
+    (``learned_targets`` with ``end_hold_s``)."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
     if config is not None and config.relative_actions:
-        chunks = [learned_targets(config, e, o) for e in episodes for o in [o for o in e.observations if o.kind == Kind.STATE][::10]]
+        chunks = [learned_targets(config, e, o, end_hold_s) for e in episodes for o in [o for o in e.observations if o.kind == Kind.STATE][::10]]
         actions = np.concatenate([c[np.isfinite(c).all(1)] for c in chunks if c is not None])
     else:
         actions = np.concatenate([e.target_positions for e in episodes])
@@ -204,7 +209,8 @@ def unscale_aux(aux: np.ndarray) -> np.ndarray:
 
 
 def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False, text: np.ndarray | None = None):
+                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False, text: np.ndarray | None = None,
+                  end_hold_s: float = 0.0):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
 
     ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
@@ -215,6 +221,7 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     policy trained only with them learns to read the target off its own motion and, at rest, goes to the
     average cup. Without them the camera is the only way to the cup and to the arm.
     ``text``: the instruction's token embeddings to use instead of the episode's own (another phrasing).
+    ``end_hold_s``: chunk targets past the end of the episode's commands (``learned_targets``).
     """
     import dataclasses as dc
 
@@ -245,7 +252,7 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     specs = []
     for i in picks:
         anchor = observations[i]
-        targets = learned_targets(config, ep, anchor)
+        targets = learned_targets(config, ep, anchor, end_hold_s)
         if targets is None:
             continue
         aux = aux_target(ep, anchor.t_s) if config.aux_dim else None
@@ -277,7 +284,8 @@ def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
 def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
                     state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
                     phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0,
-                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5, shift_px: int = 0):
+                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5, shift_px: int = 0,
+                    end_hold_s: float = 0.0):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
     states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
     token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
@@ -285,7 +293,7 @@ def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_
     e.g. ``gripper_events``), the end time is, with probability ``focus_p``, within ``focus_s`` of one of the
     episode's events, so its chunks cover the moments before and after (the grasp). With ``shift_px``, every
     frame of the sequence is moved by one random whole-pixel offset of up to that many pixels each way
-    (``shift_images``)."""
+    (``shift_images``). ``end_hold_s``: as in make_sequence."""
     while True:
         i = int(rng.integers(len(episodes)))
         ep = episodes[i]
@@ -298,7 +306,7 @@ def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_
         if phrasings and rng.random() < swap_p:
             pool = phrasings.get(named_color(ep.instruction) or "", [])
             text = pool[int(rng.integers(len(pool)))] if pool else None
-        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop, text)
+        seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop, text, end_hold_s)
         if seq is not None and shift_px > 0:
             dy, dx = (int(d) for d in rng.integers(-shift_px, shift_px + 1, size=2))
             seq = dataclasses.replace(seq, images=shift_images(seq.images, dy, dx))

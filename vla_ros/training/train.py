@@ -80,6 +80,9 @@ class TrainConfig:
             ``tool_link``, four points on the tool, squared distance in units of 5 cm) with this weight.
         robot_description / tool_link: the URDF (empty = the bundled vla_arm.urdf, the sim's arm) and the link
             of the tool frame, for ``tool_loss_weight``.
+        end_hold_s: chunk targets past the end of each episode's commands: the last command, held this long
+            (``data.targets.chunk_targets``' hold_s; 0 = none, the points carry no loss). For recordings that end
+            with the robot at rest on a finished task, so the policy learns to stay there rather than drift.
         checkpoint_steps: steps after which the model (the average when there is one) is also written to
             ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
             choose among. Writing them changes nothing in the run: the saved copy is exported with the random
@@ -116,6 +119,7 @@ class TrainConfig:
     tool_loss_weight: float = 0.0
     robot_description: str = ""
     tool_link: str = "tcp_link"
+    end_hold_s: float = 0.0
     checkpoint_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -135,6 +139,8 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
         if not (math.isfinite(self.tool_loss_weight) and self.tool_loss_weight >= 0):
             raise ValueError(f"tool_loss_weight must be >= 0 (0 = off), got {self.tool_loss_weight}")
+        if not 0.0 <= self.end_hold_s <= 10.0:  # NaN fails too
+            raise ValueError(f"end_hold_s must be in [0, 10] seconds (0 = off), got {self.end_hold_s}")
         if not 0 <= self.image_shift_px <= 8:
             raise ValueError(f"image_shift_px must be in [0, 8] pixels, got {self.image_shift_px}")
         bad = [s for s in self.checkpoint_steps if not 0 < s <= self.steps]
@@ -300,7 +306,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     if model is not None:
         model = model.to(dev)
     else:
-        config = config.replace(**normalisation_stats(train_eps, config))
+        config = config.replace(**normalisation_stats(train_eps, config, tc.end_hold_s))
         model = VLATransformer(config).to(dev)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
     tool = tool_points(tc, config)
@@ -308,7 +314,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         tool = tool.to(dev)
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
     val_rng = np.random.default_rng(tc.seed + 1)
-    val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng)]) for _ in range(tc.val_sequences if val_eps else 0)]
+    val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng, end_hold_s=tc.end_hold_s)]) for _ in range(tc.val_sequences if val_eps else 0)]
 
     def validate(net=None, record: bool = True) -> float:
         """Action MSE on the validation sequences of ``net`` (default: the model that is saved, the weight
@@ -359,7 +365,8 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
             group["lr"] = lr_at(step, tc)
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
         batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
-                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p, shift_px=tc.image_shift_px)
+                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p, shift_px=tc.image_shift_px,
+                                         end_hold_s=tc.end_hold_s)
                          for _ in range(tc.batch_sequences)]).to(dev)
         loss, info = model(batch, tool=tool)
         if views is not None:
@@ -616,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool-loss", type=float, default=TrainConfig.tool_loss_weight, metavar="W",
                         help="also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared "
                              f"distance in units of 5 cm) with weight W, e.g. 0.1 (default {TrainConfig.tool_loss_weight}: off)")
+    parser.add_argument("--end-hold", type=float, default=TrainConfig.end_hold_s, metavar="S",
+                        help="chunk targets past the end of each recording: its last command, held S seconds "
+                             "(0 = none: those points carry no loss; TrainConfig.end_hold_s)")
     parser.add_argument("--checkpoints", default="", metavar="STEPS",
                         help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
                              "e.g. 3600,4200,4800 (candidates for `vla-ros select`)")
@@ -679,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
                          ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints),
+                         end_hold_s=args.end_hold,
                          tool_loss_weight=args.tool_loss, robot_description=args.robot_description, tool_link=args.tool_link)
         if tc.tool_loss_weight:  # refuse a bad URDF or tool link before any replay, for the model that will train
             from vla_ros.model.io import load_config
