@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
                              "reach, 1.5708 along it (default 0)")
     parser.add_argument("--hold-after-lift", type=float, default=CollectConfig.hold_after_lift_s, metavar="S",
-                        help="keep recording S seconds after the cup is lifted, the expert holding it still "
+                        help="keep recording S seconds after the cup is lifted, the expert holding it up "
                              f"(default {CollectConfig.hold_after_lift_s})")
     parser.add_argument("--grasp-pause", type=float, default=0.0, metavar="S",
                         help="the expert keeps still S seconds longer before closing the fingers and before lifting "
