@@ -57,6 +57,11 @@ class ExpertConfig:
             fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
             x, the fixed camera's line of sight). Policies trained on pi/2 grasps did worse on the cup
             task (docs/training.md, "Fingers closing along the reach").
+        still_hold: the lift goes straight up from where the fingers closed and the hold stays there. Off
+            by default, the lift and the hold aim at the held cup's own position: a cup held off the pads'
+            centre moves with the hand, so the hand creeps after it (a median 0.06 rad of pan over a 1 s
+            hold's last 0.6 s, up to 0.3), and a policy learns to carry the cup off. Two pairs trained on still
+            holds dropped almost no cups but lifted fewer (docs/training.md, "After the lift").
     """
 
     speed_m_s: float = 0.30
@@ -69,6 +74,7 @@ class ExpertConfig:
     velocity_fraction: float = 0.8
     acceleration_fraction: float = 0.5
     wrist_roll_rad: float = 0.0
+    still_hold: bool = False
 
     def __post_init__(self) -> None:
         if not abs(self.wrist_roll_rad) <= WRIST_ROLL_LIMIT_RAD:  # NaN fails too
@@ -77,7 +83,7 @@ class ExpertConfig:
             value = getattr(self, f.name)
             if f.name == "settle_s" and not value >= 0:
                 raise ValueError(f"settle_s must be >= 0, got {value}")
-            if f.name not in ("wrist_roll_rad", "settle_s") and not value > 0:
+            if f.name not in ("wrist_roll_rad", "settle_s", "still_hold") and not value > 0:
                 raise ValueError(f"{f.name} must be > 0, got {value}")
 
 
@@ -137,6 +143,7 @@ class PickExpert:
         self._carrot: np.ndarray | None = None
         self._close_started_s: float | None = None
         self._settle_started_s: float | None = None
+        self._lift_xy: np.ndarray | None = None  # where the fingers closed: a still hold's goal
         self.restarts = 0
 
     @property
@@ -159,12 +166,14 @@ class PickExpert:
         self.limiter.v = np.asarray(v_cmd, float).copy()
         holding = np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
         if holding and q_cmd[-1] < 0.02:
-            self.phase = "lift"
+            self.phase, self._lift_xy = "lift", tcp_m[:2].copy()
         elif (resume_descent and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
               and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < self.give_up_xy_m):
             self.phase = "descend"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
+        if self.phase in ("lift", "hold") and self.config.still_hold:
+            return np.array([self._lift_xy[0], self._lift_xy[1], LIFT_TCP_Z_M])
         z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "settle": GRASP_TCP_Z_M,
              "close": GRASP_TCP_Z_M}.get(self.phase, LIFT_TCP_Z_M)
         return np.array([cup_m[0], cup_m[1], z])
@@ -205,7 +214,7 @@ class PickExpert:
         elif self.phase == "close":
             gripper = GRIPPER_CLOSED_M
             if t_s - self._close_started_s >= c.close_s:
-                self.phase = "lift"
+                self.phase, self._lift_xy = "lift", tcp_m[:2].copy()
         elif self.phase in ("lift", "hold"):
             gripper = GRIPPER_CLOSED_M
             cup_below_gripper = tcp_m[2] - cup_m[2]

@@ -51,6 +51,7 @@ class CollectConfig:
         grasp_pause_s: the expert keeps still this much longer on either side of closing the fingers: at grasp
             height before they start to close (``ExpertConfig.settle_s``) and before it lifts (added to
             ``ExpertConfig.close_s``).
+        still_hold: the expert lifts straight up and holds there (``ExpertConfig.still_hold``).
     """
 
     max_episode_s: float = 12.0
@@ -63,6 +64,7 @@ class CollectConfig:
     near_miss_m: tuple[float, float] = (0.02, 0.05)
     grasp_roll_rad: float = 0.0
     grasp_pause_s: float = 0.0
+    still_hold: bool = False
     image_width: int = 320
     image_height: int = 240
 
@@ -72,7 +74,8 @@ def make_expert(config: "CollectConfig | TakeoverConfig"):
     from vla_ros.sim.expert import ExpertConfig, PickExpert
 
     return PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad, settle_s=config.grasp_pause_s,
-                                   close_s=ExpertConfig.close_s + config.grasp_pause_s))
+                                   close_s=ExpertConfig.close_s + config.grasp_pause_s,
+                                   still_hold=config.still_hold))
 
 
 def _push_profile(rng: np.random.Generator, config: CollectConfig):
@@ -269,7 +272,7 @@ class TakeoverConfig:
             or until it starts closing the gripper; then the expert finishes the grasp and the lift from
             there (no hand-back), so the labels are the last centimetres from where the policy brought the hand.
         takeover_z_m: (min, max) of that drawn height (m, tool height above the table).
-        max_episode_s / hold_after_lift_s / grasp_roll_rad / grasp_pause_s: as in CollectConfig.
+        max_episode_s / hold_after_lift_s / grasp_roll_rad / grasp_pause_s / still_hold: as in CollectConfig.
     """
 
     policy_s: tuple[float, float] = (0.6, 2.0)
@@ -280,6 +283,7 @@ class TakeoverConfig:
     hold_after_lift_s: float = 1.0
     grasp_roll_rad: float = 0.0
     grasp_pause_s: float = 0.0
+    still_hold: bool = False
 
 
 class ExpertTakeover:
@@ -401,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold-after-lift", type=float, default=CollectConfig.hold_after_lift_s, metavar="S",
                         help="keep recording S seconds after the cup is lifted, the expert holding it up "
                              f"(default {CollectConfig.hold_after_lift_s})")
+    parser.add_argument("--still-hold", action="store_true",
+                        help="the expert lifts straight up from where the fingers closed and holds there (default: "
+                             "its lift and hold aim at the held cup, and the hand creeps after a cup held off-centre)")
     parser.add_argument("--grasp-pause", type=float, default=0.0, metavar="S",
                         help="the expert keeps still S seconds longer before closing the fingers and before lifting "
                              "(default 0)")
@@ -439,13 +446,14 @@ def main(argv: list[str] | None = None) -> int:
 
         summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
                                      TakeoverConfig(near_cup_m=args.takeover_near_cup, grasp_roll_rad=args.grasp_roll,
-                                                    grasp_pause_s=args.grasp_pause, hold_after_lift_s=args.hold_after_lift))
+                                                    grasp_pause_s=args.grasp_pause, hold_after_lift_s=args.hold_after_lift,
+                                                    still_hold=args.still_hold))
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
     config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause,
-                           hold_after_lift_s=args.hold_after_lift)
+                           hold_after_lift_s=args.hold_after_lift, still_hold=args.still_hold)
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
