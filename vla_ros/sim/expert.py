@@ -61,7 +61,7 @@ class ExpertConfig:
             by default, the lift and the hold aim at the held cup's own position: a cup held off the pads'
             centre moves with the hand, so the hand creeps after it (a median 0.06 rad of pan over a 1 s
             hold's last 0.6 s, up to 0.3), and a policy learns to carry the cup off. Two pairs trained on still
-            holds dropped almost no cups but lifted fewer (docs/training.md, "After the lift").
+            holds dropped a third as many cups but lifted fewer (docs/training.md, "After the lift").
     """
 
     speed_m_s: float = 0.30
