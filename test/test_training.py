@@ -605,6 +605,33 @@ def test_end_hold_gives_targets_past_the_end_only_where_the_commands_run_to_the_
     assert np.isfinite(late[0]).all() and np.isnan(late[1:]).all()
 
 
+def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_nothing_else():
+    """TrainConfig.still_after_lift_s: the named cup rises LIFT_HEIGHT_M above its start at 3.0 s; with 0.25 s
+    every target later than 3.25 s is the track's value at 3.25 s (interpolated between commands), every
+    earlier one and the times stay as recorded; an episode with no lift, or no cup track, is unchanged."""
+    from vla_ros.sim.arm_sim import LIFT_HEIGHT_M
+    from vla_ros.training.data import EpisodeData, still_after_lift
+
+    t_s = np.arange(0.0, 4.0, 0.02)
+    q = np.stack([np.sin(t_s + j) for j in range(8)], axis=1)
+    cup_t = np.arange(0.0, 4.0, 0.1)
+    rise = np.clip(cup_t - 2.5, 0.0, None) * 2 * LIFT_HEIGHT_M  # the cup leaves the table at 2.5 s, lifted at 3.0 s
+    cup = np.stack([np.full_like(cup_t, 0.4), np.zeros_like(cup_t), 0.045 + rise], axis=1)
+    demo = EpisodeData("demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup)
+    held, changed = still_after_lift(demo, 0.25)
+    assert changed and held.target_t_s is demo.target_t_s
+    early = t_s <= 3.25
+    np.testing.assert_array_equal(held.target_positions[early], q[early])
+    np.testing.assert_allclose(held.target_positions[~early], np.tile(np.sin(3.25 + np.arange(8)), (int((~early).sum()), 1)), atol=1e-3)
+    assert np.abs(q[~early] - q[-1]).max() > 0.5  # the recorded commands moved on: the hold is a real change
+    assert np.array_equal(demo.target_positions, q)  # the episode given is left as it was
+    never = EpisodeData("missed", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup * [1, 1, 0] + [0, 0, 0.045])
+    no_track = EpisodeData("other task", [], t_s, np.zeros((1, 384)), "wave", t_s.copy(), q)
+    late = still_after_lift(demo, 2.0)  # the recording ends 1 s past the lift
+    for episode, (out, changed) in ((never, still_after_lift(never, 0.25)), (no_track, still_after_lift(no_track, 0.25)), (demo, late)):
+        assert out is episode and not changed
+
+
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="grasp_views"):
         TrainConfig(grasp_views=1.5)
@@ -641,6 +668,13 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     assert "vla-ros train: ema_decay must be in [0, 1)" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--end-hold", "-1"]) == 2
     assert "vla-ros train: end_hold_s must be in [0, 10] seconds (0 = off), got -1.0" in capsys.readouterr().err
+    for hold in (-0.5, 10.5, float("nan")):
+        with pytest.raises(ValueError, match="still_after_lift_s must be in"):
+            TrainConfig(task="cups", still_after_lift_s=hold)
+    with pytest.raises(ValueError, match="still_after_lift_s needs task 'cups'"):
+        TrainConfig(still_after_lift_s=0.3)
+    assert main(["--data", "nowhere", "--out", "nowhere", "--still-after-lift", "0.3"]) == 2
+    assert "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--grasp-focus", "2"]) == 2
     assert "vla-ros train: grasp_focus_p must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2

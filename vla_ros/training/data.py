@@ -127,6 +127,33 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
     return episodes, summary
 
 
+def still_after_lift(ep: EpisodeData, after_s: float) -> tuple[EpisodeData, bool]:
+    """The cup task's ``--still-after-lift``: ``ep`` with its target track held, from ``after_s`` seconds past
+    the lift on, at the value it had then (the times stay, so gaps and the recording's end stay as they were).
+    The lift is the first instant the named cup has risen ``LIFT_HEIGHT_M`` (the sim's success rule) above
+    where its track starts. Returns (episode, changed); an episode without a cup track or a lift, or that ends
+    before ``after_s`` past it, comes back unchanged.
+
+    Why: the expert's hold aims at the held cup, which moves with the hand, so its last commands creep after
+    an off-centre cup and a policy learns to carry the cup off (docs/training.md, "After the lift"). Held
+    targets say "stay" from there, while the inputs and every target before stay the demonstration's own."""
+    from vla_ros.sim.arm_sim import LIFT_HEIGHT_M  # mujoco: imported where the cup task trains
+
+    if ep.cup_t_s is None:
+        return ep, False
+    risen = np.flatnonzero(ep.cup_m[:, 2] >= ep.cup_m[0, 2] + LIFT_HEIGHT_M)
+    if not risen.size:
+        return ep, False
+    t_hold = ep.cup_t_s[risen[0]] + after_s
+    later = ep.target_t_s > t_hold
+    if not later.any():
+        return ep, False
+    held = np.array([np.interp(t_hold, ep.target_t_s, ep.target_positions[:, j]) for j in range(ep.target_positions.shape[1])])
+    positions = ep.target_positions.copy()
+    positions[later] = held
+    return dataclasses.replace(ep, target_positions=positions), True
+
+
 def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np.ndarray:
     """Per-column std, floored at min(cap, range / 4) (and at ``floor``).
 

@@ -83,6 +83,9 @@ class TrainConfig:
         end_hold_s: chunk targets past the end of each episode's commands: the last command, held this long
             (``data.targets.chunk_targets``' hold_s; 0 = none, the points carry no loss). For recordings that end
             with the robot at rest on a finished task, so the policy learns to stay there rather than drift.
+        still_after_lift_s: task "cups", None = off: chunk targets from this long after each demonstration's
+            lift on hold the command of that instant (``training.data.still_after_lift``), so the policy learns
+            to hold a lifted cup still instead of imitating the expert's creeping hold.
         checkpoint_steps: steps after which the model (the average when there is one) is also written to
             ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
             choose among. Writing them changes nothing in the run: the saved copy is exported with the random
@@ -120,6 +123,7 @@ class TrainConfig:
     robot_description: str = ""
     tool_link: str = "tcp_link"
     end_hold_s: float = 0.0
+    still_after_lift_s: float | None = None
     checkpoint_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -141,6 +145,11 @@ class TrainConfig:
             raise ValueError(f"tool_loss_weight must be >= 0 (0 = off), got {self.tool_loss_weight}")
         if not 0.0 <= self.end_hold_s <= 10.0:  # NaN fails too
             raise ValueError(f"end_hold_s must be in [0, 10] seconds (0 = off), got {self.end_hold_s}")
+        if self.still_after_lift_s is not None:
+            if not 0.0 <= self.still_after_lift_s <= 10.0:  # NaN fails too
+                raise ValueError(f"still_after_lift_s must be in [0, 10] seconds (None = off), got {self.still_after_lift_s}")
+            if self.task != "cups":
+                raise ValueError(f"still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task {self.task!r}")
         if not 0 <= self.image_shift_px <= 8:
             raise ValueError(f"image_shift_px must be in [0, 8] pixels, got {self.image_shift_px}")
         bad = [s for s in self.checkpoint_steps if not 0 < s <= self.steps]
@@ -274,7 +283,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     from vla_ros.model.sequence import collate
     from vla_ros.tokens import Kind, TokenizerConfig
     from vla_ros.data.selection import BagSelection
-    from vla_ros.training.data import gripper_events, load_episodes, mean_image, normalisation_stats, sample_sequence
+    from vla_ros.training.data import gripper_events, load_episodes, mean_image, normalisation_stats, sample_sequence, still_after_lift
 
     t_start = time.monotonic()
     if tc.threads:
@@ -298,6 +307,10 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
                                            selection=selection, cup_tracks=cups,
                                            min_frame_interval_s=config.min_frame_interval_s)
+    if tc.still_after_lift_s is not None:
+        held = [still_after_lift(e, tc.still_after_lift_s) for e in episodes]
+        episodes = [e for e, _ in held]
+        data_summary["held_still_after_lift"] = int(sum(changed for _, changed in held))
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
     val_eps = [episodes[i] for i in order[:n_val]]
@@ -626,6 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--end-hold", type=float, default=TrainConfig.end_hold_s, metavar="S",
                         help="chunk targets past the end of each recording: its last command, held S seconds "
                              "(0 = none: those points carry no loss; TrainConfig.end_hold_s)")
+    parser.add_argument("--still-after-lift", type=float, default=None, metavar="S",
+                        help="task cups: chunk targets from S seconds after each demonstration's lift on hold the command "
+                             "of that instant, so the policy holds a lifted cup still (default: off)")
     parser.add_argument("--checkpoints", default="", metavar="STEPS",
                         help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
                              "e.g. 3600,4200,4800 (candidates for `vla-ros select`)")
@@ -689,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
                          minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
                          grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
                          ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints),
-                         end_hold_s=args.end_hold,
+                         end_hold_s=args.end_hold, still_after_lift_s=args.still_after_lift,
                          tool_loss_weight=args.tool_loss, robot_description=args.robot_description, tool_link=args.tool_link)
         if tc.tool_loss_weight:  # refuse a bad URDF or tool link before any replay, for the model that will train
             from vla_ros.model.io import load_config
