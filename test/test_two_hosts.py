@@ -154,14 +154,22 @@ def test_skewed_stamps_are_refused_by_the_filter_and_the_controller_and_no_bound
     # Skewed (twice) and late phases: refused by the filter, by reason.
     assert int(filt.get("rejected.future_stamp", 0)) >= 2 * count - 2, filt
     assert int(filt.get("rejected.stale_chunk", 0)) >= count - 1, filt
-    # The ahead phase passed the filter (stamped 1 s ahead of the robot's clock on arrival) ...
-    ahead = [r for r in record["safe"] if 0.5 < r[2] - r[0] < 2.0]
-    assert len(ahead) >= count - 1, record["safe"][-5:]
+    # The ahead phase passed the filter (stamped 1 s ahead of the robot's clock, less the time it took to
+    # reach the watch: up to FRESH_S) ...
+    safe = record["safe"]
+    ahead = [r for r in safe if 1.0 - FRESH_S < r[2] - r[0] < 2.0]
+    assert len(ahead) >= count - 1, safe[-5:]
     # ... and the controller refused it, by reason; it accepted the normal chunks and nothing else.
     assert int(ctrl.get("rejected.stamp_in_future", 0)) >= count - 1, ctrl
     assert count <= int(ctrl["chunks.accepted"]) <= 2 * count, ctrl
-    normal_safe = [r for r in record["safe"] if abs(r[2] - r[0]) < 0.5]
-    assert len(normal_safe) >= 2 * count - 2
+    # The normal chunks (stamped at the newest joint state, so never ahead of the robot's clock): each one
+    # reached the watch, or was refused as stale by the filter when a loaded machine held it back past
+    # 0.5 s (the late phase's own chunks are the first `count` stale refusals). Some passed after the
+    # refused widening, too.
+    normal_safe = [r for r in safe if -0.05 <= r[0] - r[2] <= FRESH_S]
+    normal_stale = int(filt.get("rejected.stale_chunk", 0)) - count
+    assert len(normal_safe) + max(normal_stale, 0) >= 2 * count - 2, (len(normal_safe), filt)
+    assert max(r[2] for r in normal_safe) > max(r[2] for r in ahead), "no normal chunk passed after the widening"
 
 
 @needs_netns
