@@ -17,6 +17,7 @@ from vla_ros.data.bag import info
 from vla_ros.data.mcap_io import McapEpisodeWriter, read_messages
 from vla_ros.data.msgdefs import full_definition
 from vla_ros.ros.recorder import KNOWN_TOPICS, message_class
+from vla_ros.ros.time import time_msg_from_ns as time_msg
 from vla_ros.tokens import Kind, Observation, StreamConfig, TokenizerConfig, TokenStream
 from vla_ros.tokens.text import shared_encoder
 
@@ -161,6 +162,53 @@ def recorded_sim_episode(tmp_path_factory, encoder):
         probe.close()
     assert recorder.returncode == 0, out
     return path, online, windows
+
+
+def test_a_recording_on_simulated_time_starts_with_the_clock(tmp_path):
+    """Publishers up before any /clock (a latched status, 100 Hz joint states): `vla-ros record
+    --use-sim-time` subscribes nothing until simulated time runs, so no message is logged at time 0 (which
+    would stretch the bag over seconds and start the duration at once), and the latched status is still
+    recorded, on the clock."""
+    import time
+
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    probe = Probe("clock_late")
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    status = probe.node.create_publisher(String, "/vla/episode_status", latched)
+    joints = probe.node.create_publisher(JointState, "/joint_states", 10)
+    clock = probe.node.create_publisher(Clock, "/clock", 10)
+    status.publish(String(data='{"episode": 1}'))
+    path = tmp_path / "bag"
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "vla_ros.cli", "record", "--use-sim-time", "--duration", "0.5",
+         "--topics", "/joint_states", "/vla/episode_status", "--out", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    t_sim_ns, t_wall0 = 10 * NS, time.monotonic()
+    try:
+        while recorder.poll() is None and time.monotonic() - t_wall0 < 120:
+            msg = JointState(name=list(COMMANDED_JOINTS), position=[0.0] * len(COMMANDED_JOINTS))
+            if time.monotonic() - t_wall0 > 4.0:  # the recorder has been up a while: now the clock starts
+                t_sim_ns += NS // 100
+                clock.publish(Clock(clock=time_msg(t_sim_ns)))
+                msg.header.stamp = time_msg(t_sim_ns)
+            joints.publish(msg)
+            probe.spin_until(lambda: False, 0.01)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+        out = recorder.communicate()[0]
+        probe.close()
+    assert recorder.returncode == 0, out
+    log_times: dict[str, list[int]] = {}
+    for m in read_messages(path):
+        log_times.setdefault(m.topic, []).append(m.log_time_ns)
+    assert set(log_times) == {"/joint_states", "/vla/episode_status"}, out
+    assert min(min(v) for v in log_times.values()) >= 10 * NS, ({k: (min(v), len(v)) for k, v in log_times.items()}, out)
+    assert len(log_times["/vla/episode_status"]) == 1
+    assert 0.4 < info(path)["duration_s"] < 1.0, out
 
 
 def test_recorded_sim_episode_is_standard_ros2_mcap(recorded_sim_episode):

@@ -4,7 +4,8 @@ Pip mode has no ``ros2 bag``; the folder this writes is what rosbag2 writes, so 
 other rosbag2 readers open it. Each topic is subscribed when its first publisher appears, with a QoS
 adapted to the publishers (best-effort drivers are recorded; latched topics stay latched). Stops on
 Ctrl-C, after ``--duration`` seconds of the node's clock (simulated time with ``--use-sim-time``), or,
-with ``--until-lifted``, shortly after the sim's episode status reports a lifted cup.
+with ``--until-lifted``, shortly after the sim's episode status reports a lifted cup. With
+``--use-sim-time`` it subscribes to nothing before the first /clock, so every log time is simulated time.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.instruction:  # before the recorder looks for publishers, so it finds this one too
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         pub = node.create_publisher(String, "/vla/instruction", latched)
-    recorder = Recorder(node, writer, topics, on_message)
+    # On simulated time nothing is subscribed before the first /clock: a message taken earlier would be
+    # logged at time 0, seconds before the rest (latched topics arrive again once subscribed).
+    recorder = None
     # One executor that keeps the node: rclpy.spin_once(node) adds and removes the node on every call, which
     # rebuilds the wait set for each message; beside a busy graph that fell behind 100 Hz joint states
     # and 30 Hz frames (a 2 s recording under load held 176 joint states, not 200).
@@ -96,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while rclpy.ok() and not state["stop"]:
             executor.spin_once(timeout_sec=0.05)
-            if time.monotonic() - last_poll > 0.1:  # new publishers: subscribe them (rosbag2 polls too)
+            now = node.get_clock().now().nanoseconds
+            clock_runs = now > 0 or not args.use_sim_time
+            if recorder is None and clock_runs:
+                recorder = Recorder(node, writer, topics, on_message)
+                last_poll = time.monotonic()
+            elif recorder is not None and time.monotonic() - last_poll > 0.1:  # new publishers (rosbag2 polls too)
                 recorder.poll()
                 last_poll = time.monotonic()
-            now = node.get_clock().now().nanoseconds
             if args.instruction and not published and state["start_ns"] is not None:
                 pub.publish(String(data=args.instruction))  # after the graph is up, so everyone hears it
                 published = True
@@ -109,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if not noted and state["start_ns"] is None and time.monotonic() - t_wall0 > _WAIT_NOTE_S:
                 noted = True
-                waiting = recorder.waiting
-                print(f"still waiting for the first message on {args.wait_for}"
-                      + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
+                if recorder is None:
+                    print("still waiting for /clock (--use-sim-time): nothing is recorded before simulated time runs",
+                          file=sys.stderr)
+                else:
+                    waiting = recorder.waiting
+                    print(f"still waiting for the first message on {args.wait_for}"
+                          + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
     finally:
         executor.shutdown()
         writer.close()
@@ -121,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, handler)
     summary = info(out)
     counts = ", ".join(f"{t['name']} {t['count']}" for t in summary["topics"] if t["count"])
-    missing = recorder.waiting
+    missing = recorder.waiting if recorder is not None else topics
+    failed = recorder.failed if recorder is not None else {}
     print(f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
           + (f"; never published: {' '.join(missing)}" if missing else "")
-          + "".join(f"; {topic} not recorded: {why}" for topic, why in recorder.failed.items()), file=sys.stderr)
+          + "".join(f"; {topic} not recorded: {why}" for topic, why in failed.items()), file=sys.stderr)
     print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
-                      "not_recorded": missing + list(recorder.failed)}))
+                      "not_recorded": missing + list(failed)}))
     return 0
 
 
