@@ -165,8 +165,8 @@ def recorded_sim_episode(tmp_path_factory, encoder):
 
 
 def test_a_recording_on_simulated_time_starts_with_the_clock(tmp_path):
-    """Publishers up before any /clock (a latched status, 100 Hz joint states): `vla-ros record
-    --use-sim-time` subscribes nothing until simulated time runs, so no message is logged at time 0 (which
+    """Publishers up 6 s before any /clock (a latched status, 100 Hz joint states): `vla-ros record
+    --use-sim-time` says it is waiting for the clock and subscribes nothing until simulated time runs, so no message is logged at time 0 (which
     would stretch the bag over seconds and start the duration at once), and the latched status is still
     recorded, on the clock."""
     import time
@@ -190,7 +190,7 @@ def test_a_recording_on_simulated_time_starts_with_the_clock(tmp_path):
     try:
         while recorder.poll() is None and time.monotonic() - t_wall0 < 120:
             msg = JointState(name=list(COMMANDED_JOINTS), position=[0.0] * len(COMMANDED_JOINTS))
-            if time.monotonic() - t_wall0 > 4.0:  # the recorder has been up a while: now the clock starts
+            if time.monotonic() - t_wall0 > 6.0:  # the recorder has been up a while: now the clock starts
                 t_sim_ns += NS // 100
                 clock.publish(Clock(clock=time_msg(t_sim_ns)))
                 msg.header.stamp = time_msg(t_sim_ns)
@@ -202,6 +202,7 @@ def test_a_recording_on_simulated_time_starts_with_the_clock(tmp_path):
         out = recorder.communicate()[0]
         probe.close()
     assert recorder.returncode == 0, out
+    assert "still waiting for /clock" in out, out  # said after 5 s without it
     log_times: dict[str, list[int]] = {}
     for m in read_messages(path):
         log_times.setdefault(m.topic, []).append(m.log_time_ns)

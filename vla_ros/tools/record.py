@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = recorder.waiting if recorder is not None else topics
     failed = recorder.failed if recorder is not None else {}
     print(f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
-          + (f"; never published: {' '.join(missing)}" if missing else "")
+          + ("; /clock never ran, so nothing was subscribed" if recorder is None
+             else f"; never published: {' '.join(missing)}" if missing else "")
           + "".join(f"; {topic} not recorded: {why}" for topic, why in failed.items()), file=sys.stderr)
     print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
                       "not_recorded": missing + list(failed)}))
