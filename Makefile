@@ -92,7 +92,8 @@ bench: setup
 # 3,300, and `vla-ros select` judges the six candidates on selection episodes of their own (all on 50, the best
 # two on 100) and keeps the best; the held-out evaluation comes last. About 41 min on an idle 2-core Intel Xeon.
 # The rate is 5e-4, half `vla-ros train`'s default: its candidates are better in both pairs measured, and
-# models/vla_cups holds this target's kept weights (seeds 0 and 1; docs/training.md, "`make model`").
+# models/vla_cups holds this target's kept weights from demonstrations recorded with the earlier 2 cm finger
+# pads (seeds 0 and 1; docs/training.md, "`make model`" and "Wider finger pads").
 MODEL_RECIPE = --data runs/demos --task cups --steps 3600 --vision-warmup-steps 1000 --phrasing-swap 0.5 --lr 5e-4 \
   --checkpoints 3000,3300 --minutes 37 --threads 1
 model: setup

@@ -180,6 +180,25 @@ def test_scripted_pick_lifts_the_named_cup_only():
     assert s.robot_table_contacts() == 0
 
 
+@pytest.mark.parametrize("offset_m", [0.012, -0.012])
+def test_a_cup_grasped_off_the_pads_centre_along_them_stays_up_a_second_after_the_lift(offset_m):
+    """The pads are 3 cm wide along the reach (the hand's x). A grasp 1.2 cm off the cup's axis along them,
+    either way, still squeezes the 6 cm cup between two flat faces: lifted and still between the pads a
+    second after the lift ends. (On 2 cm pads the cup met an edge and was pressed out: never lifted.)"""
+    s = ArmSim(seed=0)
+    cup = s.cup_positions()["red"]
+    reach = np.array([cup[0], cup[1], 0.0]) / np.hypot(cup[0], cup[1])
+    times, points = pick_plan(cup + offset_m * reach, s.command_joint_positions())
+    s.command_trajectory(PositionTrajectory.from_points(s.command_joint_names, times, points, s.limits))
+    run(s, times[-1] + 1.0)
+    assert s.lifted_cup() == "red"
+    hand_x = s.data.xmat[s.model.body("hand_link").id].reshape(3, 3)[:, 0]
+    assert abs(float(hand_x @ reach)) > 0.95  # the pads do lie along the reach
+    along = float((s.cup_positions()["red"] - s.tcp_position()) @ reach)
+    assert 0.008 < abs(along) < 0.015 and np.sign(along) == -np.sign(offset_m), along  # still off centre, on the pads
+    s.close()
+
+
 @pytest.mark.parametrize("timeconst_s, sink_mm", [(None, (1.2, 2.5)), (0.004, (0.0, 1.2))])
 def test_the_cup_contact_stiffness_sets_how_far_the_closed_fingers_sink_into_a_lifted_cup(timeconst_s, sink_mm):
     """The closed fingers squeeze a lifted cup with their servos' force. With MuJoCo's default contact (the

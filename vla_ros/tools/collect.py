@@ -106,8 +106,8 @@ class NearMiss:
     Demonstrations only ever show the gripper arriving where the cup is, so a policy never learns what to do
     with the gripper at grasp height two or three centimetres off, which is where its failures end. Here the
     decoy goes down beside the cup (in some episodes shutting on nothing; it stops as soon as a finger has
-    moved the cup a centimetre) while nothing is recorded as a command; then the expert takes over from that
-    state (``PickExpert.take_over``: back above the cup, down, grasp) and its commands are the labels.
+    moved the cup half a centimetre: a pad landing on the rim tips a cup within a few control periods) while
+    nothing is recorded as a command; then the expert takes over from that state (``PickExpert.take_over``: back above the cup, down, grasp) and its commands are the labels.
     Drawn from its own random stream, so the other episodes of a seed range stay exactly as they were
     without near misses.
     """
@@ -131,7 +131,7 @@ class NearMiss:
         d = self.decoy
         if self.cup_start_m is None:
             self.cup_start_m = np.array(cup_m, float)
-        if np.linalg.norm(cup_m - self.cup_start_m) > 0.01:  # a finger is on the cup: take over before it tips
+        if np.linalg.norm(cup_m - self.cup_start_m) > 0.005:  # a finger is on the cup: take over before it tips
             return None
         if d.phase == "close":
             self.shutting_since_s = sim.time_s if self.shutting_since_s is None else self.shutting_since_s
