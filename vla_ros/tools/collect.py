@@ -107,7 +107,8 @@ class NearMiss:
     with the gripper at grasp height two or three centimetres off, which is where its failures end. Here the
     decoy goes down beside the cup (in some episodes shutting on nothing; it stops as soon as a finger has
     moved the cup half a centimetre: a pad landing on the rim tips a cup within a few control periods) while
-    nothing is recorded as a command; then the expert takes over from that state (``PickExpert.take_over``: back above the cup, down, grasp) and its commands are the labels.
+    nothing is recorded as a command; then the expert takes over from that state (``PickExpert.take_over``:
+    back above the cup, down, grasp) and its commands are the labels.
     Drawn from its own random stream, so the other episodes of a seed range stay exactly as they were
     without near misses.
     """
