@@ -7,7 +7,7 @@ import pytest
 from image_checks import assert_cups_visible
 
 from vla_ros.sim import CUP_COLORS, HOME_Q, ArmSim, CommandError, PositionTrajectory, SimConfig
-from vla_ros.sim.scene import CUP_RADIUS_M, SceneConfig
+from vla_ros.sim.scene import CUP_RADIUS_M, HAND_BODY, SceneConfig
 from vla_ros.sim.scripted import pick_plan, top_down_ik
 
 
@@ -21,6 +21,13 @@ def sim():
 def run(sim: ArmSim, seconds: float) -> None:
     for _ in range(int(round(seconds * sim.config.physics_rate_hz))):
         sim.step()
+
+
+def start_scripted_pick(sim: ArmSim, target_m) -> float:
+    """Command the scripted pick aimed at target_m; returns the simulated time its lift ends."""
+    times, points = pick_plan(target_m, sim.command_joint_positions())
+    sim.command_trajectory(PositionTrajectory.from_points(sim.command_joint_names, times, points, sim.limits))
+    return float(times[-1])
 
 
 def test_same_seed_same_cups_different_seed_different(sim):
@@ -169,10 +176,9 @@ def test_the_wrist_camera_looks_down_between_the_fingers_at_the_cup_below():
 def test_scripted_pick_lifts_the_named_cup_only():
     s = ArmSim(seed=11)
     cups = s.cup_positions()
-    times, points = pick_plan(cups["green"], s.command_joint_positions())
-    s.command_trajectory(PositionTrajectory.from_points(s.command_joint_names, times, points, s.limits))
+    end_s = start_scripted_pick(s, cups["green"])
     assert s.lifted_cup() is None
-    run(s, times[-1] + 0.5)
+    run(s, end_s + 0.5)
     assert s.lifted_cup() == "green"
     after = s.cup_positions()
     for other in ("red", "blue"):
@@ -188,11 +194,9 @@ def test_a_cup_grasped_off_the_pads_centre_along_them_stays_up_a_second_after_th
     s = ArmSim(seed=0)
     cup = s.cup_positions()["red"]
     reach = np.array([cup[0], cup[1], 0.0]) / np.hypot(cup[0], cup[1])
-    times, points = pick_plan(cup + offset_m * reach, s.command_joint_positions())
-    s.command_trajectory(PositionTrajectory.from_points(s.command_joint_names, times, points, s.limits))
-    run(s, times[-1] + 1.0)
+    run(s, start_scripted_pick(s, cup + offset_m * reach) + 1.0)
     assert s.lifted_cup() == "red"
-    hand_x = s.data.xmat[s.model.body("hand_link").id].reshape(3, 3)[:, 0]
+    hand_x = s.data.xmat[s.model.body(HAND_BODY).id].reshape(3, 3)[:, 0]
     assert abs(float(hand_x @ reach)) > 0.95  # the pads do lie along the reach
     along = float((s.cup_positions()["red"] - s.tcp_position()) @ reach)
     assert 0.008 < abs(along) < 0.015 and np.sign(along) == -np.sign(offset_m), along  # still off centre, on the pads
@@ -206,9 +210,7 @@ def test_the_cup_contact_stiffness_sets_how_far_the_closed_fingers_sink_into_a_l
     scene = SceneConfig() if timeconst_s is None else SceneConfig(cup_contact_timeconst_s=timeconst_s)
     s = ArmSim(SimConfig(scene=scene), seed=0)
     cups = s.cup_positions()
-    times, points = pick_plan(cups["red"], s.command_joint_positions())
-    s.command_trajectory(PositionTrajectory.from_points(s.command_joint_names, times, points, s.limits))
-    run(s, times[-1] + 1.0)
+    run(s, start_scripted_pick(s, cups["red"]) + 1.0)
     assert s.lifted_cup() == "red"
     opening = sum(float(s.data.qpos[s.model.joint(j).qposadr[0]]) for j in ("left_finger_joint", "right_finger_joint"))
     assert sink_mm[0] < 1e3 * (2 * CUP_RADIUS_M - opening) < sink_mm[1], opening
