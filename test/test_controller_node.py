@@ -679,9 +679,24 @@ def test_diagnostics_report_loop_timing_and_state_and_parameters_are_validated(g
         assert set_param(graph, "blend_mode", ParameterType.PARAMETER_STRING, string_value=mode).successful
 
 
+def offsets_inside_the_limits(q0: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``q0 + offsets`` with each offset's sign turned where it would leave the joint's URDF range: the
+    tests before this one leave the arm wherever they ended (the gripper can sit on its lower stop), and
+    a target past a limit is not what the controller is sent."""
+    target = q0 + np.where((q0 + offsets >= LIMITS.lower) & (q0 + offsets <= LIMITS.upper), offsets, -offsets)
+    assert np.all((target >= LIMITS.lower) & (target <= LIMITS.upper)), (q0, target)
+    return target
+
+
 def test_every_output_interface_sends_the_right_message_in_the_right_joint_order(graph):
     """The main controller steps aside (~/enable false); three more, each with a shuffled joint order,
-    follow the same chunk: the joint trajectory one drives the sim, the others go to test topics."""
+    follow the same chunk: the joint trajectory one drives the sim, the others go to test topics.
+
+    Each new controller is sent the chunk only once its inputs report names this probe among the chunk
+    topic's publishers (a publisher whose node name has not arrived yet is refused: ``control.sources``),
+    and the target lies inside the joint limits wherever the tests before left the arm (a target past a
+    limit, computed as if the limit were not there, failed this test after tests that left the gripper
+    near its lower stop)."""
     probe, rec = graph, graph.rec
     assert call(probe, "enable", SetBool.Request(data=False)).success
     n_cmd = len(rec["cmd"])
@@ -691,10 +706,20 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
     assert len(rec["cmd"]) == silent_from and silent_from >= n_cmd  # disabled and at rest: nothing sent
 
     out = {"jtc": [], "isaac": [], "fwd": []}
+    names = {"jtc": "controller_jtc", "isaac": "controller_isaac", "fwd": "controller_fwd"}
+    inputs = {name: [] for name in names.values()}
+
+    def on_diag(msg):
+        for s in msg.status:
+            node, _, concern = s.name.partition(": ")
+            if node in inputs and concern == "inputs":
+                inputs[node].append({kv.key: kv.value for kv in s.values})
+
     n = probe.node
     n.create_subscription(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", lambda m: out["jtc"].append(m), 50)
     n.create_subscription(JointState, "/vla_test/joint_command", lambda m: out["isaac"].append(m), 50)
     n.create_subscription(Float64MultiArray, "/vla_test_forward/commands", lambda m: out["fwd"].append(m), 50)
+    n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
     joints = "joints:=[" + ",".join(PERM_NAMES) + "]"
     logs = [probe.logs / f for f in ("jtc.log", "isaac.log", "fwd.log")]
     procs = [
@@ -704,8 +729,10 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
     ]
     try:
         assert probe.spin_until(lambda: all(len(v) > 5 for v in out.values()), 60), {k: len(v) for k, v in out.items()}
+        assert probe.spin_until(lambda: all(controller_trusts(v, "/" + PROBE) for v in inputs.values()), 60), \
+            {k: v[-1:] for k, v in inputs.items()}
         q0 = measured(probe)
-        target = np.clip(q0 + np.array([0.2, -0.1, 0.15, -0.2, 0.1, 0.25, -0.01]), -2.0, 2.0)
+        target = offsets_inside_the_limits(q0, np.array([0.2, -0.1, 0.15, -0.2, 0.1, 0.25, -0.01]))
         t0 = probe.now_s()
         path = q0 + np.outer((1.0 - np.cos(np.pi * np.clip(0.02 * np.arange(60), 0.0, 1.0))) / 2.0, target - q0)
         send_chunk(probe, t0, path)  # 1 s move, then 0.2 s at rest on the target
