@@ -4,7 +4,8 @@ The safety filter (``vla_ros.safety.filter``) checks a chunk against the measure
 instant it sees it: every target inside the position limits minus margins; the first segment, from the
 measured state to the first point, within the velocity limits beyond the tracking tolerance; every later
 segment within the velocity limits and every later point within the acceleration limits (second
-differences). Anything outside is met by stretching the whole chunk in time, by cutting it or by
+differences), the first point too where the arm stands within the tracking tolerance of it (by what no
+start within that tolerance explains: ``safety.timing``). Anything outside is met by stretching the whole chunk in time, by cutting it or by
 rejecting it, so the robot does not move the way the policy meant.
 
 A learned chunk breaks these checks by small amounts that are no part of its motion: a gripper target a

@@ -11,7 +11,9 @@
 3. Position limits with a margin: the first point outside them is unsafe.
 4. Velocity and acceleration limits by stretching time for the whole chunk (``timing``); where a prefix
    would need more than ``max_time_scale``, that point is unsafe. The segment from the measured state to
-   the first point counts, so an unreachable first point rejects the chunk.
+   the first point counts, so an unreachable first point rejects the chunk; the acceleration at the first
+   point counts where the arm stands within the tracking tolerance of it, by what no start within that
+   tolerance explains (``timing``).
 5. Collisions at every waypoint and at interpolated points between them (``collision``), including the
    segment from the measured state, with clearances; the waypoint after the first unsafe sample is unsafe.
 6. Optionally the stop after the last kept point (``check_stopping``) must be collision-free too.
@@ -306,7 +308,9 @@ class SafetyFilter:
         # Velocity / acceleration: how much each prefix must be slowed down. The first segment starts from
         # the measured state moved toward the first point by the tracking tolerance: servo lag and a
         # gripper squeezing an object keep measured != commanded, and that offset is not motion the
-        # chunk asks for (the controller blends from its own command, within its limits).
+        # chunk asks for (the controller blends from its own command, within its limits). Likewise the
+        # acceleration at the first point counts only what no start within the tolerance explains, and only
+        # on joints standing within the tolerance of the first point.
         scales = np.ones(0)
         if end > f:
             tau = tau_ns[f:end] * 1e-9
