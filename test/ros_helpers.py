@@ -171,3 +171,36 @@ class Probe:
         self.executor.shutdown()
         self.node.destroy_node()
         rclpy.try_shutdown()
+
+
+class OutputLines:
+    """The lines a child process writes to a pipe, read as they come by a thread of their own, so a test can
+    wait for the line that says the process got somewhere (``spin_until(lambda: lines.seen(...))``) while it
+    goes on talking to the process over DDS. ``text()`` is everything read so far; ``close()`` waits for the
+    end of the pipe (the process has exited or closed it)."""
+
+    def __init__(self, pipe) -> None:
+        import threading
+
+        self._pipe = pipe
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="output_lines", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._pipe:
+            with self._lock:
+                self._lines.append(line)
+
+    def seen(self, text: str) -> bool:
+        with self._lock:
+            return any(text in line for line in self._lines)
+
+    def text(self) -> str:
+        with self._lock:
+            return "".join(self._lines)
+
+    def close(self, wall_timeout_s: float = 30.0) -> str:
+        self._thread.join(wall_timeout_s)
+        return self.text()

@@ -212,7 +212,13 @@ def ros_node():
 
 def test_record_adapts_to_best_effort_and_latched_publishers(tmp_path, ros_node):
     """A SensorDataQoS-style (best-effort) joint-state publisher and a latched robot description published
-    before the recorder starts: both are recorded, and the bag says how they were offered."""
+    before the recorder starts: both are recorded, and the bag says how they were offered.
+
+    The recording lasts 1 s of the recorder's clock (wall time here), so how many joint states fit in it
+    depends on how fast this machine lets the test publish: the bag is checked against what the test sent
+    instead. Every joint state is numbered and stamped when sent; the bag holds a run of them with none
+    missing, in the order sent, each logged after it was sent and within the time the recorder says it ran,
+    which is at least its second."""
     import rclpy
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
@@ -240,7 +246,18 @@ def test_record_adapts_to_best_effort_and_latched_publishers(tmp_path, ros_node)
     result = json.loads(out_text.strip().splitlines()[-1])
     assert result["not_recorded"] == ["/not/published"]
     summary = {t["name"]: t for t in info(out)["topics"]}
-    assert summary["/joint_states"]["count"] >= 20, summary
+    recorded = [(m.log_time_ns, m.message) for m in read_messages(out, ["/joint_states"])]
+    numbers = [int(msg.position[0]) for _, msg in recorded]
+    assert len(numbers) >= 2 and numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
+    assert summary["/joint_states"]["count"] == len(numbers) <= i, summary
+    # One clock for both (the machine's): a message is logged after the test stamped it. The recorder ran its
+    # second on that clock from the first joint state (ran_s, what it says it ran) and logged every message
+    # within it.
+    log_ns = [t for t, _ in recorded]
+    sent_ns = [msg.header.stamp.sec * NS + msg.header.stamp.nanosec for _, msg in recorded]
+    assert all(t >= stamp for t, stamp in zip(log_ns, sent_ns)), list(zip(log_ns, sent_ns))
+    assert result["ran_s"] >= 1.0, result
+    assert all(t - log_ns[0] <= result["ran_s"] * NS + 1 for t in log_ns), ([t - log_ns[0] for t in log_ns], result)
     assert summary["/joint_states"]["offered_qos"][0]["reliability"] == "best_effort"
     assert summary["/robot_description"]["count"] == 1  # the latched message, published before recording began
     assert summary["/robot_description"]["offered_qos"][0]["durability"] == "transient_local"

@@ -100,13 +100,43 @@ def test_the_full_graph_and_the_recorder_stop_cleanly_on_ctrl_c(tmp_path):
     assert graph.proc.returncode == 0 and text.count("process has finished cleanly") == 4, text[-3000:]
 
 
+# Prints a ready line once Ctrl-C raises KeyboardInterrupt in it (Python's own handler, installed explicitly:
+# a process started with SIGINT ignored, as a background job is, would otherwise pass that on), then waits.
+INTERRUPTIBLE = """
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
 def test_shutdown_problem_reports_exit_codes_and_tracebacks(tmp_path):
-    """The check the tests above rely on can fail: a plain Python process stopped by Ctrl-C is reported."""
+    """The check the tests above rely on can fail. A plain Python process stopped by Ctrl-C once it is ready:
+    KeyboardInterrupt is certain, so its traceback is in the log and the exit code is Python's for it (the
+    process ends by the same SIGINT, since 3.8), and both are reported. Hand-built logs for the other cases:
+    a clean exit is '', a non-zero code without a traceback is reported without one, and a traceback is
+    reported under exit code 0 too."""
     log = tmp_path / "plain.log"
-    proc = start_process([sys.executable, "-c", "import time; time.sleep(60)"], log)
-    assert spin_until(lambda: proc.poll() is None, 5)
-    code = stop(proc)  # KeyboardInterrupt: a traceback, and an exit code other than 0
-    assert code != 0 and shutdown_problem(code, log).startswith("plain.log: exit code")
-    assert "a traceback" in shutdown_problem(code, log) or "Traceback" not in log.read_text()
-    log.write_text("all good\n")
-    assert shutdown_problem(0, log) == "" and shutdown_problem(1, log) != ""
+    proc = start_process([sys.executable, "-c", INTERRUPTIBLE], log)
+    try:
+        assert spin_until(lambda: "ready" in log.read_text() or proc.poll() is not None, 120), log.read_text()
+        assert proc.poll() is None, log.read_text()
+    finally:
+        code = stop(proc)
+    text = log.read_text()
+    assert code == -signal.SIGINT, (code, text)
+    assert "Traceback" in text and text.rstrip().endswith("KeyboardInterrupt"), text
+    assert shutdown_problem(code, log) == f"plain.log: exit code {code}, a traceback:\n{text}"
+
+    cases = {  # log text, exit code -> what is reported
+        ("all good\n", 0): "",
+        ("all good\n", 1): "plain.log: exit code 1:\nall good\n",
+        ("killed\n", -9): "plain.log: exit code -9:\nkilled\n",
+        ("Traceback (most recent call last):\nRuntimeError: x\n", 0):
+            "plain.log: exit code 0, a traceback:\nTraceback (most recent call last):\nRuntimeError: x\n",
+    }
+    for (content, exit_code), expected in cases.items():
+        log.write_text(content)
+        assert shutdown_problem(exit_code, log) == expected, (content, exit_code)
+    log.write_text("x" * 5000 + "Traceback (most recent call last):\n")  # a long log: its end is reported
+    assert shutdown_problem(2, log) == "plain.log: exit code 2, a traceback:\n" + log.read_text()[-3000:]

@@ -6,6 +6,8 @@ reason on /diagnostics without an instruction or without a loadable model; with 
 attention overlay on the model's crop of the camera frame, while chunks keep coming.
 """
 
+import bisect
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +20,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, start_process, stop_cleanly
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.evaluation.attention import word_heat
 from vla_ros.model.config import tiny_config
@@ -134,36 +136,104 @@ def test_chunks_at_the_configured_rate_stamped_with_the_newest_observation(graph
     assert all(abs(s * 600e-9 - round(s * 600e-9)) < 1e-3 for s in stamps)
     assert graph.spin_until(lambda: any(s[0] == b"\x00" for s in statuses(graph, "policy")), 30)
     values = [s for s in statuses(graph, "policy") if s[0] == b"\x00"][-1][2]
-    assert int(values["tokens_in_cache"]) >= 20 and float(values["inference_ms.p50"]) > 0
+    assert float(values["inference_ms.p50"]) > 0
+    # How many tokens the cache holds is not checked here: a report is taken while ticks run, and one taken
+    # while a tick rebuilds or extends the cache shows it part-way (a run read 9, where a full window is about
+    # 50). test_policy_node_contracts checks the exact count, between ticks, from what it sent.
     # nothing the sim sends is malformed; on a loaded machine a frame may arrive later than the lateness
     # bound (counted as "late"), which is the only rejection allowed here
     content = {k: v for k, v in values.items() if k.startswith("tokens.rejected.") and k != "tokens.rejected.late"}
     assert all(int(v) == 0 for v in content.values()), content
 
 
+class AgeWitness:
+    """A node of its own, spun by a thread of its own: records every /clock message and every chunk with DDS's
+    source timestamp (the sender's system clock when it sent them) and the policy node's reports. Source
+    timestamps make the record independent of when this process gets round to the messages; the thread keeps
+    its queues short whatever the module's probe (which takes every joint state) is doing."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rosgraph_msgs.msg import Clock
+
+        self.node = Node("age_witness")
+        self.clocks: list[tuple[int, int]] = []  # (source ns, clock ns)
+        self.sent: dict[int, int] = {}  # chunk stamp ns -> source ns
+        self.ages: dict[int, float] = {}  # chunk stamp ns -> the node's last_chunk.observation_age_ms
+        n = self.node
+        n.create_subscription(Clock, "/clock", lambda m, info: self.clocks.append((info["source_timestamp"], ns_from_time_msg(m.clock))), 1000)
+        n.create_subscription(JointTrajectory, "/vla/action_chunk",
+                              lambda m, info: self.sent.setdefault(ns_from_time_msg(m.header.stamp), info["source_timestamp"]), 100)
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 100)
+        self._executor = SingleThreadedExecutor()
+        self._executor.add_node(n)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="age_witness", daemon=True)
+        self._thread.start()
+
+    def _on_diag(self, msg) -> None:
+        for st in msg.status:
+            v = {kv.key: kv.value for kv in st.values}
+            if st.name == "policy: policy" and "last_chunk.stamp_ns" in v:
+                self.ages[int(v["last_chunk.stamp_ns"])] = float(v["last_chunk.observation_age_ms"])
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=0.05)
+
+    def matched(self) -> list[int]:
+        """Stamps of the chunks this node saw sent and the policy node reported on."""
+        return [stamp for stamp in list(self.ages) if stamp in self.sent]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._executor.shutdown()
+        self.node.destroy_node()
+
+
 def test_the_reported_observation_age_matches_an_independent_subscriber(graph):
-    """The age the node reports for a chunk (its clock at publish minus the stamp) is what a subscriber of
-    /vla/action_chunk sees on /clock at receipt, within the hop and the 5 ms steps of /clock: the node's
-    clock keeps moving while it runs inference."""
+    """The age the node reports for a chunk (``last_chunk.observation_age_ms``: its clock when it publishes
+    minus the stamp) checked for every chunk it reports against the simulator's own clock, as a subscriber
+    reconstructs it from DDS's source timestamps (``AgeWitness``): the sim's time when the node sent the chunk
+    is the newest /clock value the sim had sent before, however late the subscriber takes either message.
+
+    For every chunk: the node's clock reading (stamp + age) is a value of /clock (the 5 ms grid of the sim's
+    200 Hz clock), at or after the stamp, and never ahead of the sim's time when the chunk was sent. How far
+    behind it is has no bound that holds under any load (the node's executor takes /clock late while a tick
+    runs, at times by more than any subscriber does), so it is printed, not asserted. The earlier comparison
+    with a subscriber's clock at receipt (a quarter within one 5 ms step) measured both processes' lags and
+    the hop, not the node."""
     graph.pub_instruction.publish(String(data="pick up the red cup"))
-    assert graph.spin_until(lambda: len(graph.rec["chunks"]) >= 3, 90), statuses(graph, "policy")[-3:]
-    received = {}
-    graph.spin_for_sim(4.0, wall_timeout_s=120)
-    for t_recv, msg in graph.rec["chunks"]:
-        stamp = ns_from_time_msg(msg.header.stamp)
-        received[stamp] = (t_recv - stamp * 1e-9) * 1e3
-    pairs = [(received[int(v["last_chunk.stamp_ns"])], float(v["last_chunk.observation_age_ms"]))
-             for _, _, v in statuses(graph, "policy") if "last_chunk.stamp_ns" in v and int(v["last_chunk.stamp_ns"]) in received]
-    assert len(pairs) >= 4, pairs
-    diffs = [probe - node for probe, node in pairs]
-    print(f"age of {len(pairs)} chunks: subscriber - node median {np.median(diffs):.2f} ms, node p50 {np.median([n for _, n in pairs]):.1f} ms")
-    # ms of simulated time. /clock moves in 5 ms steps, so one hop reads 0 or 5 ms; a subscriber that is
-    # itself slow to take the message (a loaded machine) reads more, never less: the node's figure is at
-    # most one step above the subscriber's, and equal within a step for a good share of the chunks.
-    step = 5.0 + 1e-6
-    assert min(diffs) >= -step, pairs
-    assert sum(abs(d) <= step for d in diffs) >= len(diffs) / 4, pairs
-    assert all(node >= 0.0 for _, node in pairs)
+    assert graph.spin_until(lambda: len(graph.rec["chunks"]) >= 3, 300), statuses(graph, "policy")[-3:]
+    witness = AgeWitness()
+    try:
+        # Reports come once a second of wall time: until six of them name a chunk the witness saw sent.
+        assert spin_until(lambda: len(witness.matched()) >= 6, 300), (witness.ages, sorted(witness.sent))
+    finally:
+        witness.close()
+    clocks = sorted(witness.clocks)
+    source_ns = [c[0] for c in clocks]
+    step_ns = 5_000_000  # the sim's clock_rate_hz (200)
+    behind = []
+    for stamp in witness.matched():
+        age_ms = witness.ages[stamp]
+        reading = stamp + round(age_ms * 1e6)  # the node's clock when it published
+        i = bisect.bisect_right(source_ns, witness.sent[stamp]) - 1
+        # The /clock messages on either side of the send were both recorded, one step apart (or the sim was
+        # reset in between): the one before is the sim's time when the chunk went out.
+        assert 0 <= i < len(clocks) - 1, "the witness did not record /clock around the send"
+        sim_at_send, next_clock = clocks[i][1], clocks[i + 1][1]
+        assert next_clock - sim_at_send == step_ns or next_clock < sim_at_send, (sim_at_send, next_clock)
+        assert reading % step_ns == 0, (stamp, age_ms)  # a reading of /clock, not of another clock
+        assert stamp <= reading <= sim_at_send, (stamp, age_ms, reading, sim_at_send)
+        behind.append((sim_at_send - reading) * 1e-6)
+    print(f"age of {len(behind)} chunks: node p50 {np.median([witness.ages[s] for s in witness.matched()]):.1f} ms; "
+          f"the node's clock behind the sim's when it sent: median {np.median(behind):.1f} ms, max {max(behind):.1f} ms")
 
 
 def set_bool_param(probe, name: str, on: bool) -> None:
@@ -220,7 +290,9 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
         graph.spin_for_sim(0.3)  # a tick with the limits in place
         assert _limit_findings(graph, flt, 6) == [set()] * 6
         on = [s[2] for s in statuses(graph, "policy")[n:] if s[2].get("shaping") == "on"]
-        assert int(on[-1]["shaping.lifted_points"]) >= 0  # the table lift is in place (shaping_table_lift defaults to true)
+        # The table lift is in place (shaping_table_lift defaults to true); how many points it lifts is checked
+        # where the test knows (test_policy_node_contracts: a model that reaches into the table, one that does not).
+        assert "shaping.lifted_points" in on[-1], on[-1]
         set_bool_param(graph, "shape_chunks", False)
         n = len(statuses(graph, "policy"))
         assert graph.spin_until(lambda: any(s[2].get("shaping") == "off" for s in statuses(graph, "policy")[n:]), 60)

@@ -20,7 +20,7 @@ import torch
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header, String
 
 from ros_helpers import REPO
@@ -32,10 +32,23 @@ from vla_ros.params.policy import PARAMS, session_config_from_params
 from vla_ros.params.spec import default_values
 from vla_ros.policy import PolicySession
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
+from vla_ros.tokens.text import shared_encoder
 
 INSTRUCTION = "pick up the red cup"
-PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_image_age_s": 0.2, "source_timeout_s": 0.5}
+# shape_chunks off: the in-process sessions these chunks are compared with do not shape, and the one test that
+# shapes (the table lift) switches it on and off again.
+PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_image_age_s": 0.2, "source_timeout_s": 0.5,
+              "shape_chunks": False}
 FRAME_PERIOD_NS = 100 * MS // 3
+
+
+def settled(values: dict | None) -> bool:
+    """Whether every tick the node has started has finished when it reported: a tick ends in a chunk or in a
+    skip it counts, so then ``ticks == chunks + skipped.*`` (a tick counts itself first)."""
+    if values is None or "ticks" not in values:
+        return False
+    skipped = sum(int(v) for k, v in values.items() if k.startswith("skipped."))
+    return int(values["ticks"]) == int(values["chunks"]) + skipped
 
 
 class Player:
@@ -56,13 +69,20 @@ class Player:
     def ticks(self) -> int:
         return int((self.feed.latest() or {}).get("ticks", -1))
 
+    def report_after(self, ticks: int) -> dict:
+        """The node's first report in which it has started more than ``ticks`` ticks and finished them all.
+        Nothing else ticks it (the clock stands still until the next step), so later reports say the same."""
+        done = lambda: self.ticks() > ticks and settled(self.feed.latest())  # noqa: E731
+        assert self.feed.spin_until(done, 60), self.feed.latest()
+        return self.feed.latest()
+
     def step(self, camera: bool = True):
         f, t = self.feed, self.t
         now = t + 50 * MS
         if f.clock_ns != now:  # the first step: the clock jumps from 0, the timer ticks once on nothing
             ticks = self.ticks()
             f.set_clock(now)
-            assert f.spin_until(lambda: self.ticks() > ticks, 30), f.latest()
+            self.report_after(ticks)
         batch = []
         first_frame = -(-(t + 1) // FRAME_PERIOD_NS)
         for k in range(1, 11):
@@ -76,13 +96,19 @@ class Player:
             if self.wrist is not None and type_name.endswith("Image"):
                 self.wrist.publish(msg)
         assert f.wait_received(self.sent["joints"], self.sent["images"]), (self.sent, f.latest())
-        ticks, chunks = self.ticks(), len(f.chunks)
+        before, chunks = f.latest(), len(f.chunks)
+        assert settled(before), before
         self.t = t + 100 * MS
         f.set_clock(self.t + 50 * MS)
-        assert f.spin_until(lambda: self.ticks() > ticks, 30), f.latest()
-        f.spin_until(lambda: len(f.chunks) > chunks, 0.3)  # a chunk, if any, is out before the tick ends
+        # The tick's end, in the node's own counters; then its chunk, if it made one, on the topic.
+        after = self.report_after(int(before["ticks"]))
+        assert int(after["ticks"]) == int(before["ticks"]) + 1, (before, after)  # one tick per step
+        made = int(after["chunks"]) - int(before["chunks"])
+        if made:
+            assert f.spin_until(lambda: len(f.chunks) > chunks, 60), after
+        assert len(f.chunks) == chunks + made, (len(f.chunks), chunks, after)
         self.log.append((now, batch))
-        return f.chunks[-1][1] if len(f.chunks) > chunks else None
+        return f.chunks[-1][1] if made else None
 
     def new_episode(self) -> int:
         """Announce an episode starting at the current time; returns its start stamp."""
@@ -106,7 +132,7 @@ def robot(tmp_path_factory):
     for name, value in PARAMS_SET.items():
         args += ["-p", f"{name}:={value}"]
     proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    feed.proc, feed.folder, feed.log_path = proc, tmp / "tiny", log_path
+    feed.proc, feed.folder, feed.log_path, feed.config = proc, tmp / "tiny", log_path, config
     # up when it reports (its clock still at 0: the 10 Hz timer's deadlines fall on multiples of 100 ms)
     assert feed.spin_until(lambda: feed.latest() is not None, 120), log_path.read_text()[-2000:]
     feed.pub_instruction.publish(String(data=INSTRUCTION))
@@ -290,7 +316,23 @@ def test_every_rejection_reason_reaches_the_log(robot):
     assert int(robot.latest()["image.rejected.unknown_encoding"]) == 1
 
 
+def expected_cache_tokens(config, steps) -> int:
+    """The tokens the model's cache holds after ``steps`` (the Player's log since an episode began), from what
+    was sent and the model's configuration alone: the instruction's word pieces, then every joint state and
+    frame stamped within W + lateness of the newest joint state (that far back inclusive; frames newer than
+    the newest joint state wait for the next tick): one token per joint state, one per patch of a frame."""
+    sent = [(type_name, ns_from_time_msg(msg.header.stamp)) for _, batch in steps for type_name, msg in batch]
+    newest = max(stamp for type_name, stamp in sent if type_name.endswith("JointState"))
+    oldest = newest - round((config.window_seconds + config.max_lateness_s) * 1e9)
+    kept = [type_name for type_name, stamp in sent if oldest <= stamp <= newest]
+    text = len(shared_encoder(config.max_text_tokens)(INSTRUCTION).tokens)  # [CLS] pick up the red cup [SEP]
+    return text + sum(1 if t.endswith("JointState") else config.num_visual_tokens for t in kept)
+
+
 def test_an_episode_reset_restarts_the_window_and_refuses_the_old_episodes_messages(robot):
+    """After an announced reset a message stamped before the episode's start is refused (counted as
+    before_reset), the chunks are stamped in the new episode, and the model's cache holds the instruction and
+    the new episode's last W + lateness of observations, exactly the count the messages sent since give."""
     player = robot.player
     player.step()
     before = int((robot.latest() or {}).get("joint_states.rejected.before_reset", 0))
@@ -300,6 +342,92 @@ def test_an_episode_reset_restarts_the_window_and_refuses_the_old_episodes_messa
     assert robot.wait_received(player.sent["joints"], player.sent["images"])
     v = robot.latest()
     assert int(v["joint_states.rejected.before_reset"]) == before + 1
-    assert int(v["tokens_in_cache"]) >= 0
-    chunks = [player.step() for _ in range(3)]
+    # 0.6 s of the new episode: longer than the model's W + lateness (0.4 s), so the oldest have left the cache
+    steps = 6
+    chunks = [player.step() for _ in range(steps)]
     assert all(ns_from_time_msg(c.header.stamp) >= start for c in chunks if c is not None)
+    assert chunks[-1] is not None, robot.latest()
+    v = robot.latest()
+    assert settled(v), v
+    window_s = robot.config.window_seconds + robot.config.max_lateness_s
+    assert steps * 0.1 > window_s + 0.1, window_s  # the case this checks: some of the episode is out of the window
+    expected = expected_cache_tokens(robot.config, player.log[-steps:])
+    assert int(v["tokens_in_cache"]) == expected, (expected, v)
+
+
+def use_model(robot, folder) -> None:
+    """A run-time model change, done once the node reports the new model (a new session counts from zero)."""
+    result = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=str(folder)))
+    assert result.successful, result.reason
+    assert robot.spin_until(lambda: (robot.latest() or {}).get("model") == str(folder), 60), robot.latest()
+    robot.player.sent = {"joints": 0, "images": 0}
+
+
+def constant_model(folder, config, positions) -> None:
+    """A model whose every chunk point is ``positions``: the action head's weights and bias are zero, so what
+    it outputs is the action normalisation's mean."""
+    import dataclasses
+
+    torch.manual_seed(5)
+    model = VLATransformer(dataclasses.replace(config, action_mean=tuple(float(x) for x in positions)))
+    with torch.no_grad():
+        model.action_head.weight.zero_()
+        model.action_head.bias.zero_()
+    save_model(model, folder, onnx=True)
+
+
+def test_the_table_lift_raises_every_point_that_comes_near_the_table_and_no_other(robot, tmp_path):
+    """Shaping on, with the robot description on /robot_description: a model whose every point puts the hand
+    into the table (the safety filter's own collision model says so) has every published point lifted, and
+    ``shaping.lifted_points`` grows by exactly the points published; a model whose every point keeps the arm
+    far above the table has none lifted. The counts are read between steps, when no tick runs."""
+    from vla_ros.params import safety_filter as filter_params
+    from vla_ros.params.spec import values_from_yaml
+    from vla_ros.safety import SafetyFilter, load_robot
+    from vla_ros.sim import default_urdf_path
+
+    from ros_helpers import REPO as repo
+
+    urdf = default_urdf_path().read_text()
+    filter_config = filter_params.config_from_params(
+        values_from_yaml(filter_params.PARAMS, repo / "config" / "safety_filter.yaml", "safety_filter"))
+    checker = SafetyFilter(load_robot(urdf), filter_config).checker
+    names = list(checker.robot.joint_names)
+
+    def table_distance(q) -> float:
+        full = np.zeros(len(names))
+        full[[names.index(j) for j in robot.config.joint_names]] = q
+        d = checker.distances(full)
+        return float(min(d[i] for i, kind in enumerate(checker.kinds) if kind == "table_collision"))
+
+    down = np.array([0.0, 1.2, 1.2, 0.0, 1.0, 0.0, 0.02])  # shoulder and elbow bent forward: the hand in the table
+    up = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.02])  # straight up
+    margin = default_values(PARAMS)["shaping_table_margin_m"]
+    assert table_distance(down) < filter_config.clearance_m, table_distance(down)
+    assert table_distance(up) > filter_config.clearance_m + margin + 0.05, table_distance(up)
+    for name, q in (("down", down), ("up", up)):
+        constant_model(tmp_path / name, robot.config, q)
+
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    description = robot.node.create_publisher(String, "/robot_description", latched)
+    description.publish(String(data=urdf))
+    try:
+        assert set_param(robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=True)).successful
+        assert robot.spin_until(lambda: (robot.latest() or {}).get("shaping") == "on", 60), robot.latest()
+        for name, must_lift in (("down", True), ("up", False)):
+            use_model(robot, tmp_path / name)
+            robot.player.step()  # the new session's first tick
+            lifted_before = int(robot.latest()["shaping.lifted_points"])
+            chunks = [c for c in (robot.player.step() for _ in range(4)) if c is not None]
+            v = robot.latest()
+            assert settled(v) and len(chunks) >= 2, v
+            points = sum(len(c.points) for c in chunks)
+            assert points == len(chunks) * robot.config.chunk_length  # the whole chunk is published (and shaped)
+            assert int(v["shaping.lifted_points"]) - lifted_before == (points if must_lift else 0), (name, v)
+            if not must_lift:  # nothing to do: the points go out as decoded
+                np.testing.assert_allclose([p.positions for c in chunks for p in c.points[1:]], [up] * (points - len(chunks)), atol=1e-5)
+    finally:
+        assert set_param(robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False)).successful
+        use_model(robot, robot.folder)
+        robot.node.destroy_publisher(description)
+    assert robot.spin_until(lambda: (robot.latest() or {}).get("shaping") == "off", 60), robot.latest()

@@ -405,8 +405,9 @@ class PolicyNode(Node):
             return
         if self._stop.is_set():
             return  # shutting down: the publisher may be gone
+        now_ns = self._now_ns()  # the clock at publish, read first: the reported age is never ahead of the sending
         self.pub_chunk.publish(msg_from_chunk(result.chunk))
-        now_ns, wall_s = self._now_ns(), time.monotonic()
+        wall_s = time.monotonic()
         stamp = result.chunk.stamp_ns
         self._series.add("inference_ms", result.infer_ms)
         self._series.add("inference_cpu_ms", result.infer_cpu_ms)

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     executor.add_node(node)
     old_handlers = {signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)}
     print(f"recording {len(topics)} topics to {out}/", file=sys.stderr)
-    published, t_wall0, noted, last_poll = False, time.monotonic(), False, 0.0
+    published, t_wall0, noted, last_poll, now = False, time.monotonic(), False, 0.0, 0
     try:
         while rclpy.ok() and not state["stop"]:
             executor.spin_once(timeout_sec=0.05)
@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
           + ("; /clock never ran, so nothing was subscribed" if recorder is None
              else f"; never published: {' '.join(missing)}" if missing else "")
           + "".join(f"; {topic} not recorded: {why}" for topic, why in failed.items()), file=sys.stderr)
+    # ran_s: the node's clock at the stop minus at the first --wait-for message (what --duration counts)
+    ran_s = None if state["start_ns"] is None else (now - state["start_ns"]) * 1e-9
     print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
-                      "not_recorded": missing + list(failed)}))
+                      "ran_s": ran_s, "not_recorded": missing + list(failed)}))
     return 0
 
 
