@@ -14,7 +14,10 @@ and read from the nodes' own ``/diagnostics`` (counter differences over the run)
   cause (lost in transport as the stamps show, rejected on arrival, pushed out of the window unused);
 * ``safety_verdicts`` and ``filter_pass_unmodified_pct`` (the safety filter's chunk counters);
 * ``controller_period_err_ms_p99``: the worst of the controller's reported p99 period errors.
-The JSON has the in-process evaluation's keys as well, so the two can be put side by side.
+The JSON has the in-process evaluation's keys as well, so the two can be put side by side. ``results.json``
+also keeps the raw figures behind the summary, so it can be recomputed and checked against the graph: per
+episode each counted chunk's stamp and latency (``chunk_arrivals``), and the ``/diagnostics`` reports the
+counter differences were taken between (``diagnostics``: ``before`` and ``after``).
 """
 
 from __future__ import annotations
@@ -232,13 +235,15 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
         if not driver.spin_until(done, wall_per_episode_s):
             raise RuntimeError(f"episode {episode} did not finish within {wall_per_episode_s:.0f} s wall "
                                f"(simulated time at {driver.status['time_s']:.2f} s)")
-        latencies = [ms for stamp, ms in driver.arrivals[n_arrivals:] if stamp >= start_ns]
+        arrivals = [(stamp, ms) for stamp, ms in driver.arrivals[n_arrivals:] if stamp >= start_ns]
+        latencies = [ms for _, ms in arrivals]
         results.append({
             "seed": ep_seed, "color": color, "instruction": instruction, "success": lifted == color,
             "time_to_success_s": None if success_t is None else round(success_t, 3), "lifted": lifted,
             "chunks": len(latencies), "min_target_distance_m": min_d, "initial_target_distance_m": d0,
             "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
-            "episode": episode, "_latencies": latencies,
+            "episode": episode,
+            "chunk_arrivals": [[stamp, ms] for stamp, ms in arrivals],  # (stamp ns, latency ms): kept in results.json
         })
         if progress:
             r = results[-1]
@@ -301,7 +306,7 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
     total = sum(verdicts.values())
     joint_pct, joint_counts = _drop_pct(policy_a, policy_b, "joint_states")
     image_pct, image_counts = _drop_pct(policy_a, policy_b, "image")
-    latencies = [ms for r in results for ms in r.pop("_latencies", [])]
+    latencies = [ms for r in results for _, ms in r["chunk_arrivals"]]
     breakdown = success_breakdown(results)
     times = [r["time_to_success_s"] for r in results if r["success"]]
     sim_values = after.get("sim: simulation") or {}
@@ -339,8 +344,8 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "wall_s": round(wall_s, 1),
     }
     if out is not None:
-        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": results, "policy_reports": policy_reports},
-                                                     indent=1, default=str))
+        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": results, "policy_reports": policy_reports,
+                                                      "diagnostics": {"before": before, "after": after}}, indent=1, default=str))
     return summary
 
 

@@ -36,6 +36,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="episode seed (cup positions)")
     parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds before giving up")
     parser.add_argument("--wall-timeout", type=float, default=180.0, help="wall seconds before giving up")
+    parser.add_argument("--real-time-factor", type=float, default=1.0,
+                        help="simulated seconds per wall second (below 1 gives a slow machine's policy more wall time per step)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo-<date>)")
     return parser.parse_args(argv)
 
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("runs") / datetime.datetime.now().strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     args.instruction = args.instruction or f"pick up the {args.color} cup"
-    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()), f"seed:={args.seed}"]
+    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()), f"seed:={args.seed}",
+           f"real_time_factor:={args.real_time_factor}"]
     if args.policy == "scripted":
         print("vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), "
               "not the learned policy.")
