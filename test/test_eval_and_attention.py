@@ -160,11 +160,23 @@ def test_the_evaluation_ticks_as_the_node_is_configured(tiny_model, tmp_path):
         chunks(0.0, False)
 
 
-def test_eval_summary_has_the_reported_fields(tiny_model, tmp_path):
+def test_eval_summary_is_what_its_episodes_add_up_to(tiny_model, tmp_path):
+    """Each figure of the summary recomputed here from the episodes it saved (results.json), whose colour and
+    instruction are the ones the seed draws from the held-out phrasings; a random model lifts nothing."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, episode_task
+
     summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
-    for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "episodes", "grasps"):
-        assert key in summary
     assert "held_after_lift" not in summary  # only asked for with a hold
+    episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
+    assert [(e["seed"], e["color"], e["instruction"]) for e in episodes] == [
+        (seed, *episode_task(seed, HELDOUT_TEMPLATES)) for seed in (1_000_000, 1_000_001)]
+    assert not any(e["success"] for e in episodes) and summary["success_rate"] == 0.0
+    assert summary["success_by_color"] == {c: (0.0 if any(e["color"] == c for e in episodes) else None) for c in ("red", "green", "blue")}
+    assert summary["mean_time_to_success_s"] is None
+    all_verdicts = sum((Counter(e["verdicts"]) for e in episodes), Counter())
+    assert summary["safety_verdicts"] == dict(all_verdicts) and sum(all_verdicts.values()) == sum(e["chunks"] for e in episodes)
+    assert summary["safety_interventions"] == sum(all_verdicts.values()) - all_verdicts["pass"]
+    assert summary["grasps"]["closes_per_episode"] == pytest.approx(np.mean([len(e["closes"]) for e in episodes]))
     held = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", progress=False, config=EvalConfig(max_episode_s=1.0, hold_after_success_s=0.5))
     assert held["held_after_lift"] == {"hold_s": 0.5, "rate": 0.0, "dropped": 0}  # nothing lifted, nothing dropped
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
@@ -275,26 +287,138 @@ def test_cup_patches_cover_where_the_cup_is_drawn():
     sim.close()
 
 
-def test_attention_reports_a_grounding_ratio_and_draws_panels(tiny_model, tmp_path):
-    result = attention_run(tiny_model, episodes=1, seed=0, frames_per_episode=2, out=tmp_path)
-    assert result["frames"] == 2 and result["grounding_ratio"] > 0
-    assert len(result["grounding_ratio_by_layer"]) == 2
-    assert (tmp_path / "attention_0.png").stat().st_size > 10_000
+def _spy(monkeypatch, module, name: str, calls: list) -> None:
+    """Replace ``module.name`` by a wrapper that records (args, result) of every call, in order."""
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append((args, out))
+        return out
+
+    monkeypatch.setattr(module, name, spy)
 
 
-def test_attention_reports_where_the_aux_head_puts_the_named_cup_at_rest(tmp_path):
-    """With an auxiliary head the tool measures the at-rest localisation error against the sim's truth."""
+def test_attention_reports_the_grounding_ratio_of_its_attention_weights_and_draws_a_panel_per_word(tmp_path, monkeypatch):
+    """The ratio recomputed here from the definition, on what the tool looked at: for each sampled frame,
+    the attention weights of the newest frame's patches (layers, heads, words, patches) and the patches
+    that cover the named cup, with the colour word found here in the instruction the episode's seed draws.
+    Share of the word's attention on the cup's patches / the patches' share of the image, mean over heads
+    and frames (and per layer). The panels: one per instruction word, 4 to a row, at the figure's size."""
+    import matplotlib.image
+
+    from vla_ros.evaluation import attention
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
+
+    # The random tiny model attends almost evenly (a ratio within 0.001 of 1 whatever the word): sharper
+    # queries and keys make every word's and every patch's share differ, so a wrong one shows.
+    torch.manual_seed(0)
+    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16))
+    with torch.no_grad():
+        for block in model.blocks:
+            attn = block.attn
+            attn.qkv_proj.weight[:(attn.num_heads + attn.num_kv_heads) * attn.head_dim] *= 8.0
+    save_model(model, tmp_path / "sharp")
+    atts, masks = [], []
+    _spy(monkeypatch, attention, "frame_attention", atts)
+    _spy(monkeypatch, attention, "cup_patches", masks)
+    result = attention_run(tmp_path / "sharp", episodes=1, seed=0, frames_per_episode=2, out=tmp_path)
+    color, text = episode_task(EVAL_SEED_START, HELDOUT_TEMPLATES)
+    assert result["frames"] == len(atts) == len(masks) == 2
+    ratios, per_layer = [], []
+    for (args, att), ((_sim, mask_color, *_), mask) in zip(atts, masks):
+        instruction = args[3]
+        assert mask_color == color and instruction.text == text, (mask_color, instruction.text)
+        a = att[:, :, list(instruction.tokens).index(color), :]  # (layers, heads, patches)
+        on_cup = a[..., mask].sum(-1) / a.sum(-1)  # (layers, heads)
+        ratios.append(on_cup.mean() / mask.mean())
+        per_layer.append(on_cup.mean(axis=1) / mask.mean())
+    assert result["grounding_ratio"] == pytest.approx(np.mean(ratios), abs=5e-4)
+    assert result["grounding_ratio_by_layer"] == pytest.approx(list(np.mean(per_layer, axis=0)), abs=5e-4)
+    assert len(result["grounding_ratio_by_layer"]) == 2  # the tiny model's layers
+    n = len(atts[0][0][3].tokens)
+    cols, rows = min(4, n), -(-n // 4)
+    for i in range(2):  # the two frames of the first episode
+        height, width = matplotlib.image.imread(tmp_path / f"attention_{i}.png").shape[:2]
+        assert (width, height) == (round(3.2 * cols * 90), round(2.6 * rows * 90)), (n, width, height)
+    assert json.loads((tmp_path / "attention.json").read_text()) == result
+
+
+def test_attention_that_prefers_no_patch_has_a_grounding_ratio_of_one(tmp_path):
+    """A known answer: with its query and key projections zeroed, every query attends equally to all the
+    keys it may see, and the newest frame's patches all see the same keys: the colour word's attention is
+    spread evenly over the patches, its share on the cup's patches is their share of the image, ratio 1
+    in every layer, whatever the cup covers."""
+    torch.manual_seed(0)
+    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16))
+    with torch.no_grad():
+        for block in model.blocks:
+            attn = block.attn
+            attn.qkv_proj.weight[:(attn.num_heads + attn.num_kv_heads) * attn.head_dim] = 0.0
+    save_model(model, tmp_path / "even")
+    result = attention_run(tmp_path / "even", episodes=1, seed=0, frames_per_episode=2, out=None)
+    assert result["frames"] == 2
+    assert result["grounding_ratio"] == 1.0 and result["grounding_ratio_by_layer"] == [1.0, 1.0], result
+
+
+def _true_cup_xy(seeds) -> list[np.ndarray]:
+    """The named cup of each evaluation seed where the sim puts it (the held-out phrasings draw the colour).
+    At reset: at rest it moves by tens of micrometres as it settles in the 0.6 s the tool waits."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, episode_task
+
+    sim = ArmSim()
+    try:
+        out = []
+        for seed in seeds:
+            sim.reset(seed)
+            out.append(sim.cup_positions()[episode_task(seed, HELDOUT_TEMPLATES)[0]][:2].copy())
+        return out
+    finally:
+        sim.close()
+
+
+def test_attention_reports_where_the_aux_head_puts_the_named_cup_at_rest(tmp_path, monkeypatch):
+    """With an auxiliary head the tool measures the at-rest localisation error against the sim's truth:
+    recomputed here from the heads' predictions (as the tool read them) and each layout's named cup as a
+    fresh sim places it; the frame head's error too."""
+    from vla_ros.evaluation import attention
+    from vla_ros.sim.tasks import EVAL_SEED_START
+
     torch.manual_seed(0)
     folder = tmp_path / "aux"
-    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3)), folder)
-    result = attention_run(folder, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)
-    rest = result["named_cup_error_at_rest_m"]
-    assert rest["layouts"] == 2 and 0.0 < rest["mean"] <= rest["max"] < 1.5 and rest["prediction_spread"] > 0.0  # two layouts, two predictions
-    assert "frame_head_mean" not in rest
-    # with a frame head, its own estimate from the newest frame is reported too
     save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3, frame_aux_loss_weight=1.0)), folder)
-    rest = attention_run(folder, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)["named_cup_error_at_rest_m"]
-    assert 0.0 < rest["frame_head_mean"] < 1.5
+    estimates = []
+    _spy(monkeypatch, attention, "cup_estimates", estimates)
+    rest = attention_run(folder, episodes=0, seed=3, frames_per_episode=1, out=None, rest_layouts=3)["named_cup_error_at_rest_m"]
+    truth = _true_cup_xy(EVAL_SEED_START + 3 + e for e in range(3))
+    assert rest["layouts"] == len(estimates) == 3
+    predictions = np.array([xy for _args, (xy, _frame_xy) in estimates])
+    errors = np.linalg.norm(predictions - truth, axis=1)
+    frame_errors = np.linalg.norm(np.array([frame_xy for _args, (_xy, frame_xy) in estimates]) - truth, axis=1)
+    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(errors.max(), abs=2e-4)
+    assert rest["prediction_spread"] == pytest.approx(np.linalg.norm(predictions.std(axis=0)), abs=6e-5)  # (rounded to 0.1 mm)
+    assert rest["frame_head_mean"] == pytest.approx(frame_errors.mean(), abs=2e-4)
+
+
+def test_an_aux_head_that_always_says_one_point_is_off_by_that_points_distance_to_each_cup(tmp_path):
+    """A known answer: an auxiliary head with zero weights says its bias, one point for every layout, so
+    the prediction spread is 0 and the error of each layout is the distance from that point to the named
+    cup; a model without a frame head reports no frame-head figure."""
+    from vla_ros.sim.tasks import EVAL_SEED_START
+    from vla_ros.training.data import scale_aux
+
+    torch.manual_seed(0)
+    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3))
+    point = np.array([0.38, -0.12, 0.045])
+    with torch.no_grad():
+        model.aux_head.weight.zero_()
+        model.aux_head.bias.copy_(torch.from_numpy(scale_aux(point)))
+    save_model(model, tmp_path / "fixed")
+    rest = attention_run(tmp_path / "fixed", episodes=0, seed=0, frames_per_episode=1, out=None, rest_layouts=3)["named_cup_error_at_rest_m"]
+    errors = np.linalg.norm(point[:2] - np.array(_true_cup_xy(EVAL_SEED_START + e for e in range(3))), axis=1)
+    assert rest["layouts"] == 3 and rest["prediction_spread"] == 0.0
+    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(errors.max(), abs=2e-4)
+    assert "frame_head_mean" not in rest
 
 
 def test_no_auxiliary_head_no_rest_figure(tiny_model):

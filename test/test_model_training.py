@@ -138,17 +138,49 @@ def tiny_json(tmp_path):
     return path
 
 
-def test_policy_bench_prints_the_figures(tiny_json, capsys):
-    assert policy_bench.main(["--json", "--config", str(tiny_json), "--ticks", "6", "--recompute-ticks", "3"]) == 0
+def test_policy_bench_figures_are_what_its_timings_and_the_config_give(tiny_json, capsys, tmp_path):
+    """Every timing figure recomputed from the bench's samples (``--raw``): one per timed tick and policy
+    (6; 3 without the cache), per session tick and backend (6), per message admitted (10 joint states per
+    100 ms tick; 18 or 19 frames at 30 Hz over the 0.6 s the timed ticks cover); percentiles, speedups
+    and missed deadlines from them. The cache's size from the config alone (float32 keys and values per
+    layer, key/value head, slot and head dimension). Exactness is measured against a full pass: the
+    streamed and exported outputs must match it. Benchmarks print timings; no timing is held to a number."""
+    from vla_ros.model.config import ModelConfig
+
+    raw_path = tmp_path / "raw.json"
+    assert policy_bench.main(["--json", "--config", str(tiny_json), "--ticks", "6", "--recompute-ticks", "3", "--raw", str(raw_path)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    for key in ("tick_ms_p50_streaming", "tick_ms_p50_recompute", "streaming_speedup", "chunk_ms_p50_kv",
-                "chunk_ms_p50_nocache", "kv_decode_speedup", "onnx_cpu_ms_p50", "torch_cpu_ms_p50",
-                "max_abs_diff_streaming", "cache_mb", "session_tick_ms_p50_onnx", "session_tick_ms_p50_torch",
-                "intake_us_p50_joint_state", "intake_us_p50_image_320x240"):
-        assert key in result, key
+    raw = json.loads(raw_path.read_text())
+    config = ModelConfig.from_dict(json.loads(tiny_json.read_text()))
+
+    def pct(values, q):
+        return pytest.approx(np.percentile(values, q), abs=6e-4)  # the bench rounds to 0.001
+
+    tick, chunk = raw["tick_ms"], raw["chunk_ms"]
+    assert {k: len(v) for k, v in tick.items()} == {k: len(v) for k, v in chunk.items()} == {"stream": 6, "onnx": 6, "torch_cpu": 6}
+    assert len(raw["recompute_ms"]) == len(raw["chunk_nocache_ms"]) == 3 and result["ticks"] == 6
+    assert (result["tick_ms_p50_streaming"], result["tick_ms_p99_streaming"]) == (pct(tick["stream"], 50), pct(tick["stream"], 99))
+    assert (result["tick_ms_p50_recompute"], result["tick_ms_p99_recompute"]) == (pct(raw["recompute_ms"], 50), pct(raw["recompute_ms"], 99))
+    assert (result["chunk_ms_p50_kv"], result["chunk_ms_p99_kv"]) == (pct(chunk["stream"], 50), pct(chunk["stream"], 99))
+    assert result["chunk_ms_p50_nocache"] == pct(raw["chunk_nocache_ms"], 50)
+    assert result["streaming_speedup"] == pytest.approx(result["tick_ms_p50_recompute"] / result["tick_ms_p50_streaming"], abs=0.0051)
+    assert result["kv_decode_speedup"] == pytest.approx(result["chunk_ms_p50_nocache"] / result["chunk_ms_p50_kv"], abs=0.0051)
+    assert result["missed_deadlines"] == sum(a + b > 1e3 / config.camera_rate_hz for a, b in zip(tick["stream"], chunk["stream"]))
+    assert (result["onnx_cpu_ms_p50"], result["onnx_cpu_chunk_ms_p50"]) == (pct(tick["onnx"], 50), pct(chunk["onnx"], 50))
+    assert (result["torch_cpu_ms_p50"], result["torch_cpu_chunk_ms_p50"]) == (pct(tick["torch_cpu"], 50), pct(chunk["torch_cpu"], 50))
+    session, intake = raw["session_tick_ms"], raw["intake_us"]
+    assert {k: len(v) for k, v in session.items()} == {"onnx": 6, "torch": 6}
+    for backend in ("onnx", "torch"):
+        assert result[f"session_tick_ms_p50_{backend}"] == pct(session[backend], 50)
+        assert result[f"session_tick_ms_p99_{backend}"] == pct(session[backend], 99)
+    joint_states, images = intake["sensor_msgs/msg/JointState"], intake["sensor_msgs/msg/Image"]
+    assert len(joint_states) == 60 and len(images) in (18, 19), (len(joint_states), len(images))
+    assert result["intake_us_p50_joint_state"] == pct(joint_states, 50) and result["intake_us_p50_image_320x240"] == pct(images, 50)
+    assert result["cache_capacity_tokens"] == config.cache_capacity
+    kv_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * config.cache_capacity * config.head_dim * 4
+    assert result["cache_mb"] == pytest.approx(kv_bytes / 2**20, abs=6e-4)
     assert result["max_abs_diff_streaming"] < 1e-4 and result["max_abs_diff_onnx_torch"] < 1e-4
     assert result["session_max_abs_diff_onnx_torch"] < 1e-4  # the node's chunks, either backend
-    assert result["cache_mb"] > 0
 
 
 def test_gpu_check_runs_without_a_gpu(capsys):

@@ -139,7 +139,7 @@ def test_chunk_through_the_table_is_cut_and_reported(graph):
     np.testing.assert_allclose(out[0].points[0].positions, pts[f], atol=1e-9)
     assert kv["reason"] in ("table_collision", "stopping_distance")
     assert int(kv["first_unsafe_index"]) == f + len(out[0].points), (f, kv)
-    assert int(kv["points_out"]) == len(out[0].points) and float(kv["check_ms.p99"]) > 0.0
+    assert int(kv["points_out"]) == len(out[0].points)
 
 
 @pytest.mark.parametrize("make, code", [

@@ -45,15 +45,36 @@ def test_stream_pins_the_instruction_and_bumps_its_generation_only_on_change(enc
     assert stream.instruction_generation == 2 and "green" in stream.instruction.tokens
 
 
-def test_token_bench_reports_the_comparison(capsys):
-    assert tokens_bench.main(["--seconds", "4", "--json"]) == 0
+def test_token_bench_reports_the_comparison(capsys, tmp_path):
+    """The figures recomputed from the bench's samples (``--raw``): one tokenize time per message of the
+    modelled streams (4 s: 120 frames, 400 joint states), their percentiles; the tokens' staleness at
+    each frame recomputed here from the modelled arrivals alone (every joint state becomes a token, so
+    at a frame's arrival the newest joint information is the newest joint state that has arrived); the
+    nearest pairing's, one per pair it made, at most one per frame. Direction, not timing: no figure is
+    held to a number of microseconds."""
+    raw_path = tmp_path / "raw.json"
+    assert tokens_bench.main(["--seconds", "4", "--json", "--raw", str(raw_path)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["joint_msgs_used_pct_tokens"] == 100.0
-    assert 25.0 <= result["joint_msgs_used_pct_nearest"] <= 35.0  # one joint message per frame: 30 of 100
+    raw = json.loads(raw_path.read_text())
+    events = tokens_bench.make_arrivals(4.0, 0)
+    frames = [(a, s) for a, s, kind in events if kind == "image"]
+    joints = [(a, s) for a, s, kind in events if kind == "joints"]
+    assert (len(frames), len(joints)) == (120, 400) == (result["frames"], result["joint_msgs"])
+    assert result["tokens_rejected"] == 0 and result["joint_msgs_used_pct_tokens"] == 100.0
+    for kind, key in (("image", "image"), ("joints", "joints")):
+        cost = raw["tokenize_us"][kind]
+        assert len(cost) == len(frames if kind == "image" else joints)
+        for q in (50, 99):
+            assert result[f"tokenize_us_per_msg_p{q}_{key}"] == pytest.approx(np.percentile(cost, q), abs=0.051)
+    newest = [max((s for a, s in joints if a < arrival), default=None) for arrival, _ in frames]
+    expected = [(arrival - s) / 1e6 for (arrival, _), s in zip(frames, newest) if s is not None]
+    np.testing.assert_allclose(raw["staleness_ms"]["tokens"], expected, rtol=0, atol=1e-9)
+    assert result["staleness_ms_p50_tokens"] == pytest.approx(np.percentile(expected, 50), abs=0.0051)
+    nearest = raw["staleness_ms"]["nearest"]
+    assert len(nearest) <= len(frames) and result["joint_msgs_used_pct_nearest"] == pytest.approx(100.0 * len(nearest) / len(joints), abs=0.0051)
+    assert 25.0 <= result["joint_msgs_used_pct_nearest"] <= 30.0  # one joint message per frame, and most frames find one
+    assert result["staleness_ms_p50_nearest"] == pytest.approx(np.percentile(nearest, 50), abs=0.0051)
     assert result["staleness_ms_p50_tokens"] < result["staleness_ms_p50_nearest"]
-    assert result["tokens_rejected"] == 0 and result["frames"] == 120
-    for key in ("tokenize_us_per_msg_p50_image", "tokenize_us_per_msg_p50_joints"):
-        assert result[key] > 0
 
 
 def test_nearest_pairing_uses_one_joint_message_per_frame_within_the_slop():

@@ -149,6 +149,7 @@ class _Rig:
         self.state: dict[str, str] = {}
         self.policy_chunks = 0
         self.loop: dict[str, str] = {}
+        self.loop_stamp_ns = 0  # the latest loop report's stamp (the node's wall clock)
         self.policy: dict[str, str] = {}
         self.loop_reports = 0
         self._lock = threading.Lock()
@@ -194,6 +195,7 @@ class _Rig:
             if status.name == f"{NODE_NAME}: loop":
                 with self._lock:
                     self.loop = {kv.key: kv.value for kv in status.values}
+                    self.loop_stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
                     self.loop_reports += 1
             elif status.name == f"{NODE_NAME}: state":
                 with self._lock:
@@ -224,6 +226,11 @@ class _Rig:
         with self._lock:
             return self.loop_reports, dict(self.loop)
 
+    def stamped_report(self) -> tuple[int, dict[str, str]]:
+        """(stamp ns, values) of the latest loop report."""
+        with self._lock:
+            return self.loop_stamp_ns, dict(self.loop)
+
     def policy_report(self) -> dict[str, str]:
         with self._lock:
             return dict(self.policy)
@@ -243,14 +250,21 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
     raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
-    """Wait for the loop report whose window holds only cycles run from now on, and read it."""
-    _, start = rig.report()
-    start_cycles = int(start.get("cycles", 0))
+def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float, raw: dict | None = None) -> dict:
+    """Wait for the loop report whose window holds only cycles run from now on, and read it: the window's
+    ``cycles`` are counted from the first report stamped from now on (the node stamps them on the same
+    wall clock), so none of them ran before now. ``raw``: filled with the two reports and the samples."""
+    begin_ns = time.time_ns()
     cpu0, t0, steal0 = _cpu_seconds(pid), time.monotonic(), _steal_ticks()
+    _wait(lambda: rig.stamped_report()[0] >= begin_ns, timeout_s, "a loop report from after the start")
+    start_stamp_ns, start = rig.stamped_report()
+    start_cycles = int(start["cycles"])
     _wait(lambda: int(rig.report()[1].get("cycles", 0)) >= start_cycles + cycles, timeout_s, "the loop report")
     cpu1, t1, steal1 = _cpu_seconds(pid), time.monotonic(), _steal_ticks()
-    loop = rig.report()[1]
+    end_stamp_ns, loop = rig.stamped_report()
+    if raw is not None:
+        raw.update(begin_ns=begin_ns, start=start, start_stamp_ns=start_stamp_ns, end=loop, end_stamp_ns=end_stamp_ns,
+                   cpu_s=[cpu0, cpu1], wall_s=[t0, t1], steal_ticks=[list(steal0), list(steal1)])
     # Counters that the node reports as totals: their growth over about the window (a report lags by up
     # to one diagnostics period).
     grown = {k: int(loop[k]) - int(start.get(k, 0)) for k in ("skipped_cycles", "late_callbacks") if k in loop}
@@ -267,7 +281,7 @@ def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float) -> dict:
     }
 
 
-def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log) -> dict:
+def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log, raw: dict | None = None) -> dict:
     """Idle rig plus a 100,000-point chunk every second: the loop's figures, the largest gap between two
     commands as the rig received them (wall time), and how many of the chunks the controller refused."""
     big_log = tempfile.TemporaryFile()
@@ -279,7 +293,7 @@ def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log) ->
             raise RuntimeError(f"the oversized-chunk sender exited: {_log_tail(big_log)}")
         refused0 = int(rig.state.get("rejected.too_long", 0))
         rig.command_times, rig.recording = [], True
-        figures = _measure(rig, pid, cycles, seconds * 3 + 30)
+        figures = _measure(rig, pid, cycles, seconds * 3 + 30, raw)
         rig.recording = False
         gaps_ms = np.diff(np.array(rig.command_times)) * 1e-6 if len(rig.command_times) > 1 else np.zeros(1)
         figures["max_command_gap_ms"] = round(float(gaps_ms.max()), 3)
@@ -321,8 +335,10 @@ def run(
     blend: bool = True,
     oversized: bool = False,
     log=print,
+    raw: bool = False,
 ) -> dict:
-    """``load``: policy or torch; a ``load_cmd`` replaces it with any command."""
+    """``load``: policy or torch; a ``load_cmd`` replaces it with any command. With ``raw`` the result
+    also holds, per phase, the loop reports the figures were read from and the samples (``"raw"``)."""
     if load not in LOADS or loop_mode not in LOOP_MODES:
         raise ValueError(f"load must be one of {LOADS} and loop_mode one of {LOOP_MODES}, got {load!r} and {loop_mode!r}")
     # DDS stays on this machine unless the caller decided otherwise.
@@ -351,6 +367,7 @@ def run(
         load_argv = [sys.executable, "-c", DEFAULT_LOAD]
     controller = load_proc = rig = None
     result: dict = {}
+    samples: dict = {"idle": {}, "loaded": {}} | ({"oversized": {}} if oversized else {})
     try:
         node_log = tempfile.TemporaryFile()  # a file, not a pipe: nobody reads it while the node runs
         controller = subprocess.Popen(node_cmd, stdout=node_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -361,10 +378,10 @@ def run(
         log(f"controller running (pid {controller.pid}); warm-up {warmup_s:g} s")
         time.sleep(warmup_s)
         log(f"idle: measuring {cycles} cycles")
-        result["idle"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
+        result["idle"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30, samples["idle"])
         result["loop_mode"] = rig.report()[1].get("loop_mode", "unknown")  # the node's resolved mode
         if oversized:
-            result["oversized"] = _measure_oversized(rig, controller.pid, cycles, seconds, log)
+            result["oversized"] = _measure_oversized(rig, controller.pid, cycles, seconds, log, samples["oversized"])
         load_log = tempfile.TemporaryFile()
         load_proc = subprocess.Popen(load_argv, stdout=load_log, stderr=subprocess.STDOUT, start_new_session=True)
         if use_policy:  # loading torch and the model takes a while; measure only once chunks flow
@@ -375,7 +392,7 @@ def run(
             raise RuntimeError(f"the load exited with status {load_proc.returncode}: {load_argv}\n{_log_tail(load_log)}")
         log(f"loaded: measuring {cycles} cycles beside {' '.join(load_argv)[:80]!r}")
         chunks0, load_cpu0, t0 = rig.policy_chunks, _cpu_seconds(load_proc.pid), time.monotonic()
-        result["loaded"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30)
+        result["loaded"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30, samples["loaded"])
         chunks1, load_cpu1, t1 = rig.policy_chunks, _cpu_seconds(load_proc.pid), time.monotonic()
         result["load_cpu_pct"] = round(100.0 * (load_cpu1 - load_cpu0) / (t1 - t0), 1)  # over the measured window
         if use_policy:
@@ -415,6 +432,8 @@ def run(
         from vla_ros.chunks import COMMANDED_JOINTS
 
         result["blend"] = compare(ControllerConfig.from_urdf(bundled_urdf_path(), COMMANDED_JOINTS), seeds=range(10))
+    if raw:
+        result["raw"] = samples
     return result
 
 
@@ -443,14 +462,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oversized", action="store_true",
                         help=f"add a phase with a {BIG_POINTS}-point chunk every {BIG_PERIOD_S:g} s from a trusted sender: "
                         "the loop's figures and the largest gap in the command stream")
+    parser.add_argument("--raw", default=None, metavar="FILE",
+                        help="also write, per phase, the loop reports the figures come from and the samples to FILE (JSON)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0:
         parser.error(f"--seconds must be > 0 and --warmup >= 0, got {args.seconds} and {args.warmup}")
     log = (lambda *_: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     result = run(
         seconds=args.seconds, warmup_s=args.warmup, load=args.load, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority,
-        loop_mode=args.loop_mode, blend=not args.no_blend, oversized=args.oversized, log=log,
+        loop_mode=args.loop_mode, blend=not args.no_blend, oversized=args.oversized, log=log, raw=bool(args.raw),
     )
+    if args.raw:
+        with open(args.raw, "w") as f:
+            json.dump(result.pop("raw"), f)
     if not args.json:
         for phase in ("idle", "oversized", "loaded"):
             if phase not in result:

@@ -80,7 +80,10 @@ def _run_ticks(policies: dict, tick_list, warm: int, after_tick=None) -> tuple[d
 
 def run(config: ModelConfig | None = None, model: VLATransformer | None = None, device: str = "auto",
         ticks_timed: int = 40, recompute_ticks: int = 40, seed: int = 0, onnx_device: str | None = "cpu",
-        torch_cpu: bool = True, check: bool = True, threads: int | None = None) -> dict:
+        torch_cpu: bool = True, check: bool = True, threads: int | None = None, raw: bool = False) -> dict:
+    """The figures; with ``raw`` also the timings they summarise (``"raw"``, ms per timed tick, in order:
+    ``tick_ms`` and ``chunk_ms`` per policy, ``recompute_ms``, ``chunk_nocache_ms``), for a check that
+    recomputes them."""
     torch.manual_seed(seed)
     if model is None:
         model = VLATransformer(config or ModelConfig())
@@ -198,13 +201,17 @@ def run(config: ModelConfig | None = None, model: VLATransformer | None = None, 
         "torch": torch.__version__,
         "machine": platform.machine(),
     })
+    if raw:
+        result["raw"] = {"tick_ms": tick_ms, "chunk_ms": chunk_ms, "recompute_ms": recompute_ms, "chunk_nocache_ms": chunk_nocache_ms}
     return result
 
 
 def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, threads: int | None = 1,
-                  rate_hz: float = 10.0) -> dict:
+                  rate_hz: float = 10.0, raw: bool = False) -> dict:
     """The node's tick through ``PolicySession`` on ROS messages (random 320x240 frames at 30 Hz, joint
-    states at 100 Hz, stamps from 1.7e9 s), ONNX Runtime and torch on the CPU, interleaved tick by tick."""
+    states at 100 Hz, stamps from 1.7e9 s), ONNX Runtime and torch on the CPU, interleaved tick by tick.
+    With ``raw`` also the timings (``"raw"``: ``session_tick_ms`` per backend, ``intake_us`` per message
+    type, in order)."""
     from sensor_msgs.msg import Image, JointState
 
     from vla_ros.policy import PolicySession
@@ -259,7 +266,7 @@ def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, t
                 tick_ms[backend].append((time.perf_counter() - a) * 1e3)
         if chunks["onnx"] is not None and chunks["torch"] is not None:
             diff = max(diff, float(np.abs(chunks["onnx"].positions - chunks["torch"].positions).max()))
-    return {
+    result = {
         "session_tick_ms_p50_onnx": _pct(tick_ms["onnx"], 50), "session_tick_ms_p99_onnx": _pct(tick_ms["onnx"], 99),
         "session_tick_ms_p50_torch": _pct(tick_ms["torch"], 50), "session_tick_ms_p99_torch": _pct(tick_ms["torch"], 99),
         "session_rate_hz": rate_hz,
@@ -267,6 +274,9 @@ def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, t
         "intake_us_p50_image_320x240": _pct(intake_us["sensor_msgs/msg/Image"], 50),
         "session_max_abs_diff_onnx_torch": float(f"{diff:.3g}"),
     }
+    if raw:
+        result["raw"] = {"session_tick_ms": tick_ms, "intake_us": intake_us}
+    return result
 
 
 def load_copy(model: VLATransformer) -> VLATransformer:
@@ -312,15 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-check", action="store_true", help="skip the exactness comparisons")
     parser.add_argument("--no-session", action="store_true", help="skip the node's tick through the policy session")
+    parser.add_argument("--raw", default=None, metavar="FILE", help="also write the timings behind the figures to FILE (JSON)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = resolve_model(args.config, args.seed)
     result = run(model=model, device=args.device, ticks_timed=args.ticks, recompute_ticks=args.recompute_ticks,
                  seed=args.seed, onnx_device=None if args.onnx_device == "none" else args.onnx_device,
-                 check=not args.no_check, threads=args.threads)
+                 check=not args.no_check, threads=args.threads, raw=bool(args.raw))
+    samples = result.pop("raw", {})
     if not args.no_session:
-        result.update(session_ticks(model, ticks_timed=args.ticks, seed=args.seed, threads=args.threads or None))
+        session = session_ticks(model, ticks_timed=args.ticks, seed=args.seed, threads=args.threads or None, raw=bool(args.raw))
+        samples.update(session.pop("raw", {}))
+        result.update(session)
+    if args.raw:
+        with open(args.raw, "w") as f:
+            json.dump(samples, f)
     if not args.json:
         for k, v in result.items():
             print(f"{k:>26}: {v}")

@@ -63,7 +63,9 @@ class NearestPairing:
         return pair["image"], pair["joints"]
 
 
-def run(seconds: float = 60.0, seed: int = 0, width: int = 320, height: int = 240) -> dict:
+def run(seconds: float = 60.0, seed: int = 0, width: int = 320, height: int = 240, raw: bool = False) -> dict:
+    """The figures; with ``raw`` also the samples they summarise (``"raw"``: per-message tokenize times in
+    microseconds, per-frame staleness in ms, in arrival order), for a check that recomputes them."""
     from sensor_msgs.msg import Image, JointState
 
     from vla_ros.chunks import COMMANDED_JOINTS
@@ -134,7 +136,7 @@ def run(seconds: float = 60.0, seed: int = 0, width: int = 320, height: int = 24
             joints_used_nearest += 1
             js = matched[1]
             stale_nearest_ms.append((arrival - (js.header.stamp.sec * NS + js.header.stamp.nanosec)) / 1e6)
-    return {
+    result = {
         "joint_msgs_used_pct_tokens": round(100.0 * stream.stats.accepted["state"] / joint_total, 2),
         "joint_msgs_used_pct_nearest": round(100.0 * joints_used_nearest / joint_total, 2),
         "staleness_ms_p50_tokens": round(float(np.percentile(stale_tokens_ms, 50)), 2),
@@ -151,6 +153,9 @@ def run(seconds: float = 60.0, seed: int = 0, width: int = 320, height: int = 24
         "nearest_implementation": implementation,
         "arrivals": "modelled; the running graph's drops: vla-ros eval --live",
     }
+    if raw:
+        result["raw"] = {"tokenize_us": cost_us, "staleness_ms": {"tokens": stale_tokens_ms, "nearest": stale_nearest_ms}}
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument("--seconds", type=float, default=60.0, help="stream length (default 60)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--raw", default=None, metavar="FILE", help="also write the samples behind the figures to FILE (JSON)")
     args = parser.parse_args(argv)
-    result = run(seconds=args.seconds, seed=args.seed)
+    result = run(seconds=args.seconds, seed=args.seed, raw=bool(args.raw))
+    if args.raw:
+        with open(args.raw, "w") as f:
+            json.dump(result.pop("raw"), f)
     if not args.json:
         for k, v in result.items():
             print(f"{k:>32}: {v}")
