@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ros_helpers import REPO
-from vla_ros.safety.robot import RobotModelError, load_robot, resolve_package_uri
+from vla_ros.safety.robot import RobotModelError, load_robot, load_robot_files, resolve_package_uri
 
 SHARED_FR3 = REPO.parent / "shared" / "robots" / "fr3"
 
@@ -98,7 +98,15 @@ def test_a_real_arms_urdf_string_finds_its_meshes_through_the_index(tmp_path, mo
     (tmp_path / "install" / "share" / "fr3").symlink_to(SHARED_FR3)
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path / "install"))
     robot = load_robot((SHARED_FR3 / "fr3.urdf").read_text(), (SHARED_FR3 / "fr3.srdf").read_text())
-    assert len(robot.joint_names) >= 7 and len(robot.self_pairs) > 0
+    # the same robot as loaded from the files with the package's folder given outright: same joints, same
+    # meshes (their vertex counts), the same self-collision pairs left after the SRDF's exclusions
+    direct = load_robot_files(SHARED_FR3 / "fr3.urdf", SHARED_FR3 / "fr3.srdf", [str(SHARED_FR3.parent)])
+    assert robot.joint_names == direct.joint_names and len(robot.joint_names) == 8  # 7 arm joints and a finger (its twin mimics it)
+    assert robot.self_pairs == direct.self_pairs and len(robot.self_pairs) > 0
+
+    def vertices(r):
+        return [g.geometry.num_points if hasattr(g.geometry, "num_points") else -1 for g in r.geom_model.geometryObjects]
+    assert vertices(robot) == vertices(direct)
 
 
 def test_the_filter_node_loads_a_package_uri_description_from_the_ament_index(tmp_path):

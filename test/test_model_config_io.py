@@ -31,6 +31,8 @@ def test_config_json_has_the_keys_the_tokenizer_reads():
                 "intermediate_size", "rms_norm_eps", "rope_min_period_s", "rope_max_period_s", "window_seconds",
                 "chunk_length", "chunk_rate_hz", "num_visual_tokens", "text_embedding_dim", "crop"):
         assert key in data, key
+        value = getattr(ModelConfig(), key)  # what the model itself uses, as JSON writes it
+        assert data[key] == (list(value) if isinstance(value, tuple) else value), (key, data[key], value)
     assert len(data["image_mean"]) == 3 and data["text_embedding_dim"] == 384
     assert ModelConfig.from_dict(json.loads(json.dumps(data))) == ModelConfig()
 
