@@ -28,6 +28,32 @@ def test_instruction_becomes_word_piece_embeddings(encoder):
     assert np.array_equal(encoder("pick up the red cup").embeddings, red.embeddings)  # deterministic
 
 
+# Odd inputs included: empty, whitespace, accents and case, CJK, emoji, control characters, past the budget.
+REFERENCE_TEXTS = ("pick up the red cup", "", "   ", "Hey ROBOT, go get the r\u00ebd cup for me!!", "\u62ff\u8d77\u7ea2\u8272\u7684\u676f\u5b50",
+                   "do not pick up the red cup " * 10, "x" * 300, "\x00\t\n", "\U0001f642 cup", "lift whichever cup is green")
+
+
+def test_the_encoder_gives_the_reference_implementations_word_pieces_and_hidden_states(encoder):
+    """The package's own reference (transformers' tokenizer and BertModel over the same files, truncated
+    to the same budget) against the encoder written here: the same word pieces, hidden states within
+    1e-5 (float32 sums in another order)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from vla_ros.tokens.text import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = AutoModel.from_pretrained(minilm_path()).eval()
+    for text in REFERENCE_TEXTS:
+        batch = tokenizer([text], return_tensors="pt", truncation=True, max_length=encoder.max_tokens)
+        with torch.inference_mode():
+            hidden = model(**batch).last_hidden_state[0].numpy()
+        ours = encoder(text)
+        assert ours.tokens == tuple(tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())), text
+        assert ours.embeddings.shape == hidden.shape, text
+        np.testing.assert_allclose(ours.embeddings, hidden, atol=1e-5, rtol=0, err_msg=text)
+
+
 def test_long_instructions_are_cut_to_the_token_budget(encoder):
     from vla_ros.tokens.text import TextEncoder
 

@@ -580,7 +580,7 @@ _make_node.__name__ = "PolicyNode"  # run_node names the node in its start-up er
 
 def main(args: list[str] | None = None) -> int:
     code = run_node(_make_node, args)
-    # Everything the node owns is closed; skip the interpreter's teardown of torch and transformers, which
+    # Everything the node owns is closed; skip the interpreter's teardown of torch, which
     # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
     sys.stdout.flush()
     sys.stderr.flush()

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     node = Node("robot_watch", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
     rec: dict = {"commands": [], "safe": [], "chunks": [], "diag": [], "status": [], "t0": None, "episode0": None,
                  "lifted_at": None}
-    live = {"episode": None, "lifted": None, "joint_states": 0, "controller": None,
+    live = {"episode": None, "lifted": None, "distance_to_cup": None, "joint_states": 0, "controller": None,
             "filter": None, "policy": None}
     last_cmd: list[list[float]] = []
 
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         live["episode"], live["lifted"] = status.get("episode"), status.get("lifted")
         cup, tcp = status.get("cups", {}).get(args.color), status.get("tcp")
         dist = float(np.linalg.norm(np.subtract(tcp, cup))) if cup is not None and tcp is not None else None
+        live["distance_to_cup"] = dist
         rec["status"].append([status.get("time_s"), time.monotonic(), status.get("episode"), status.get("lifted"), dist])
         if rec["t0"] is not None and status.get("episode", -1) >= rec["episode0"] and status.get("lifted") == args.color \
                 and rec["lifted_at"] is None:

@@ -238,9 +238,12 @@ class Run:
         self.events.append((mono, "link down"))
         return self.watch.state_after(mono)["t"]
 
-    def link_up(self) -> None:
+    def link_up(self) -> dict:
+        """Plug back in; returns the watcher's first state after it."""
         self.pair.link_up()
-        self.events.append((time.monotonic(), "link up"))
+        mono = time.monotonic()
+        self.events.append((mono, "link up"))
+        return self.watch.state_after(mono)
 
     def power_off_gpu(self) -> float:
         """The GPU host vanishes: the cable goes dead and every process on it dies at once (SIGKILL, so
