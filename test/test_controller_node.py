@@ -75,7 +75,8 @@ def graph(tmp_path_factory):
                     elif s.name == "controller: loop":
                         rec["loop"].append({kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message})
                     elif s.name == "controller: inputs":
-                        rec["inputs"].append({kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message})
+                        rec["inputs"].append({kv.key: kv.value for kv in s.values}
+                                             | {"_level": s.level, "_message": s.message, "_received": time.monotonic()})
 
             n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
             n.create_subscription(Float64MultiArray, "/forward_position_controller/commands", lambda m: rec["cmd"].append(np.array(m.data)), 200)
@@ -908,6 +909,52 @@ def test_a_plain_reset_without_announcement_trips_the_path_tolerance_and_does_no
     t, q = joint_history(probe, probe.now_s() - 0.5, probe.now_s())
     assert np.abs(q - held)[:, ARM].max() < 0.01  # and it stays there
     assert "path tolerance" in fresh_state(probe)["last_reset"]
+
+
+def test_a_second_joint_state_publisher_with_an_old_pose_or_a_name_twice_moves_nothing(graph):
+    """Issue 44: a second /joint_states publisher replaying an old pose with fresh stamps (a misconfigured
+    joint_state_publisher, a bag played on the live graph) dragged the arm onto it at 4.6x a velocity
+    limit, and a message naming a joint twice (the second copy 0.8 rad off) tripped the path tolerance and
+    made the command jump. For a simulated second, beside the sim's own states, the probe sends both every
+    20 ms: each is refused with its reason (counted, at most what was sent), the path tolerance never
+    trips, the held command does not move, and the inputs' status names the cause (ERROR: two publishers
+    disagree) within a second of wall time, then clears."""
+    probe = graph
+    q0 = held_command(probe)
+    before = fresh_state(probe)
+    n, k_inputs = len(probe.rec["cmd"]), len(probe.rec["inputs"])
+    pub = probe.node.create_publisher(JointState, "/joint_states", 10)
+    old = q0 + np.array([0.0, 0.353, 0.0, 0.0, 0.0, 0.0, 0.0])  # 0.353 rad > the 0.3 rad path tolerance
+    twice, twice_q = JOINTS + [JOINTS[0]], list(q0) + [q0[0] + 0.8]
+    sent, t_next, end = 0, probe.now_s(), probe.now_s() + 1.0
+    while probe.now_s() < end:
+        assert probe.spin_until(lambda: probe.now_s() >= t_next, 30)
+        stamp = time_msg_from_ns(probe.node.get_clock().now().nanoseconds)
+        for names, q in ((JOINTS, old), (twice, twice_q)):
+            msg = JointState(name=names, position=[float(v) for v in q])
+            msg.header.stamp = stamp
+            pub.publish(msg)
+        sent += 1
+        t_next += 0.02
+        if sent == 1:
+            first_sent = time.monotonic()
+    named = [(s["_received"], s["_message"]) for s in probe.rec["inputs"][k_inputs:]
+             if s["_level"] == DiagnosticStatus.ERROR and "publishers on /joint_states" in s["_message"] and "disagree" in s["_message"]]
+    probe.node.destroy_publisher(pub)
+    wait_until_sim(probe, probe.now_s() + 0.5)
+    after = fresh_state(probe)
+
+    def counted(key):
+        return int(after.get(key, 0)) - int(before.get(key, 0))
+
+    assert 0 < counted("rejected.joint_state_jump") <= sent and 0 < counted("rejected.joint_state_duplicate_name") <= sent, (sent, after)
+    assert counted("resets.path_tolerance") == 0 and counted("anchors.ramped") == 0, after
+    assert_holds(probe.rec["cmd"][n:], q0)
+    assert np.abs(measured(probe) - q0)[ARM].max() < 0.01
+    assert named and named[0][0] - first_sent <= 1.0 + 0.2, (named[:1], probe.rec["inputs"][-1])  # one check period of slack
+    # and clears once the refusals stop (other inputs, such as chunks, may still be reported)
+    assert probe.spin_until(lambda: "/joint_states" not in probe.rec["inputs"][-1]["_message"]
+                            and "joint states refused" not in probe.rec["inputs"][-1]["_message"], 30), probe.rec["inputs"][-1]
 
 
 def test_on_simulated_time_the_loop_is_judged_by_keeping_up_not_by_clock_jitter(graph):

@@ -142,13 +142,17 @@ class Witness:
         """When the report ``name`` with these ``values`` went out: (earliest stamp, latest stamp, the indices in
         ``reports(name)`` it lies among). The witness's reports with exactly these values; if the witness lost
         /diagnostics messages and has none, the interval between its reports just before and after it by
-        ``count(values)`` (a cumulative counter, so in the order of time)."""
+        ``count(values)`` (a cumulative counter, so in the order of time). Reliable and deep, the witness
+        misses none of a node's reports once it has matched the node's publisher; one it never saw without
+        a loss went out before that (discovery at start-up): before its first report, counting no more."""
         reports = self.reports(name)
         exact = [i for i, (_, v) in enumerate(reports) if v == values]
         if exact:
             return reports[exact[0]][0], reports[exact[-1]][0], exact
-        assert self.lost[DIAGNOSTICS], f"the {name} report the command used never crossed the graph: {values}"
         c = count(values)
+        if not self.lost[DIAGNOSTICS]:
+            assert reports and c <= count(reports[0][1]), f"the {name} report the command used never crossed the graph: {values}"
+            return 0, reports[0][0], [0]
         before = [i for i, (_, v) in enumerate(reports) if count(v) < c][-1:]
         after = [i for i, (_, v) in enumerate(reports) if count(v) > c][:1]
         return (reports[before[0]][0] if before else 0), (reports[after[0]][0] if after else float("inf")), before + after

@@ -133,14 +133,14 @@ N = len(COMMANDED_JOINTS)
 @pytest.mark.parametrize(
     "msg, code",
     [
-        (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "missing_joint"),
-        (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "unknown_joint"),
-        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "duplicate_joint"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "size_mismatch"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "size_mismatch"),
+        (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "joint_state_missing_joint"),
+        (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "joint_state_missing_joint"),
+        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "joint_state_duplicate_name"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "joint_state_size"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "joint_state_size"),
         (joint_msg(COMMANDED_JOINTS, np.zeros(N)), "missing_velocities"),
-        (joint_msg(COMMANDED_JOINTS, [0, 0, float("nan"), 0, 0, 0, 0], np.zeros(N)), "non_finite"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N), [0, 0, 0, float("inf"), 0, 0, 0]), "non_finite"),
+        (joint_msg(COMMANDED_JOINTS, [0, 0, float("nan"), 0, 0, 0, 0], np.zeros(N)), "joint_state_non_finite"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), [0, 0, 0, float("inf"), 0, 0, 0]), "joint_state_non_finite"),
     ],
 )
 def test_bad_joint_states_are_rejected_with_a_reason(msg, code):
@@ -163,9 +163,9 @@ def test_the_stream_counts_every_rejection_by_reason_and_keeps_going():
     assert stream.add_joint_state(nan_js, now_ns=3_000_000_000) is None
     assert stream.add_message("sensor_msgs/msg/Imu", object(), 3_000_000_000, "/imu") is None
     assert stream.set_instruction("   ", 3_000_000_000) is None
-    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
+    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "joint_state_non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
     assert stream.counts_add_up() and len(stream) == 1
-    assert "non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
+    assert "joint_state_non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
 
 
 def test_config_errors_quote_the_values():

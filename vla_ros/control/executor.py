@@ -4,10 +4,16 @@
 
 1. Resets: an announced episode reset (``reset_episode``, the simulator's ``/vla/episode_reset``), a
    backwards clock jump, or the measured state leaving the recent commands by more than the path
-   tolerance (the arm was moved by someone else) drops the plan and re-anchors the command at the
-   measured positions of the new episode, so the arm is held where it is, not pulled back. An announced
-   reset and the clock jump that comes with it (``reset_clock_on_reset``) count as one reset; chunks
-   and joint states stamped before the episode began are refused (``before_reset``).
+   tolerance (the arm was moved by someone else) drops the plan and re-anchors at the measured positions
+   of the new episode, so the arm is held where it is, not pulled back. A re-anchor never moves the
+   command faster than the limits: while commands were being sent (a path-tolerance trip, a clock jump),
+   the command goes on from the last one and ramps to the measured positions at the velocity and
+   acceleration limits (``anchors.ramped``). The command starts at the measured positions themselves
+   only where no command stream goes on: the first start, an enable after the output went silent, and
+   an announced episode reset (the simulator placed the arm itself and said so; the commands before it
+   belong to the previous episode). An announced reset and the clock jump that comes with it
+   (``reset_clock_on_reset``) count as one reset; chunks and joint states stamped before the episode
+   began are refused (``before_reset``).
 2. A chunk is checked on arrival (shape, finite values, position limits, segment velocities: defence in
    depth behind the safety filter, refused with a reason rather than clamped) and, at the next cycle,
    against the clock (stamped too far ahead, already over, too old); then it is blended into the running
@@ -56,8 +62,9 @@ log = logging.getLogger(__name__)
 # Joint states stamped up to this far ahead of the controller's clock still count as "now" (message
 # stamps may lead a simulated /clock by a step); a reset moves time back by far more than this.
 STAMP_GRACE_NS = 100_000_000
-# Longest period one cycle's limits are computed for (see update()).
-MAX_STEP_PERIODS = 5
+# A cycle more than this many periods after the previous one follows a stall of the loop or the process
+# (see update()): the command resumes from the last one, at rest.
+STALL_PERIODS = 3
 # Longest a blend may be stretched to (the plan buffers are sized for it).
 MAX_BLEND_HORIZON_S = 2.0
 # A chunk longer than this is malformed (and its nanosecond times could overflow).
@@ -152,6 +159,8 @@ class ChunkExecutor:
         self.enabled = True
         self._estop_request = False
         self._output_on = False
+        self._ramp = False  # the next start goes on from the last command (see _start)
+        self._cycles_since_output = 0  # cycles since a command was last sent (0: sent in the previous one)
         self.watchdog = "no_chunk"  # why the arm is not tracking a chunk ("" while it is)
         self._epoch_ns = 0
         self._last_ns: int | None = None
@@ -268,7 +277,7 @@ class ChunkExecutor:
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
-            return self._reject("non_finite_joint_state")
+            return self._reject("joint_state_non_finite")
         if self.episode_start_ns is not None and int(stamp_ns) < self.episode_start_ns:
             return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
         self.q_meas[:] = q
@@ -302,6 +311,7 @@ class ChunkExecutor:
             return "disabled: decelerating to rest, then no output"
         if not self._output_on:
             self.motion = Motion.WAITING  # someone else may have moved the arm: restart from joint states
+            self._ramp = False
         return "enabled" + (" (e-stop still latched)" if self.estopped else "")
 
     # ---- resets ----------------------------------------------------------------------------------
@@ -318,11 +328,13 @@ class ChunkExecutor:
         now = self.now_ns
         if self._jump_landed_ns is not None and now is not None and stamp_ns <= now + STAMP_GRACE_NS:
             self._jump_landed_ns = None  # the clock jump that came first was this reset: already re-anchored
+            if self.motion is Motion.WAITING:
+                self._ramp = False  # not started yet: start at the arm, as after any announced reset
             return False
         if first:
             # The current episode, learnt at start-up (transient local): only what predates it goes.
             if self.active_stamp_ns is not None and self.active_stamp_ns < stamp_ns:
-                self._drop_plan()
+                self._drop_plan(ramp=False)
             if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
                 self.meas_stamp_ns = None
             return True
@@ -333,15 +345,17 @@ class ChunkExecutor:
             # Time restarts (reset_clock_on_reset): hold off until the clock has jumped back, so the
             # command never re-anchors on a joint state of the old timeline.
             self._await_jump_until_ns = now + RESET_JUMP_WAIT_NS
-        self._drop_plan()
+        self._drop_plan(ramp=False)
         if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
             self.meas_stamp_ns = None  # from the old episode
         return True
 
-    def _drop_plan(self) -> None:
-        """Back to WAITING: the next cycle with a fresh joint state re-anchors the command there."""
+    def _drop_plan(self, ramp: bool) -> None:
+        """Back to WAITING: the next cycle with a fresh joint state re-anchors there; with ``ramp`` (and
+        commands being sent) the command goes on from the last one to that state at the limits."""
         self._pending = None
         self.motion = Motion.WAITING
+        self._ramp = ramp and (self._output_on or self._ramp)
         self._output_on = False
 
     def _check_path(self, now_ns: int) -> None:
@@ -363,7 +377,7 @@ class ChunkExecutor:
         self.last_reset = f"path tolerance: {name} measured {off[j]:.3f} from every command of the last {PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
         log.warning("%s: re-anchoring at the measured state", self.last_reset)
         self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
-        self._drop_plan()
+        self._drop_plan(ramp=True)
 
     # ---- the control cycle -----------------------------------------------------------------------
     def update(self, now_ns: int, period_s: float) -> np.ndarray | None:
@@ -374,10 +388,12 @@ class ChunkExecutor:
         """
         cfg = self.config
         self.now_ns = now_ns
+        self._cycles_since_output += 1
         if self._last_ns is not None and now_ns < self._last_ns:
             self.counters["clock_jumps"] += 1
             log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9)
-            if self._await_jump_until_ns is not None:
+            announced = self._await_jump_until_ns is not None
+            if announced:
                 self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
             else:
                 self.counters["resets"] += 1
@@ -386,24 +402,31 @@ class ChunkExecutor:
                 self._jump_landed_ns = now_ns
                 if self.episode_start_ns is not None and self.episode_start_ns > now_ns + STAMP_GRACE_NS:
                     self.episode_start_ns = None  # that episode's start lies in the discarded future
-            self._drop_plan()
+            self._drop_plan(ramp=not announced)
         elif self._await_jump_until_ns is not None and now_ns > self._await_jump_until_ns:
             log.warning("an episode reset announced a clock restart that did not come: re-anchoring anyway")
             self._await_jump_until_ns = None
         if self._jump_landed_ns is not None and now_ns - self._jump_landed_ns > RESET_JUMP_WAIT_NS:
             self._jump_landed_ns = None  # too long ago to be the same reset as a late announcement
         self._last_ns = now_ns
-        # A late cycle moves the command by what the plan moved meanwhile, but by no more than
-        # MAX_STEP_PERIODS periods' worth: after a stall the command catches up at the limits instead of
-        # leaping (a position-controlled arm waited at the last command meanwhile).
+        # After a stall of the loop or the process (more than STALL_PERIODS periods since the last cycle),
+        # a position-controlled arm has waited at the last command: the command resumes from there at rest
+        # and accelerates at the limits, one period at a time, towards the plan at the current time (the
+        # points missed meanwhile are skipped, never swept through faster). Shorter late cycles are jitter,
+        # computed over the period they took.
         dt = period_s if math.isfinite(period_s) and period_s > 0.0 else cfg.period_s
-        dt = min(dt, MAX_STEP_PERIODS * cfg.period_s)
+        stalled = dt > STALL_PERIODS * cfg.period_s
+        if stalled:
+            dt = cfg.period_s
 
         if self.motion is not Motion.WAITING:
             self._check_path(now_ns)
         if self.motion is Motion.WAITING and not self._start(now_ns):
             return None
         t = (now_ns - self._epoch_ns) * 1e-9
+        if stalled or self._cycles_since_output > 1:
+            self.v_cmd[:] = 0.0  # nothing was sent for a while: the arm waited at the last command
+            self.counters["stalls"] += stalled
 
         if self._estop_request:
             self._estop_request = False
@@ -440,6 +463,7 @@ class ChunkExecutor:
             self._output_on = False
             return None
         self._output_on = True
+        self._cycles_since_output = 0
         return self.q_cmd
 
     def preview(self, period_s: float, out_q: np.ndarray, out_v: np.ndarray | None = None) -> np.ndarray:
@@ -451,7 +475,7 @@ class ChunkExecutor:
         q, v = self._preview_q, self._preview_v
         q[:] = self.q_cmd
         v[:] = self.v_cmd
-        dt = min(period_s, MAX_STEP_PERIODS * self.config.period_s)
+        dt = min(period_s, STALL_PERIODS * self.config.period_s)
         for k in range(out_q.shape[0]):
             self._plan.sample(self._t_cmd + (k + 1) * period_s, self._p, self._pv)
             self._limit(q, v, self._p, self._pv, dt, count=False)
@@ -470,11 +494,19 @@ class ChunkExecutor:
         if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.meas_received_ns > now_ns + STAMP_GRACE_NS:
             return False
         self._epoch_ns = now_ns
-        self.q_cmd[:] = np.clip(self.q_meas, self._lower, self._upper)
-        self.v_cmd[:] = 0.0
+        target = np.clip(self.q_meas, self._lower, self._upper)
+        if self._ramp:
+            # Commands were being sent: go on from the last one (its velocity too) and let the output
+            # limiter bring it to the arm at the limits. The path tolerance measures the arm against the
+            # target meanwhile, so a ramp does not trip it again.
+            self.counters["anchors.ramped"] += 1
+        else:
+            self.q_cmd[:] = target
+            self.v_cmd[:] = 0.0
+        self._ramp = False
         self._t_cmd = 0.0
-        self._plan.set_hold(0.0, self.q_cmd)
-        self._recent[:] = self.q_cmd
+        self._plan.set_hold(0.0, target)
+        self._recent[:] = target
         self._path_checked_ns = self.meas_stamp_ns
         self._covered_until = -math.inf
         self.active_stamp_ns = None

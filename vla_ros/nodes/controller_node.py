@@ -36,7 +36,8 @@ limits (defence in depth); its output limiter stays the last line.
 
 Resets: ``/vla/episode_reset`` (the simulator's announcement), a backwards clock jump, or the measured
 state leaving every recent command by more than the path tolerance drop the plan; the command re-anchors
-at the measured state without moving the arm, and chunks stamped before the new episode are refused.
+at the measured state (ramping there from the last command at the limits while commands were being sent,
+never jumping), and chunks stamped before the new episode are refused.
 
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
 (std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
@@ -71,6 +72,7 @@ from vla_ros.control import ChunkExecutor, LoopStats, Motion
 from vla_ros.control.loop_stats import assess
 from vla_ros.control.ros2_control import controlled_stop
 from vla_ros.control.sources import Endpoint, SourceGate, fully_qualified, gid_text, resolve_trusted
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.controller import PARAMS, TIGHTENING_RULES, config_from_params
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg
@@ -99,6 +101,8 @@ GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
 # Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
 # timeout plus one check period; a publisher on the chunk topic is seen within one period.
 WATCHDOG_RATE_HZ = 10.0
+# A refused joint state is reported (WARN; ERROR when two publishers disagree) for this long after it came.
+STATE_REFUSAL_REPORT_NS = 1_000_000_000
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
@@ -136,7 +140,10 @@ class ControllerNode(Node):
         self._chunks_deserialized = 0
         self._foreign_reported = False
         self._unnamed_before: set[str] = set()
-        self._js_index: dict[tuple[str, ...], np.ndarray | None] = {}
+        # joint states: the checks every node makes, with a jump bounded by the controlled joints' limits
+        self._state_check = JointStateCheck(self._joints, cfg.velocity_limits)
+        self._state_refused: dict[str, tuple[int, str]] = {}  # code -> (steady ns, "code: detail") of its newest refused joint state
+        self._state_warned = False
         self._last_tick_ns: int | None = None
         self._published = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
@@ -293,37 +300,28 @@ class ControllerNode(Node):
             resets = self.core.counters["resets"]
             self.core.reset_episode(stamp_ns, "" if episode is None else str(episode))
             counted = self.core.counters["resets"] > resets  # not the start-up announcement, not a repeat
+            if counted:
+                self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
         if counted:
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state")
 
-    def _joint_index(self, names: tuple[str, ...]) -> np.ndarray | None:
-        """Index of each controlled joint in a JointState's name list (cached per name list)."""
-        if names not in self._js_index:
-            pos = {n: i for i, n in enumerate(names)}
-            missing = [j for j in self._joints if j not in pos]
-            self._js_index[names] = None if missing else np.array([pos[j] for j in self._joints])
-        return self._js_index[names]
-
     def _on_joint_state(self, msg: JointState) -> None:
-        names = tuple(msg.name)
-        idx = self._joint_index(names)
-        if idx is None:
-            self._reject("joint state", "joint_state_missing_joint", f"names {list(names)} lack some of {self._joints}")
-            return
-        if len(msg.position) != len(names):
-            self._reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
+        stamp_ns = ns_from_time_msg(msg.header.stamp)
+        try:
+            with self._lock:
+                q = self._state_check.check(msg.name, msg.position, stamp_ns)
+        except JointStateRefused as err:
+            self._reject("joint state", err.code, err.detail)
+            self._state_refused[err.code] = (time.monotonic_ns(), str(err))
             return
         now_ns = self.get_clock().now().nanoseconds
-        stamp_ns = ns_from_time_msg(msg.header.stamp)
-        if stamp_ns == 0:  # not "now": a driver that does not stamp cannot be told from one that stalled
-            self._reject("joint state", "joint_state_unstamped", "header.stamp is 0")
-            return
-        q = np.asarray(msg.position, dtype=np.float64)[idx]
         with self._lock:
             code = self.core.set_measured(q, stamp_ns, now_ns)
             detail = self.core.last_rejection
         if code is not None:
             self.rejections.log(f"rejected joint state: {detail}", code)
+            if code != "joint_state_before_reset":  # the previous episode's, in flight at a reset: expected
+                self._state_refused[code] = (time.monotonic_ns(), detail)
             return
         self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)
 
@@ -514,9 +512,16 @@ class ControllerNode(Node):
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
                                 "chunks are refused while it is there", "source.untrusted")
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
+        refusing = bool(self._refused_states(mono))
+        changed |= refusing != self._state_warned
+        self._state_warned = refusing
         if changed or (foreign and not self._foreign_reported):
             self._publish_diagnostics()
         self._foreign_reported = bool(foreign)
+
+    def _refused_states(self, mono_ns: int) -> dict[str, str]:
+        """Reason code -> the newest refusal for it within the last second ("code: detail")."""
+        return {code: text for code, (at, text) in list(self._state_refused.items()) if mono_ns - at <= STATE_REFUSAL_REPORT_NS}
 
     def _inputs_status(self) -> tuple[bytes, str, dict]:
         """Liveness of /clock, joint states and chunks, and who publishes chunks."""
@@ -526,6 +531,15 @@ class ControllerNode(Node):
         values["chunk_publishers"] = " ".join(e.label for e in self.gate.present) or "none"
         values["chunks.deserialized"] = self._chunks_deserialized
         problems = [(w.level, w.describe(mono, ros)) for _, w in self.watchdog.stopped(mono, ros)]
+        refused = self._refused_states(mono)
+        if refused:
+            publishers = self.get_publishers_info_by_topic(self.resolve_topic_name("/joint_states"))
+            why = "; ".join(refused[code] for code in sorted(refused))
+            if len(publishers) > 1 and "joint_state_jump" in refused:
+                names = ", ".join(sorted({fully_qualified(i.node_namespace, i.node_name) for i in publishers}))
+                problems.append((ERROR, f"{len(publishers)} publishers on /joint_states ({names}) disagree: {why}"))
+            else:
+                problems.append((WARN, f"joint states refused: {why}"))
         recent = self.gate.recent_untrusted(mono)
         if recent:
             values["untrusted_publishers"] = " ".join(recent)
@@ -571,7 +585,8 @@ class ControllerNode(Node):
             "output_topic": self._topic,
             "commands.published": self._published,
         }
-        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts", "tick_errors"):
+        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts",
+                    "anchors.ramped", "stalls", "tick_errors"):
             state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = counters[key]
         state.update({k: v for k, v in sorted(counters.items()) if k.startswith("stops.")})
         state["resets"] = counters["resets"]

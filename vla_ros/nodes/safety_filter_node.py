@@ -43,6 +43,7 @@ from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.chunks import ChunkError
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
@@ -83,6 +84,7 @@ class SafetyFilterNode(Node):
         self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
         self.guard.on_changes(self._on_params_changed)
         self.robot = None
+        self._state_check: JointStateCheck | None = None  # the robot's joints and velocity limits, once loaded
         self.filter: SafetyFilter | None = None
         self._problem = "no robot model yet: waiting for /robot_description"  # why nothing passes, if so
         self._state: JointStateSample | None = None
@@ -140,6 +142,7 @@ class SafetyFilterNode(Node):
 
     def _use_robot(self, robot) -> None:
         self.robot = robot
+        self._state_check = JointStateCheck(robot.joint_names, robot.velocity)
         self.guard.rules = tightening_rules(robot)  # limit_overrides compared with this URDF's limits
         self._rebuild()
 
@@ -207,6 +210,8 @@ class SafetyFilterNode(Node):
         restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
         if state is not None and (state.stamp_ns < stamp_ns or restarted):
             self._state = None
+        if not first and self._state_check is not None:
+            self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
         if not first:
             self._resets += 1
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it are refused")
@@ -221,27 +226,18 @@ class SafetyFilterNode(Node):
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = ns_from_time_msg(msg.header.stamp)
         names = tuple(msg.name)
-        if stamp == 0:
-            self.rejections.reject("joint state", "joint_state_unstamped", "header.stamp is 0")
-            return
-        if len(msg.position) != len(names):
-            self.rejections.reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
-            return
         start = self._episode_start(self.get_clock().now().nanoseconds)
-        if start is not None and stamp < start:
+        if stamp != 0 and start is not None and stamp < start:
             self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
             return
+        # The checks every node makes (joint_state_check), on the robot's joints once it is loaded.
+        check = self._state_check or JointStateCheck(names)
+        try:
+            check.check(names, msg.position, stamp)
+        except JointStateRefused as err:
+            self.rejections.reject("joint state", err.code, err.detail)
+            return
         positions = np.asarray(msg.position, dtype=np.float64)
-        needed = self.robot.joint_names if self.robot is not None else names
-        index = {n: i for i, n in enumerate(names)}
-        missing = [n for n in needed if n not in index]
-        if missing:
-            self.rejections.reject("joint state", "joint_state_incomplete", f"lacks {missing}")
-            return
-        bad = [n for n in needed if not np.isfinite(positions[index[n]])]
-        if bad:
-            self.rejections.reject("joint state", "joint_state_non_finite", f"non-finite position of {bad}")
-            return
         self._state = JointStateSample(names, positions, stamp)
         self._state_mono_ns = time.monotonic_ns()
         self.watchdog["joint_states"].seen(self._state_mono_ns, self.get_clock().now().nanoseconds)

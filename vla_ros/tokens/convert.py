@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Sequence
 
 import numpy as np
 
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.tokens.config import TokenizerConfig
 
 # Raw encodings accepted from sensor_msgs/Image: channels and how to reach RGB.
@@ -157,51 +157,26 @@ def preprocess_image(rgb: np.ndarray, config: TokenizerConfig) -> np.ndarray:
 class JointStateConverter:
     """sensor_msgs/JointState -> state vector in the configured joint order (positions, then velocities).
 
-    The name -> index map of a message is cached per distinct name list, so the common case (a driver
-    always sending the same names in the same order) costs one tuple lookup.
+    Names and values are checked as every node checks them (``vla_ros.joint_state_check``: the same reason
+    codes); the name -> index map is cached per distinct name list, so the common case (a driver always
+    sending the same names in the same order) costs one tuple lookup.
     """
 
     def __init__(self, config: TokenizerConfig) -> None:
         self.joint_names = config.joint_names
         self.velocities = config.state_velocities
-        self._index_cache: dict[tuple[str, ...], np.ndarray] = {}
-
-    def _indices(self, names: Sequence[str]) -> np.ndarray:
-        key = tuple(names)
-        idx = self._index_cache.get(key)
-        if idx is None:
-            if len(set(key)) != len(key):
-                raise TokenError("duplicate_joint", f"joint names repeat: {list(key)}")
-            where = {n: i for i, n in enumerate(key)}
-            missing = [n for n in self.joint_names if n not in where]
-            if missing:
-                unknown = [n for n in key if n not in self.joint_names]
-                code = "unknown_joint" if unknown else "missing_joint"
-                raise TokenError(code, f"joint state lacks {missing}" + (f" and names unknown joints {unknown}" if unknown else ""))
-            idx = np.array([where[n] for n in self.joint_names], dtype=np.intp)
-            if len(self._index_cache) < 16:  # a driver uses one or two name lists; bound it anyway
-                self._index_cache[key] = idx
-        return idx
+        self._check = JointStateCheck(config.joint_names)
 
     def __call__(self, msg) -> np.ndarray:
-        names = list(msg.name)
-        positions = np.asarray(msg.position, dtype=np.float64)
-        if positions.shape != (len(names),):
-            raise TokenError("size_mismatch", f"{positions.size} positions for {len(names)} joint names")
-        idx = self._indices(names)
-        parts = [positions[idx]]
-        if self.velocities:
-            velocities = np.asarray(msg.velocity, dtype=np.float64)
-            if velocities.size == 0:
-                raise TokenError("missing_velocities", "the state uses joint velocities but the message has none")
-            if velocities.shape != (len(names),):
-                raise TokenError("size_mismatch", f"{velocities.size} velocities for {len(names)} joint names")
-            parts.append(velocities[idx])
-        state = np.concatenate(parts)
-        if not np.all(np.isfinite(state)):
-            bad = [f"{n}" for n, ok in zip(self.joint_names * (2 if self.velocities else 1), np.isfinite(state)) if not ok]
-            raise TokenError("non_finite", f"NaN/Inf in {sorted(set(bad))}")
-        return state.astype(np.float32)
+        try:
+            parts = [self._check.values(msg.name, msg.position, "position")]
+            if self.velocities:
+                if len(msg.velocity) == 0:
+                    raise TokenError("missing_velocities", "the state uses joint velocities but the message has none")
+                parts.append(self._check.values(msg.name, msg.velocity, "velocity"))
+        except JointStateRefused as err:
+            raise TokenError(err.code, err.detail) from None
+        return np.concatenate(parts).astype(np.float32)
 
 
 def instruction_text(text: str, max_chars: int = 500) -> str:

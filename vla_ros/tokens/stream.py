@@ -19,7 +19,7 @@ time order. Rules, applied to each message in this order (each rejection counted
 6. ``thinned`` (only with ``min_frame_interval_s``): a frame stamped closer than that to a frame of the same
    camera in the window; counted apart from the rejections (``stats.thinned``): the model reads fewer frames
    than the camera sends, by design, and the frame is never decoded;
-7. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
+7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``, ...).
 
 Bookkeeping that tests check: ``received == accepted + rejected + thinned`` and
 ``accepted == in window + evicted + cleared``. Consumers (the policy session) take new observations with
