@@ -121,7 +121,8 @@ PARAMS = [
     ParamSpec(
         "path_tolerance_rad", 0.3,
         "revolute joints: a measured position further than this from every command of the last 0.25 s drops the plan and "
-        "re-anchors at the measured state (the arm was reset or moved by someone else); 0 = not checked",
+        "re-anchors at the measured state, ramping the command there at the limits (the arm was reset or moved by someone else); "
+        "0 = not checked",
         min_value=0.0, max_value=3.2,
     ),
     ParamSpec("path_tolerance_m", 0.0, "prismatic joints: as path_tolerance_rad, in metres; 0 = not checked (a gripper closed on an object)",
