@@ -65,6 +65,9 @@ STAMP_GRACE_NS = 100_000_000
 # A cycle more than this many periods after the previous one follows a stall of the loop or the process
 # (see update()): the command resumes from the last one, at rest.
 STALL_PERIODS = 3
+# Without resume_at_rest (a robot that ran the look-ahead it was sent meanwhile), a late cycle is computed
+# for at most this many periods: the command catches up along the plan at the limits instead of leaping.
+MAX_STEP_PERIODS = 5
 # Longest a blend may be stretched to (the plan buffers are sized for it).
 MAX_BLEND_HORIZON_S = 2.0
 # A chunk longer than this is malformed (and its nanosecond times could overflow).
@@ -160,6 +163,10 @@ class ChunkExecutor:
         self._estop_request = False
         self._output_on = False
         self._ramp = False  # the next start goes on from the last command (see _start)
+        # Whether the arm waits at the last command when no new one comes (a position interface), so a
+        # stall resumes at rest; False where the robot runs a look-ahead of its own (a trajectory sent to
+        # JTC), which a stall lets it follow: there the command goes on along the plan.
+        self.resume_at_rest = True
         self._cycles_since_output = 0  # cycles since a command was last sent (0: sent in the previous one)
         self.watchdog = "no_chunk"  # why the arm is not tracking a chunk ("" while it is)
         self._epoch_ns = 0
@@ -417,16 +424,16 @@ class ChunkExecutor:
         dt = period_s if math.isfinite(period_s) and period_s > 0.0 else cfg.period_s
         stalled = dt > STALL_PERIODS * cfg.period_s
         if stalled:
-            dt = cfg.period_s
+            dt = cfg.period_s if self.resume_at_rest else min(dt, MAX_STEP_PERIODS * cfg.period_s)
 
         if self.motion is not Motion.WAITING:
             self._check_path(now_ns)
         if self.motion is Motion.WAITING and not self._start(now_ns):
             return None
         t = (now_ns - self._epoch_ns) * 1e-9
-        if stalled or self._cycles_since_output > 1:
+        self.counters["stalls"] += stalled
+        if self.resume_at_rest and (stalled or self._cycles_since_output > 1):
             self.v_cmd[:] = 0.0  # nothing was sent for a while: the arm waited at the last command
-            self.counters["stalls"] += stalled
 
         if self._estop_request:
             self._estop_request = False

@@ -155,6 +155,8 @@ class ControllerNode(Node):
         self._late_callbacks = 0  # inline mode: callbacks that ran past the guard into the busy-wait or later
 
         self._interface = p["output_interface"]
+        # JTC runs each trajectory's look-ahead by itself: after a stall the arm is along it, not at rest
+        self.core.resume_at_rest = self._interface != "joint_trajectory"
         if self._interface == "forward_position":
             self._topic = f"/{p['position_controller']}/commands"
             self._pub = self.create_publisher(Float64MultiArray, self._topic, 10)
