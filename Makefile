@@ -80,7 +80,7 @@ demo-two-hosts: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-64} $(VENV)/bin/vla-ros demo-two-hosts
 
 bench: setup
-	for part in sim tokens policy safety controller; do \
+	for part in sim tokens policy safety controller faults; do \
 	  ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench $$part --json || exit 1; done
 
 # Train the cup policy as the README measures it: 360 expert episodes (two collectors, one per core), then two

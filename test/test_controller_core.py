@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from vla_ros.chunks import ActionChunk, COMMANDED_JOINTS
 from vla_ros.control import ChunkExecutor, ControllerConfig, HermitePlan, LoopStats, bundled_urdf_path, pchip_slopes
 from vla_ros.control.blend_eval import compare
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 
 HOME = np.array((0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04))
 PERIOD_NS = 10_000_000
@@ -595,7 +596,12 @@ _PATHS_REACHED: Counter = Counter()  # across the examples of one run of the pro
 # Counters read around every update: re-anchors (every re-anchor passes through `starts`), which reset it
 # was, the stops that began and the chunks taken.
 _WATCHED = ("starts", "resets.path_tolerance", "chunks_accepted", "anchors.ramped", "stops.chunk_expired", "stops.chunk_stale",
-            "stops.joint_states_stale", "stops.estop", "stops.disabled")
+            "stops.joint_states_stale", "stops.estop", "stops.disabled", "stops.joint_state_conflict")
+# Scenes of the messages a node's joint-state check refuses before the executor sees them (the gated test):
+# a second source replaying an old pose beside the driver, a name twice, and a hold while two sources conflict.
+GATED_SCENES = SCENES + ("impostor", "duplicate", "hold")
+GATED_PATHS = REQUIRED_PATHS + ("refused.joint_state_jump", "refused.joint_state_duplicate_name", "stops.joint_state_conflict",
+                                "refused_chunk.held")
 
 
 @dataclasses.dataclass
@@ -635,15 +641,18 @@ def _random_chunk(rng, cfg, now_ns, at, spread):
     return ActionChunk(COMMANDED_JOINTS, stamp, 0.02 * np.arange(n) + rng.random() * 0.05, pts)
 
 
-def _drive(cfg, scenes, spread, chunk_rate, jitter):
+def _drive(cfg, scenes, spread, chunk_rate, jitter, gated=False):
     """Run an executor through ``scenes`` on synthetic time; returns its cycles, the executor and the
     re-anchors on enabling it saw (which the executor's counters do not tell apart).
 
     The arm is position controlled: it is where the last command put it, except where a scene says
     otherwise (a lagging or noisy servo, a push, a reset that placed it elsewhere, a hand that moved it
-    while the output was off). Joint states are stamped and received at the cycle's time.
+    while the output was off). Joint states are stamped and received at the cycle's time. ``gated``: every
+    joint state passes the nodes' check first (``JointStateCheck``, forgotten at an announced reset, as the
+    controller node does), and the state the executor gets is the check's, stamped as the check says.
     """
     ex = ChunkExecutor(cfg)
+    check = JointStateCheck(COMMANDED_JOINTS, cfg.velocity_limits) if gated else None
     revolute = ~np.array(cfg.prismatic, dtype=bool)
     now = T0_NS
     ex.reset_episode(now - 1_000_000_000, "0")  # the start-up announcement, so later ones are resets
@@ -654,6 +663,18 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter):
     enabled, announced = True, False
     reached = Counter()
     cycles: list[_Cycle] = []
+
+    def feed(names, q, now) -> str | None:
+        """A joint state as the controller node takes it: the check (gated), then the executor."""
+        if check is None:
+            return ex.set_measured(q, now, now)
+        try:
+            merged = check.check(names, q, now)
+        except JointStateRefused as err:
+            reached[f"refused.{err.code}"] += 1
+            return err.code
+        return ex.set_measured(merged, check.stamp_ns, now)
+
     for name, seed in scenes:
         rng = np.random.default_rng(seed)
         lengths = {"silent": (5, 80), "quiet": (20, 120), "stall": (10, 30), "push": (5, 30)}  # long enough to time out
@@ -678,8 +699,13 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter):
             arm = placed.copy()  # the simulator put the arm somewhere else and announced when it did
             ex.reset_episode(now + int(rng.integers(-50_000_000, 50_000_000)), str(episode))
             announced = True
+            if check is not None:
+                check.forget()
         elif name == "reset_restart":
             arm = placed.copy()
+        elif name == "hold":
+            ex.set_hold("joint_state_conflict")
+        stale = arm + np.where(revolute, rng.choice([-1.0, 1.0], 7) * rng.uniform(0.1, 0.6, 7), 0.0)  # an old pose
         for c in range(length):
             back = name == "jump" and c == 0
             restart_jump = name == "reset_restart" and c == (restart_delay if restart_first else 0)
@@ -687,6 +713,8 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter):
                 episode += 1
                 ex.reset_episode(new_t0, str(episode))  # time restarts at new_t0 (reset_clock_on_reset)
                 announced = True
+                if check is not None:
+                    check.forget()
             if back:
                 period_ns = PERIOD_NS
                 now -= int(rng.uniform(0.02, 3.0) * 1e9)
@@ -716,13 +744,22 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter):
                 bad = meas.copy()
                 bad[rng.random(7) < 0.5] = np.nan
                 bad[int(rng.integers(7))] = rng.choice([np.nan, np.inf, -np.inf])
-                assert ex.set_measured(bad, now, now) == "joint_state_non_finite"
-            elif ex.set_measured(meas, now, now) is None:
+                assert feed(COMMANDED_JOINTS, bad, now) == "joint_state_non_finite"
+            elif name == "duplicate" and rng.random() < 0.5:
+                twice = list(COMMANDED_JOINTS) + [COMMANDED_JOINTS[0]]
+                assert feed(twice, np.append(meas, meas[0] + 0.8), now) == "joint_state_duplicate_name"
+            elif feed(COMMANDED_JOINTS, meas, now) is None:
                 meas_accepted, fresh = meas.copy(), True
+            if name == "impostor" and fresh:  # a second source replays an old pose with a fresh stamp
+                code = feed(COMMANDED_JOINTS, stale, now + 1)
+                within = np.all(np.abs(stale - meas) <= np.array(cfg.velocity_limits) * 1e-9 * 1.5 + 0.01)
+                assert code == "joint_state_jump" or within, code
             if name != "quiet" and rng.random() < chunk_rate:
                 at = outs[-1] if outs else arm
                 code = ex.submit_chunk(_random_chunk(rng, cfg, now, at, spread))
-                assert code in (None, "estopped", "disabled", "before_reset"), code
+                assert code in (None, "estopped", "disabled", "before_reset", "held"), code
+                assert (code == "held") == (name == "hold" and not ex.estopped and ex.enabled), (code, name)
+                reached["refused_chunk.held"] += code == "held"
             before = tuple(ex.counters[k] for k in _WATCHED)
             last_ns = cycles[-1].now_ns if cycles else now
             q = ex.update(now, period_ns * 1e-9)
@@ -738,6 +775,8 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter):
                 outs.append(q.copy())
                 if not (name == "push" and c < push_cycles):
                     arm = q.copy()
+        if name == "hold":
+            ex.set_hold("")
         if name == "estop" and rng.random() < 0.8:
             ex.resume()
         elif name == "disable" and rng.random() < 0.8:
@@ -863,16 +902,12 @@ def _check_cycles(cycles, cfg):
     return reached
 
 
-def test_output_within_limits_and_anchored_at_the_arm_whatever_the_inputs():
-    """Hypothesis strings together scenes: chunks (feasible and infeasible sequences), joint states that
-    follow the command, lag it, carry noise, are pushed beyond the path tolerance, stop arriving or hold
-    NaN; jittery periods and stalls of 2..50 periods; backwards clock jumps; announced resets on a monotonic
-    clock and with a clock restart (either order); e-stop/resume; disable/enable. ``_check_cycles`` holds
-    every cycle to the limits and every re-anchor to the measured state; then every path (each reset kind,
-    a stall, each stop, a NaN state) must have been reached, or the examples proved nothing about it."""
+def _property_run(scene_pool: tuple[str, ...], gated: bool, required: tuple[str, ...], examples: int) -> None:
+    """Hypothesis strings scenes of ``scene_pool`` together and ``_check_cycles`` checks every example; then
+    every path of ``required`` must have been reached in some example, or the examples proved nothing about it."""
     _PATHS_REACHED.clear()
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(
         blend=st.sampled_from(["crossfade", "freeze"]),
         horizon=st.floats(0.02, 0.5),
@@ -882,23 +917,41 @@ def test_output_within_limits_and_anchored_at_the_arm_whatever_the_inputs():
         max_chunk_age_s=st.sampled_from([0.3, 0.6, 2.0]),
         joint_state_timeout_s=st.sampled_from([0.1, 0.2, 0.5]),
         path_tolerance_rad=st.sampled_from([0.1, 0.3]),
-        scenes=st.lists(st.tuples(st.sampled_from(SCENES), st.integers(0, 2**32 - 1)), min_size=3, max_size=10),
+        scenes=st.lists(st.tuples(st.sampled_from(scene_pool), st.integers(0, 2**32 - 1)), min_size=3, max_size=10),
     )
     def within_limits(blend, horizon, spread, chunk_rate, jitter, max_chunk_age_s, joint_state_timeout_s,
                       path_tolerance_rad, scenes):
         cfg = make_config(blend_mode=blend, blend_horizon_s=horizon, max_chunk_age_s=max_chunk_age_s,
                           joint_state_timeout_s=joint_state_timeout_s, path_tolerance_rad=path_tolerance_rad)
-        cycles, ex, reached = _drive(cfg, [("follow", 0)] + scenes, spread, chunk_rate, jitter)
+        cycles, ex, reached = _drive(cfg, [("follow", 0)] + scenes, spread, chunk_rate, jitter, gated=gated)
         _PATHS_REACHED.update(reached)
         _PATHS_REACHED.update(_check_cycles(cycles, cfg))
         for key in ("resets.path_tolerance", "resets.clock_jump", "resets.announced", "anchors.ramped", "stops.chunk_expired", "stops.chunk_stale",
-                    "stops.joint_states_stale", "stops.estop", "stops.disabled"):
+                    "stops.joint_states_stale", "stops.estop", "stops.disabled", "stops.joint_state_conflict"):
             _PATHS_REACHED[key] += ex.counters[key]
-        _PATHS_REACHED["joint_state_non_finite"] += ex.rejected["joint_state_non_finite"]
+        _PATHS_REACHED["joint_state_non_finite"] += ex.rejected["joint_state_non_finite"] + reached["refused.joint_state_non_finite"]
 
     within_limits()
-    missing = [p for p in REQUIRED_PATHS if not _PATHS_REACHED[p]]
+    missing = [p for p in required if not _PATHS_REACHED[p]]
     assert not missing, (missing, dict(_PATHS_REACHED))
+
+
+def test_output_within_limits_and_anchored_at_the_arm_whatever_the_inputs():
+    """Scenes: chunks (feasible and infeasible sequences), joint states that follow the command, lag it,
+    carry noise, are pushed beyond the path tolerance, stop arriving or hold NaN; jittery periods and stalls
+    of 2..50 periods; backwards clock jumps; announced resets on a monotonic clock and with a clock restart
+    (either order); e-stop/resume; disable/enable. ``_check_cycles`` holds every cycle to the limits and
+    every re-anchor to the measured state; every path (each reset kind, a stall, each stop, a NaN state)
+    must be reached."""
+    _property_run(SCENES, gated=False, required=REQUIRED_PATHS, examples=300)
+
+
+def test_output_within_limits_behind_the_joint_state_check_with_impostors_duplicates_and_holds():
+    """Issue 44: the same oracle with every joint state through the nodes' check (JointStateCheck) as the
+    controller node feeds its executor, and three more scenes: a second source replaying an old pose beside
+    the driver (each refused as a jump), a name twice (refused), and a hold while two sources conflict
+    (chunks refused as held, the plan stopped within the limits, going on after it clears)."""
+    _property_run(GATED_SCENES, gated=True, required=GATED_PATHS, examples=120)
 
 
 def test_loop_stats_report_period_error_percentiles_and_overruns():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vla_ros.joint_state_check import JUMP_SLACK, JUMP_TOL, REASONS, RESYNC_S, JointStateCheck, JointStateRefused
+from vla_ros.joint_state_check import JUMP_SLACK, JUMP_TOL, REASONS, RESYNC_S, JointStateCheck, JointStateRefused, StateSources
 
 JOINTS = ("a", "b", "c")
 VMAX = np.array([1.0, 2.0, 0.1])
@@ -33,8 +33,48 @@ def test_each_malformed_message_is_refused_with_its_code_and_a_good_one_is_reord
     # extra joints are ignored, the order is the check's
     np.testing.assert_array_equal(check.check(("gripper", "c", "a", "b"), [9.0, 3.0, 1.0, 2.0], 5 * MS), [1.0, 2.0, 3.0])
     # a refused name list stays refused (the cache keeps the verdict), a good one stays good
-    assert refused(check, ("a", "c"), [0, 0]) == "joint_state_missing_joint"
+    assert refused(check, ("a", "b", "c", "b"), [0, 0, 0, 0.8]) == "joint_state_duplicate_name"
+    assert refused(check, ("x", "y"), [0, 0]) == "joint_state_missing_joint"  # none of the node's joints
     np.testing.assert_array_equal(check.check(("gripper", "c", "a", "b"), [9.0, 6.0, 4.0, 5.0], 6 * MS), [4.0, 5.0, 6.0])
+    assert check.stamp_ns == 6 * MS
+
+
+def test_disjoint_joint_sets_from_two_drivers_merge_by_name_and_the_state_is_as_old_as_its_oldest_part():
+    """An arm driver names a and b, a gripper driver c: the state is refused (missing c) until c was named
+    once, then every message updates its own joints; each part keeps its stamp."""
+    check = JointStateCheck(JOINTS, VMAX)
+    assert refused(check, ("b", "a"), [0.2, 0.1], 10 * MS) == "joint_state_missing_joint"
+    np.testing.assert_array_equal(check.check(("c",), [0.03], 12 * MS), [0.1, 0.2, 0.03])
+    assert check.stamp_ns == 10 * MS
+    np.testing.assert_array_equal(check.check(("a", "b"), [0.11, 0.21], 20 * MS), [0.11, 0.21, 0.03])
+    assert check.stamp_ns == 12 * MS  # c's part is the oldest now
+    # the jump rule holds per part: a gripper value far off is refused, the arm's parts go on
+    assert refused(check, ("c",), [0.5], 22 * MS) == "joint_state_jump"
+    np.testing.assert_array_equal(check.check(("a", "b"), [0.12, 0.22], 30 * MS), [0.12, 0.22, 0.03])
+    # a message naming none of the joints is another driver's (a camera mount) once the state is complete
+    assert check.concerns(("pan",)) is False and check.concerns(("pan", "c")) is True
+    assert check.concerns(("pan", "pan")) is True  # a repeated name is still refused, whoever sent it
+    assert JointStateCheck(JOINTS).concerns(("pan",)) is True  # before: a driver naming none is refused
+    # velocities merge the same way, where a node asks for them
+    check.check(("a", "b"), [0.12, 0.22], 31 * MS, velocities=[1.0, 2.0])
+    check.check(("c",), [0.03], 32 * MS, velocities=[0.5])
+    np.testing.assert_array_equal(check.velocities, [1.0, 2.0, 0.5])
+    with pytest.raises(JointStateRefused) as err:
+        check.check(("a", "b"), [0.12, 0.22], 34 * MS, velocities=[1.0])
+    assert err.value.code == "joint_state_size"
+
+
+def test_a_state_source_that_names_a_joint_another_named_within_the_window_is_a_conflict():
+    sources = StateSources(JOINTS, window_s=0.5)
+    s = 1_000_000_000
+    assert sources.observe("arm", ("a", "b", "x"), 1 * s) == ("arm",)
+    assert sources.observe("gripper", ("c",), 1 * s) == ("gripper",)  # disjoint: a merge, not a conflict
+    assert sources.conflicts(1 * s) == []
+    assert sources.observe("replay", ("b",), 1 * s + 100 * MS) == ("replay", "arm")
+    assert sources.conflicts(1 * s + 200 * MS) == [("arm", "replay")]
+    sources.observe("arm", ("a", "b"), 1 * s + 550 * MS)
+    assert sources.conflicts(1 * s + 601 * MS) == []  # the replay has been silent for the window: over
+    assert sources.observe("arm", ("a", "b"), 1 * s + 700 * MS) == ("arm",)
 
 
 def test_a_jump_beyond_the_limits_is_refused_and_a_move_within_them_taken():

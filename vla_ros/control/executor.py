@@ -161,6 +161,7 @@ class ChunkExecutor:
         self.estopped = False
         self.enabled = True
         self._estop_request = False
+        self.held: str = ""  # an input nobody can vouch for (set_hold): stopped, chunks refused, until it clears
         self._output_on = False
         self._ramp = False  # the next start goes on from the last command (see _start)
         # Whether the arm waits at the last command when no new one comes (a position interface), so a
@@ -217,6 +218,8 @@ class ChunkExecutor:
             return self._reject("estopped")
         if not self.enabled:
             return self._reject("disabled")
+        if self.held:
+            return self._reject("held", f"held: {self.held}")
         if int(chunk.stamp_ns) == 0:
             return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
         if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
@@ -320,6 +323,16 @@ class ChunkExecutor:
             self.motion = Motion.WAITING  # someone else may have moved the arm: restart from joint states
             self._ramp = False
         return "enabled" + (" (e-stop still latched)" if self.estopped else "")
+
+    def set_hold(self, reason: str) -> None:
+        """Hold while an input cannot be trusted (``reason``, a code: two sources of the same joint states,
+        two clocks): the plan stops from the last command within the limits at the next cycle, chunks
+        are refused ("held"), and after ``set_hold("")`` the arm waits for a new chunk, as after a resume.
+        Counted once per hold (``holds.<reason>``)."""
+        if reason and reason != self.held:
+            self.counters[f"holds.{reason}"] += 1
+            self._pending = None
+        self.held = reason
 
     # ---- resets ----------------------------------------------------------------------------------
     def reset_episode(self, stamp_ns: int, episode: str = "") -> bool:
@@ -440,6 +453,8 @@ class ChunkExecutor:
             self._stop(t, "estop")
         if not self.enabled and self.motion is Motion.TRACKING:
             self._stop(t, "disabled")
+        if self.held and self.motion is Motion.TRACKING:
+            self._stop(t, self.held)
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._accept(pending, now_ns, t)
@@ -524,8 +539,8 @@ class ChunkExecutor:
 
     def _accept(self, c: _Pending, now_ns: int, t: float) -> None:
         cfg = self.config
-        if self.estopped or not self.enabled:
-            self._reject("estopped" if self.estopped else "disabled")
+        if self.estopped or not self.enabled or self.held:
+            self._reject("estopped" if self.estopped else "disabled" if not self.enabled else "held")
         elif c.stamp_ns - now_ns > cfg.max_chunk_future_s * 1e9:
             self._reject("stamp_in_future")
         elif c.times_ns[-1] <= now_ns:

@@ -69,6 +69,8 @@ from vla_ros.safety import (
 
 # Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
 WATCHDOG_RATE_HZ = 10.0
+# A refused joint state is reported (WARN) for this long after it came.
+STATE_REFUSAL_REPORT_S = 1.0
 # Joint states stamped this far after now still count (a simulated /clock may trail the sim's stamps).
 STAMP_GRACE_NS = 100_000_000
 
@@ -97,7 +99,10 @@ class SafetyFilterNode(Node):
         self._episode_start_ns: int | None = None
         self._resets = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        controller = self._params["controller"].strip()
+        self._heartbeat_topic = self.resolve_topic_name(f"{controller}/heartbeat") if controller else ""
         self.watchdog = self._make_watchdog()
+        self._state_warned = False
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
@@ -114,6 +119,9 @@ class SafetyFilterNode(Node):
         # Raw: the chunk's size is read from its bytes before it is deserialized (see _on_chunk).
         self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10, raw=True)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        if self._heartbeat_topic:  # wall time only: a stalled process stops it whatever the clock does
+            self.create_subscription(Header, self._heartbeat_topic, lambda _: self.watchdog["controller"].seen(time.monotonic_ns()),
+                                     QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
         self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
@@ -132,6 +140,9 @@ class SafetyFilterNode(Node):
         }
         if self._use_sim_time:
             watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+        if self._heartbeat_topic:
+            watches["controller"] = InputWatch(f"heartbeat on {self._heartbeat_topic}", p["controller_timeout_s"], ERROR,
+                                               "controller stalled or dead: the arm gets no commands")
         return Watchdog(watches)
 
     # ---- robot model and configuration -----------------------------------------------------------
@@ -230,10 +241,13 @@ class SafetyFilterNode(Node):
         if stamp != 0 and start is not None and stamp < start:
             self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
             return
-        # The checks every node makes (joint_state_check), on the robot's joints once it is loaded.
-        check = self._state_check or JointStateCheck(names)
-        try:
-            check.check(names, msg.position, stamp)
+        if self._state_check is None:  # no robot model yet: nothing to check against, nothing to filter with
+            self.watchdog["joint_states"].seen(time.monotonic_ns(), self.get_clock().now().nanoseconds)
+            return
+        if not self._state_check.concerns(names):
+            return  # another driver's joints only
+        try:  # the checks every node makes (joint_state_check), on the robot's joints
+            self._state_check.check(names, msg.position, stamp)
         except JointStateRefused as err:
             self.rejections.reject("joint state", err.code, err.detail)
             return
@@ -290,7 +304,11 @@ class SafetyFilterNode(Node):
         """Steady-clock timer: simulated time advancing counts as /clock arriving; publish at once when an
         input stops or comes back."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        if self.watchdog.poll(mono, ros, self.rejections.log):
+        changed = self.watchdog.poll(mono, ros, self.rejections.log)
+        refusing = bool(self.rejections.recent(STATE_REFUSAL_REPORT_S, "joint_state_"))
+        changed |= refusing != self._state_warned
+        self._state_warned = refusing
+        if changed:
             self._publish_diagnostics()
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
@@ -299,10 +317,16 @@ class SafetyFilterNode(Node):
         values = self.watchdog.values(mono, ros)
         values["resets"] = self._resets
         values["episode"] = "" if self._episode is None else str(self._episode[1])
-        if not stopped:
+        names = {name for name, _ in stopped}
+        # simulated time standing still stops the controller's loop too: the clock is the cause named
+        problems = [(w.level, w.describe(mono, ros)) for name, w in stopped if not (name == "controller" and "clock" in names)]
+        refused = self.rejections.recent(STATE_REFUSAL_REPORT_S, "joint_state_")
+        refused.pop("joint_state_before_reset", None)  # the previous episode's, in flight at a reset: expected
+        if refused:
+            problems.append((WARN, f"joint states refused: {'; '.join(refused.values())}"))
+        if not problems:
             return OK, "all inputs arriving", values
-        level = max(w.level for _, w in stopped)
-        return level, "; ".join(w.describe(mono, ros) for _, w in stopped), values
+        return max(level for level, _ in problems), "; ".join(text for _, text in problems), values
 
     def _values(self) -> dict[str, Any]:
         ms = np.array(self._check_ms) if self._check_ms else np.zeros(1)

@@ -25,10 +25,22 @@ class ReasonLog:
         self._clock = clock
         self._last_logged: dict[str, float] = {}
         self._suppressed: Counter[str] = Counter()
+        self._newest: dict[str, tuple[float, str]] = {}  # code -> (when, "code: detail") of its newest rejection
 
     def reject(self, source: str, code: str, detail: str = "") -> None:
         self.counter[code] += 1
+        self.note(code, detail)
         self.log(f"rejected {source}: {code}" + (f": {detail}" if detail else ""), code)
+
+    def note(self, code: str, detail: str = "") -> None:
+        """Remember ``code``'s newest rejection (``reject`` does; a rejection counted elsewhere calls this)."""
+        self._newest[code] = (self._clock(), f"{code}: {detail}" if detail else code)
+
+    def recent(self, within_s: float, prefix: str = "") -> dict[str, str]:
+        """Code -> "code: detail" of the rejections within the last ``within_s`` whose code starts with
+        ``prefix``: what a node's status reports (WARN) while inputs are being refused."""
+        now = self._clock()
+        return {c: text for c, (at, text) in sorted(self._newest.items()) if c.startswith(prefix) and now - at <= within_s}
 
     def log(self, line: str, key: str) -> bool:
         """Log ``line`` unless ``key`` was logged within the period; True when logged."""
