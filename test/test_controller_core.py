@@ -943,7 +943,7 @@ def test_output_within_limits_and_anchored_at_the_arm_whatever_the_inputs():
     (either order); e-stop/resume; disable/enable. ``_check_cycles`` holds every cycle to the limits and
     every re-anchor to the measured state; every path (each reset kind, a stall, each stop, a NaN state)
     must be reached."""
-    _property_run(SCENES, gated=False, required=REQUIRED_PATHS, examples=300)
+    _property_run(SCENES, gated=False, required=REQUIRED_PATHS, examples=150)
 
 
 def test_output_within_limits_behind_the_joint_state_check_with_impostors_duplicates_and_holds():
@@ -951,7 +951,7 @@ def test_output_within_limits_behind_the_joint_state_check_with_impostors_duplic
     controller node feeds its executor, and three more scenes: a second source replaying an old pose beside
     the driver (each refused as a jump), a name twice (refused), and a hold while two sources conflict
     (chunks refused as held, the plan stopped within the limits, going on after it clears)."""
-    _property_run(GATED_SCENES, gated=True, required=GATED_PATHS, examples=120)
+    _property_run(GATED_SCENES, gated=True, required=GATED_PATHS, examples=150)
 
 
 def test_loop_stats_report_period_error_percentiles_and_overruns():

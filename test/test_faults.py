@@ -20,6 +20,8 @@ from vla_ros.bench.faults import FAULTS, VELOCITY_WINDOW_S, run_faults
 from vla_ros.control import bundled_urdf_path
 
 LIMIT_RATIO = 1.05  # issue 44: the measured velocity stays within 1.05x the limit
+# The faults issue 44 asks the launched tests for, and the baseline (the bench also runs bad_states)
+TESTED = ("none", "stale_pose", "duplicate_name", "controller_sigstop", "policy_sigstop", "second_clock")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def faults(tmp_path_factory):
     log = tmp_path_factory.mktemp("faults") / "graph.log"
     raw: dict = {}
     try:
-        out = run_faults(list(FAULTS), real_time_factor=0.5, log_path=log, progress=False, raw=raw)
+        out = run_faults(list(TESTED), real_time_factor=0.5, log_path=log, progress=False, raw=raw)
     except Exception:
         print(log.read_text()[-4000:] if log.is_file() else "(no graph log)")
         raise
@@ -40,7 +42,7 @@ def urdf_velocity_limits() -> dict[str, float]:
             if j.get("type") in ("revolute", "prismatic") and j.find("limit") is not None}
 
 
-@pytest.mark.parametrize("name", list(FAULTS))
+@pytest.mark.parametrize("name", TESTED)
 def test_no_fault_moves_a_joint_faster_than_its_limit_and_each_is_named(faults, name):
     out, raw = faults
     limits = urdf_velocity_limits()

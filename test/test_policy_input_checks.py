@@ -18,7 +18,8 @@ from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.params.policy import PARAMS
 from vla_ros.params.spec import default_values
 from vla_ros.policy import PolicySession
-from vla_ros.policy.input_checks import InstructionGate, RecentRefusals, RepeatedFrames, instruction_size_error
+from vla_ros.policy.input_checks import InstructionGate, RepeatedFrames, instruction_size_error
+from vla_ros.ros.rejections import RecentRefusals
 from vla_ros.policy.session import SessionConfig
 from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens.convert import CONTROL_CHARACTERS, TokenError, instruction_text

@@ -103,8 +103,6 @@ GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
 # Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
 # timeout plus one check period; a publisher on the chunk topic is seen within one period.
 WATCHDOG_RATE_HZ = 10.0
-# A refused joint state is reported (WARN) for this long after it came.
-STATE_REFUSAL_REPORT_S = 1.0
 # The control loop says it runs on ~/heartbeat (std_msgs/Header, the cycle's ROS time) every this many
 # cycles (10 Hz at 100 Hz): the safety filter reports a stalled or dead controller from its silence.
 HEARTBEAT_CYCLES = 10
@@ -372,7 +370,7 @@ class ControllerNode(Node):
         if code is not None:  # counted by the core
             self.rejections.log(f"rejected joint state: {detail}", code)
             if code != "joint_state_before_reset":  # the previous episode's, in flight at a reset: expected
-                self.rejections.note(code, detail)
+                self.rejections.recent.note("joint state", code, detail, time.monotonic())
             return
         self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)
 
@@ -608,7 +606,7 @@ class ControllerNode(Node):
 
     def _refused_states(self) -> dict[str, str]:
         """Reason code -> the newest refusal of a joint state for it within the last second ("code: detail")."""
-        return self.rejections.recent(STATE_REFUSAL_REPORT_S, "joint_state_")
+        return self.rejections.recent.by_code(time.monotonic(), "joint_state_")
 
     def _inputs_status(self) -> tuple[bytes, str, dict]:
         """Liveness of /clock, joint states and chunks, and who publishes chunks."""

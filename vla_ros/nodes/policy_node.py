@@ -49,13 +49,14 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.spec import validate_all
-from vla_ros.policy.input_checks import InstructionGate, RecentRefusals, instruction_size_error
+from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.policy.intake import ReasonThrottle
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.rejections import RecentRefusals
 from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens.stream import TIMING_REJECTIONS
 from vla_ros.urdf_limits import limits_for

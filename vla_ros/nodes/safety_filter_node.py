@@ -69,8 +69,6 @@ from vla_ros.safety import (
 
 # Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
 WATCHDOG_RATE_HZ = 10.0
-# A refused joint state is reported (WARN) for this long after it came.
-STATE_REFUSAL_REPORT_S = 1.0
 # Joint states stamped this far after now still count (a simulated /clock may trail the sim's stamps).
 STAMP_GRACE_NS = 100_000_000
 
@@ -305,11 +303,16 @@ class SafetyFilterNode(Node):
         input stops or comes back."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
-        refusing = bool(self.rejections.recent(STATE_REFUSAL_REPORT_S, "joint_state_"))
+        refusing = bool(self._refused_states())
         changed |= refusing != self._state_warned
         self._state_warned = refusing
         if changed:
             self._publish_diagnostics()
+
+    def _refused_states(self) -> dict[str, str]:
+        """Reason code -> "code: detail" of the joint states refused within the last second (not the previous
+        episode's, in flight at a reset: expected)."""
+        return self.rejections.recent.by_code(time.monotonic(), "joint_state_", exclude=("joint_state_before_reset",))
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
@@ -320,8 +323,7 @@ class SafetyFilterNode(Node):
         names = {name for name, _ in stopped}
         # simulated time standing still stops the controller's loop too: the clock is the cause named
         problems = [(w.level, w.describe(mono, ros)) for name, w in stopped if not (name == "controller" and "clock" in names)]
-        refused = self.rejections.recent(STATE_REFUSAL_REPORT_S, "joint_state_")
-        refused.pop("joint_state_before_reset", None)  # the previous episode's, in flight at a reset: expected
+        refused = self._refused_states()
         if refused:
             problems.append((WARN, f"joint states refused: {'; '.join(refused.values())}"))
         if not problems:

@@ -13,14 +13,12 @@
   ~50 us for a repeated one (test_policy_input_checks prints them). The motion matters because a picture
   may rightly stay the same: a still arm in a scene without sensor noise (a noise-free simulator renders
   it byte for byte the same); a camera that shows the same picture while the arm moves is frozen.
-* ``RecentRefusals``: refused inputs by source and reason within the last ``hold_s`` (wall), for a status
-  that is WARN while they happen and OK again once they stop.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import Counter
 
 import numpy as np
 
@@ -178,33 +176,3 @@ class RepeatedFrames:
         """Whether the newest frames are one picture repeated for ``threshold_s`` or more of stamps while the
         arm moved at least ``min_motion`` (0: whatever it did)."""
         return self.count >= 2 and threshold_s > 0 and self.span_s >= threshold_s and self.motion >= min_motion
-
-
-class RecentRefusals:
-    """Refusals by (source, code) within the last ``hold_s`` (wall): ``note`` each one, ``recent`` says which
-    happened lately, how often and the newest detail. Thread-safe (noted on one thread, read on others)."""
-
-    def __init__(self, hold_s: float = 1.0, max_per_key: int = 1000) -> None:
-        self.hold_s = hold_s
-        self._max = max_per_key
-        self._lock = threading.Lock()
-        self._times: dict[tuple[str, str], deque] = {}
-        self._detail: dict[tuple[str, str], str] = {}
-
-    def note(self, source: str, code: str, detail: str, now_s: float) -> None:
-        with self._lock:
-            key = (source, code)
-            self._times.setdefault(key, deque(maxlen=self._max)).append(now_s)
-            self._detail[key] = detail
-
-    def recent(self, now_s: float) -> list[tuple[str, str, int, str]]:
-        """(source, code, refusals in the last hold_s, the newest one's detail), sorted by source and code."""
-        out = []
-        with self._lock:
-            for key in sorted(self._times):
-                times = self._times[key]
-                while times and times[0] < now_s - self.hold_s:
-                    times.popleft()
-                if times:
-                    out.append((*key, len(times), self._detail[key]))
-        return out
