@@ -586,12 +586,13 @@ PATH_WINDOW_COMMANDS = 25
 SETTLE_S = 0.25
 # Situations the property test strings together, a few to a hundred cycles each.
 SCENES = ("follow", "lag", "noise", "push", "silent", "nan", "stall", "jump", "reset_later", "reset_restart",
-          "estop", "disable", "quiet")
+          "estop", "disable", "quiet", "moved")
 # Every path the property test exists for; each must be reached somewhere in its examples.
 REQUIRED_PATHS = ("resets.path_tolerance", "resets.clock_jump", "resets.announced", "anchors.ramped", "start_after_announcement",
                   "ramp_moving", "stall", "stall_moving",
                   "stops.chunk_expired", "stops.chunk_stale", "stops.joint_states_stale", "stops.estop",
-                  "stops.disabled", "joint_state_non_finite", "lag_forgiven", "silent_at_rest", "anchor_on_enable")
+                  "stops.disabled", "joint_state_non_finite", "lag_forgiven", "silent_at_rest", "anchor_on_enable",
+                  "ramp_beyond_window")
 _PATHS_REACHED: Counter = Counter()  # across the examples of one run of the property test
 # Counters read around every update: re-anchors (every re-anchor passes through `starts`), which reset it
 # was, the stops that began and the chunks taken.
@@ -701,8 +702,8 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter, gated=False):
             announced = True
             if check is not None:
                 check.forget()
-        elif name == "reset_restart":
-            arm = placed.copy()
+        elif name in ("reset_restart", "moved"):
+            arm = placed.copy()  # moved: by a hand or a reset nobody announced, and held there for the scene
         elif name == "hold":
             ex.set_hold("joint_state_conflict")
         stale = arm + np.where(revolute, rng.choice([-1.0, 1.0], 7) * rng.uniform(0.1, 0.6, 7), 0.0)  # an old pose
@@ -773,7 +774,7 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter, gated=False):
                 reached["anchor_on_enable"] += cycles[-1].anchored
             if q is not None:
                 outs.append(q.copy())
-                if not (name == "push" and c < push_cycles):
+                if not (name == "push" and c < push_cycles) and name != "moved":
                     arm = q.copy()
         if name == "hold":
             ex.set_hold("")
@@ -858,7 +859,8 @@ def _check_cycles(cycles, cfg):
     # Path tolerance and stops, in order.
     speed = np.abs(V).max(axis=1)
     since = 0  # index of the newest re-anchor: the commands since are Q[since:k] ...
-    target = Q[0]  # ... and the path is measured against its target too while the ring still holds it
+    target = Q[0]  # ... and the path is measured against its target too while the ring still holds it, or
+    ramping = False  # ... until the command reached it or a chunk took over
     tau, rest_by, stop = 0.0, None, ""  # command time (sum of dt), and when the current stop must be at rest
     for k, cy in enumerate(cycles):
         if cy.fresh and k > 0 and sent[k - 1] and not cy.clock_back:
@@ -867,8 +869,9 @@ def _check_cycles(cycles, cfg):
             # joint is servo lag, and only one off them in some joint may re-anchor ...
             first = max(since, k - PATH_WINDOW_COMMANDS)
             recent = [i for i in range(first, k) if cy.now_ns - cycles[i].now_ns <= PATH_WINDOW_NS] or [k - 1]
-            ref = [Q[recent], target[None]] if k - since < PATH_WINDOW_COMMANDS else [Q[recent]]
+            ref = [Q[recent], target[None]] if k - since < PATH_WINDOW_COMMANDS or ramping else [Q[recent]]
             off = np.abs(np.concatenate(ref) - cy.meas).min(axis=0)
+            reached["ramp_beyond_window"] += ramping and k - since >= PATH_WINDOW_COMMANDS
             if cy.path_trip:
                 assert (off > tol).any(), f"cycle {k}: path re-anchor with the arm within {off} of the recent commands"
             elif (np.abs(Q[k - 1] - cy.meas) > tol).any():
@@ -892,11 +895,13 @@ def _check_cycles(cycles, cfg):
             v0 = V[k - 1] if k > 0 and sent[k - 1] else np.zeros(7)
             rest_by, stop = tau + float(np.max(np.abs(v0) / amax)) + SETTLE_S, cy.stop
         if cy.anchored:
-            since, target = k, np.clip(cy.meas, lower, upper)
+            since, target, ramping = k, np.clip(cy.meas, lower, upper), True
         else:
             tau += dt[k]
             if rest_by is not None and cy.period_s > dt[k]:
                 rest_by += cy.period_s - dt[k]  # after a stall the plan is ahead and the command catches up
+        if cy.chunk_accepted or (ramping and np.all(np.abs(Q[k] - target) <= 1e-9)):
+            ramping = False  # a chunk took over, or the command is where the re-anchor went
         if rest_by is not None and tau > rest_by:
             assert speed[k] < 1e-9, f"cycle {k}: still moving at {V[k]} after the {stop} stop should have ended"
     return reached

@@ -41,6 +41,13 @@ PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_
 FRAME_PERIOD_NS = 100 * MS // 3
 
 
+def triangle(t_ns: int) -> float:
+    """Every joint's position at ``t_ns``: up and down at 1 rad/s (or m/s) between 0 and 0.996, never a jump
+    (once the node knows the robot's limits, the table-lift test's /robot_description, it refuses jumps)."""
+    m = t_ns // MS % 1994
+    return 0.001 * (m if m < 997 else 1994 - m)
+
+
 def settled(values: dict | None) -> bool:
     """Whether every tick the node has started has finished when it reported: a tick ends in a chunk or in a
     skip it counts, so then ``ticks == chunks + skipped.*`` (a tick counts itself first)."""
@@ -86,7 +93,7 @@ class Player:
         batch = []
         first_frame = -(-(t + 1) // FRAME_PERIOD_NS)
         for k in range(1, 11):
-            batch.append(("sensor_msgs/msg/JointState", joint_state(t + k * 10 * MS, q=0.001 * ((t + k * 10 * MS) // MS % 997))))
+            batch.append(("sensor_msgs/msg/JointState", joint_state(t + k * 10 * MS, q=triangle(t + k * 10 * MS))))
         if camera:
             for i in range(first_frame, (t + 100 * MS) // FRAME_PERIOD_NS + 1):
                 batch.append(("sensor_msgs/msg/Image", self.frame(i * FRAME_PERIOD_NS)))

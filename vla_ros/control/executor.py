@@ -143,6 +143,9 @@ class ChunkExecutor:
         # The last commands, for the path tolerance (a ring of PATH_TOLERANCE_WINDOW_S).
         self._recent = np.zeros((max(2, int(math.ceil(PATH_TOLERANCE_WINDOW_S * config.rate_hz))), j))
         self._recent_i = 0
+        # Where the last re-anchor goes (the measured state then): the path is measured against it too until
+        # the command is there or a chunk takes over, so a ramp longer than the window does not trip again.
+        self._anchor_ref: np.ndarray | None = None
         self._path_checked_ns: int | None = None
         # Episodes: the newest announced one, when it began (ROS time), and a reset waiting for its clock jump.
         self.episode: str | None = None
@@ -387,6 +390,8 @@ class ChunkExecutor:
             return  # a stale state says nothing about now
         self._path_checked_ns = stamp
         off = np.min(np.abs(self._recent - self.q_meas), axis=0)  # (J,) distance to the nearest recent command
+        if self._anchor_ref is not None:  # ... or to where a ramp still goes
+            off = np.minimum(off, np.abs(self._anchor_ref - self.q_meas))
         over = off > self._path_tol
         if not over.any():
             return
@@ -476,6 +481,8 @@ class ChunkExecutor:
         self._t_cmd = t
         self._recent[self._recent_i] = self.q_cmd
         self._recent_i = (self._recent_i + 1) % self._recent.shape[0]
+        if self._anchor_ref is not None and np.all(np.abs(self.q_cmd - self._anchor_ref) <= 1e-9):
+            self._anchor_ref = None  # the command is there
         # Silent only once this cycle's command is the one sent last (the limiter itself brought it to rest,
         # so the arm holding it stops within the limits). The plan reaching its end (HOLDING) does not say
         # the command has: after a stall or with jittery periods it can still be catching up, and going
@@ -529,6 +536,7 @@ class ChunkExecutor:
         self._t_cmd = 0.0
         self._plan.set_hold(0.0, target)
         self._recent[:] = target
+        self._anchor_ref = target.copy()
         self._path_checked_ns = self.meas_stamp_ns
         self._covered_until = -math.inf
         self.active_stamp_ns = None
@@ -554,6 +562,7 @@ class ChunkExecutor:
             self.motion = Motion.TRACKING
             self.watchdog = ""
             self.active_stamp_ns = c.stamp_ns
+            self._anchor_ref = None  # a chunk takes over from the re-anchor
             self.counters["chunks_accepted"] += 1
 
     def _build_chunk_spline(self, c: _Pending, t: float) -> None:
