@@ -66,7 +66,7 @@ PYTEST_ARGS ?=
 test: setup
 	@echo "make test: random order seed $(RANDOM_ORDER_SEED) (again: make test RANDOM_ORDER_SEED=$(RANDOM_ORDER_SEED))"
 	@ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} PYTHONPYCACHEPREFIX=$${TMPDIR:-/tmp}/vla_ros-pycache-$$(id -u) \
-	  $(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) test $(PYTEST_ARGS); \
+	  $(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) --durations=25 test $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): nothing was tested" >&2; fi; \
 	  exit $$code
 
@@ -80,7 +80,7 @@ demo-two-hosts: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-64} $(VENV)/bin/vla-ros demo-two-hosts
 
 bench: setup
-	for part in sim tokens policy safety controller; do \
+	for part in sim tokens policy safety controller faults; do \
 	  ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-63} $(VENV)/bin/vla-ros bench $$part --json || exit 1; done
 
 # Train the cup policy as the README measures it: 360 expert episodes (two collectors, one per core), then two

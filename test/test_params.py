@@ -1,13 +1,17 @@
 """Parameter tables: validation reasons, declaration on a real rclpy node, docs/parameters.md in sync."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
 import rclpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from vla_ros.params import node_tables
 from vla_ros.ros.params import ParameterError, ParamSpec, declare_parameters
 from vla_ros.tools.param_docs import DOC_PATH, document
 
@@ -22,7 +26,7 @@ SPECS = [
 def test_validate_reasons_name_the_parameter_and_value():
     rate = SPECS[0]
     assert rate.validate(50.0) is None
-    assert rate.validate(0.5) == "rate_hz=0.5 is below the minimum 1.0"
+    assert rate.validate(0.5) == "rate_hz=0.5 is below the minimum 1.0 (allowed: [1, 100])"
     assert "above the maximum" in rate.validate(200.0)
     assert "NaN" in rate.validate(math.nan)
     assert SPECS[1].validate("c") == "mode='c' is not one of ['a', 'b']"
@@ -280,3 +284,205 @@ def test_safety_filter_workspace_is_set_at_run_time_on_a_real_process(ros):
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out[-3000:]
+
+
+# ---- lower bounds that mean something (issue 44, item 4b: 1e-300 was a valid velocity_scale) -----------------
+TABLES = node_tables()
+SPEC = {node: {s.name: s for s in table} for node, table in TABLES.items()}
+# Numbers whose name makes them a scale, factor, tolerance, margin, clearance, timeout, period, horizon, age,
+# rate or duration: each needs a lower bound that means something.
+BOUNDED_NAME = re.compile(r"scale|factor|tolerance|timeout|_s$|_us$|margin|clearance|clamp|rate|_hz$")
+BOUNDED = [(node, s) for node, table in TABLES.items() for s in table
+           if s.type_name in ("int", "double") and BOUNDED_NAME.search(s.name)]
+
+
+def _floor(spec: ParamSpec) -> float:
+    """The smallest value the parameter takes other than 0 (where 0 means off)."""
+    return spec.min_positive if spec.min_positive is not None else spec.min_value
+
+
+def test_min_positive_keeps_zero_as_off_and_refuses_what_lies_between():
+    from vla_ros.params.spec import markdown_table
+
+    tol = ParamSpec("tol_rad", 0.3, "tolerance; 0 = not checked", min_value=0.0, max_value=3.2, min_positive=0.001,
+                    min_reason="under 1 mrad noise trips it")
+    assert tol.validate(0.0) is None and tol.validate(0) is None and tol.validate(0.001) is None and tol.validate(3.2) is None
+    assert tol.validate(1e-300) == ("tol_rad=1e-300 is between 0 and the smallest value that works, 0.001 "
+                                    "(allowed: 0, or [0.001, 3.2]): under 1 mrad noise trips it")
+    assert tol.validate(-0.1) == "tol_rad=-0.1 is below the minimum 0.0 (allowed: 0, or [0.001, 3.2]): under 1 mrad noise trips it"
+    assert "| 0, or [0.001, 3.2] |" in markdown_table([tol])
+    spin = ParamSpec("spin_us", 300, "busy-wait (0 = sleep only)", min_value=0, max_value=2000, min_positive=10)
+    assert spin.validate(0) is None and spin.validate(10) is None
+    assert spin.validate(9) == "spin_us=9 is between 0 and the smallest value that works, 10 (allowed: 0, or [10, 2000])"
+    with pytest.raises(ValueError, match="min_positive"):
+        ParamSpec("x", 1.0, "x", min_value=0.5, max_value=2.0, min_positive=0.7)  # 0 is not allowed at all
+    with pytest.raises(ValueError, match="above max_value"):
+        ParamSpec("x", 1.0, "x", min_value=0.0, max_value=2.0, min_positive=3.0)
+    with pytest.raises(ValueError, match="min_positive"):
+        ParamSpec("x", "a", "x", min_value=0, min_positive=1)
+
+
+def test_every_scale_tolerance_timeout_and_rate_has_a_positive_lower_bound_with_its_reason():
+    """Every such number of every node: a positive minimum, or 0 documented as off with a positive smallest
+    other value; the refusal says why; the bound itself and the shipped default are taken; 1e-300 is not."""
+    names = {f"{node}.{s.name}" for node, s in BOUNDED}
+    assert {"controller_node.velocity_scale", "safety_filter_node.velocity_scale", "controller_node.path_tolerance_rad",
+            "policy_node.rate_hz", "sim_node.real_time_factor", "safety_filter_node.chunk_timeout_s"} <= names
+    for node, s in BOUNDED:
+        where = f"{node}.{s.name}"
+        assert s.min_value is not None, f"{where} has no lower bound"
+        if s.min_positive is None:
+            assert s.min_value > 0, f"{where}: its range [{s.min_value}, {s.max_value}] takes 0 and values next to it"
+        else:
+            assert s.min_value == 0 and re.search(r"\b0 =", s.description), f"{where}: 0 is taken, but not documented as off"
+        assert s.min_reason, f"{where}: a lower bound without the reason why"
+        assert s.validate(_floor(s)) is None and s.validate(s.default) is None, where
+        tiny = s.validate(1e-300 if s.type_name == "double" else 1)
+        if s.type_name == "double" or _floor(s) > 1:
+            assert tiny is not None and tiny.startswith(s.name), where
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_no_bounded_parameter_takes_a_value_between_zero_and_its_bound(data):
+    node, s = data.draw(st.sampled_from(BOUNDED), label="parameter")
+    floor = _floor(s)
+    if s.type_name == "double":
+        value = data.draw(st.floats(min_value=0.0, max_value=floor, exclude_min=True, exclude_max=True), label="value")
+    else:
+        if floor <= 1:
+            assert s.validate(0) is None if s.min_positive is not None else s.validate(0) is not None
+            return
+        value = data.draw(st.integers(min_value=1, max_value=int(math.ceil(floor)) - 1), label="value")
+    reason = s.validate(value)
+    assert reason is not None, f"{node}.{s.name} takes {value!r} below its bound {floor}"
+    assert reason.startswith(f"{s.name}={value!r} ") and f"(allowed: {s.range_text()}): {s.min_reason}" in reason, reason
+    assert (s.validate(0) is None) == (s.min_positive is not None), f"{node}.{s.name}: 0 is taken exactly when it means off"
+
+
+# (node, parameter): velocity_scale, path_tolerance_rad, a timeout of each node that has one, rates
+REPRESENTATIVE = [
+    ("controller_node", "velocity_scale"), ("controller_node", "path_tolerance_rad"), ("controller_node", "joint_state_timeout_s"),
+    ("controller_node", "controller_check_timeout_s"), ("safety_filter_node", "velocity_scale"),
+    ("safety_filter_node", "chunk_timeout_s"), ("safety_filter_node", "tracking_tolerance_rad"), ("policy_node", "rate_hz"),
+    ("policy_node", "source_timeout_s"), ("policy_node", "temporal_ensemble_s"), ("sim_node", "real_time_factor"),
+    ("sim_node", "reset_hold_s"), ("scripted_motion_node", "speed_scale"),
+]
+
+
+def _declare_like_the_node(node_name: str, node):
+    """What the node's constructor does with its table: the safety filter and the controller put their
+    ParamGuard (tightening only) in front of the table's own check."""
+    from vla_ros.params import controller as controller_params
+    from vla_ros.params import safety_filter as filter_params
+    from vla_ros.ros.param_guard import ParamGuard
+
+    table = TABLES[node_name]
+    if node_name not in ("controller_node", "safety_filter_node"):
+        return declare_parameters(node, table), None
+    if node_name == "controller_node":
+        rules, build = controller_params.TIGHTENING_RULES, controller_params.config_from_params
+    else:
+        rules, build = filter_params.tightening_rules(), filter_params.config_from_params
+    guard = ParamGuard(node, table, rules)
+    values = declare_parameters(node, table, on_change=guard.on_change)
+    guard.install(values, build=build, apply=lambda built, values, changes: None, allow_loosening=values["allow_runtime_loosening"])
+    return values, guard
+
+
+def _below(floor: float) -> tuple[float, ...]:
+    """1e-300, the largest double below the bound (inside rclpy's 1e-6 edge tolerance: the table's check must
+    refuse it) and 10 % below it (rclpy's own range check refuses that first, where the range starts there)."""
+    return (1e-300, math.nextafter(floor, 0.0), floor * 0.9)
+
+
+def _ours(spec: ParamSpec, value: float) -> bool:
+    """Whether the table's check, not rclpy's descriptor range, refuses ``value``: every value below the bound
+    of a parameter whose range starts at 0 (off), and the ones within rclpy's edge tolerance of the bound."""
+    return spec.min_positive is not None or math.isclose(value, spec.min_value, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("node_name, name", REPRESENTATIVE)
+def test_a_value_below_the_bound_stops_the_node_at_start_and_the_bound_starts_it(ros, node_name, name):
+    spec = SPEC[node_name][name]
+    floor = _floor(spec)
+    for i, bad in enumerate(_below(floor)):
+        node = Node(f"bound_start_{i}", parameter_overrides=[Parameter(name, value=bad)])
+        try:
+            with pytest.raises(ParameterError) as err:
+                _declare_like_the_node(node_name, node)
+        finally:
+            node.destroy_node()
+        text = str(err.value)
+        assert name in text and repr(bad) in text, text
+        if _ours(spec, bad):
+            assert f"{name}={bad!r} " in text and f"(allowed: {spec.range_text()}): {spec.min_reason}" in text, text
+        else:
+            assert "out of range" in text and f"Min: {spec.min_value}" in text, text
+    for good in (floor, 0.0) if spec.min_positive is not None else (floor,):
+        node = Node("bound_start_ok", parameter_overrides=[Parameter(name, value=good)])
+        try:
+            values, _ = _declare_like_the_node(node_name, node)
+            assert values[name] == good
+            if spec.min_positive is not None:  # `ros2 param describe` says what the range [0, max] does not
+                desc = node.describe_parameter(name)
+                assert desc.floating_point_range[0].from_value == 0.0
+                assert desc.additional_constraints.startswith(f"allowed: {spec.range_text()}"), desc.additional_constraints
+        finally:
+            node.destroy_node()
+
+
+@pytest.mark.parametrize("node_name, name", [(n, p) for n, p in REPRESENTATIVE if not SPEC[n][p].read_only])
+def test_a_value_below_the_bound_is_refused_at_run_time_and_the_bound_is_taken(ros, node_name, name):
+    """``ros2 param set`` (node.set_parameters runs the same callbacks as the SetParameters service)."""
+    spec = SPEC[node_name][name]
+    floor = _floor(spec)
+    node = Node("bound_set")
+    try:
+        _, guard = _declare_like_the_node(node_name, node)
+        was = node.get_parameter(name).value
+        for bad in _below(floor):
+            result = node.set_parameters([Parameter(name, value=bad)])[0]
+            assert not result.successful and name in result.reason and repr(bad) in result.reason, (bad, result.reason)
+            if _ours(spec, bad):
+                assert f"(allowed: {spec.range_text()}): {spec.min_reason}" in result.reason, result.reason
+            assert node.get_parameter(name).value == was
+        ok = node.set_parameters([Parameter(name, value=floor)])[0]  # from the default down to the bound: tightening
+        assert ok.successful, ok.reason
+        assert node.get_parameter(name).value == floor
+        if spec.min_positive is not None:
+            from vla_ros.params.tightening import loosenings
+
+            off = node.set_parameters([Parameter(name, value=0.0)])[0]
+            if guard is not None and loosenings(guard.rules, {name: floor}, {name: 0.0}):
+                # path_tolerance_rad 0 switches a check off: refused without allow_runtime_loosening, for that reason
+                assert not off.successful and "allow_runtime_loosening" in off.reason, off.reason
+            else:  # a margin's or a hold's 0 (off), or a tolerance's 0 that only tightens (every offset counts)
+                assert off.successful, off.reason
+    finally:
+        node.destroy_node()
+
+
+def test_a_tiny_tightening_is_refused_though_the_tightening_rules_alone_would_take_it(ros):
+    """1e-300 is smaller than any tolerance or timeout, so to the tightening rules it only tightens; the guard
+    asks each value's own spec first and refuses it, naming the parameter and why."""
+    from vla_ros.params import controller as controller_params
+    from vla_ros.params.spec import default_values
+    from vla_ros.params.tightening import loosenings
+
+    rules = controller_params.TIGHTENING_RULES
+    base = default_values(controller_params.PARAMS)
+    names = ("path_tolerance_rad", "joint_state_timeout_s", "max_chunk_age_s", "velocity_scale")
+    for name in names:
+        assert loosenings(rules, base, {**base, name: 1e-300}) == {}, name
+    node = Node("tiny_tightening")
+    try:
+        _, guard = _declare_like_the_node("controller_node", node)
+        for name in names:
+            result = node.set_parameters([Parameter(name, value=1e-300)])[0]
+            assert not result.successful and name in result.reason, result.reason
+        # path_tolerance_rad's range starts at 0 (off), so rclpy lets 1e-300 through: the guard refuses it
+        assert guard.refused == 1 and guard.last_refusal.startswith("path_tolerance_rad=1e-300 is between 0 and")
+        assert [node.get_parameter(n).value for n in names] == [base[n] for n in names]
+    finally:
+        node.destroy_node()

@@ -8,8 +8,7 @@ topic exists only while ``debug_attention`` is true; every rejection reason reac
 reset announcement restarts the window and later messages of the old episode are refused.
 """
 
-import os
-import signal
+import contextlib
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header, String
 
-from ros_helpers import REPO
+from ros_helpers import REPO, stop
 from sensor_feed import MS, SensorFeed, camera_frame, joint_state
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
@@ -40,6 +39,13 @@ INSTRUCTION = "pick up the red cup"
 PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_image_age_s": 0.2, "source_timeout_s": 0.5,
               "shape_chunks": False}
 FRAME_PERIOD_NS = 100 * MS // 3
+
+
+def triangle(t_ns: int) -> float:
+    """Every joint's position at ``t_ns``: up and down at 1 rad/s (or m/s) between 0 and 0.996, never a jump
+    (once the node knows the robot's limits, the table-lift test's /robot_description, it refuses jumps)."""
+    m = t_ns // MS % 1994
+    return 0.001 * (m if m < 997 else 1994 - m)
 
 
 def settled(values: dict | None) -> bool:
@@ -60,6 +66,7 @@ class Player:
         self.feed, self.t = feed, t0_ns
         self.sent = {"joints": 0, "images": 0}
         self.wrist = None  # a publisher on /wrist_camera/image_raw: every frame goes out on it too
+        self.frame = camera_frame  # stamp ns -> the camera's frame (a test may send frozen or relabelled ones)
         self.log = []  # (receive time, [(type, msg)]) per step, for an in-process replay
 
     def totals(self):
@@ -86,10 +93,10 @@ class Player:
         batch = []
         first_frame = -(-(t + 1) // FRAME_PERIOD_NS)
         for k in range(1, 11):
-            batch.append(("sensor_msgs/msg/JointState", joint_state(t + k * 10 * MS, q=0.001 * ((t + k * 10 * MS) // MS % 997))))
+            batch.append(("sensor_msgs/msg/JointState", joint_state(t + k * 10 * MS, q=triangle(t + k * 10 * MS))))
         if camera:
             for i in range(first_frame, (t + 100 * MS) // FRAME_PERIOD_NS + 1):
-                batch.append(("sensor_msgs/msg/Image", camera_frame(i * FRAME_PERIOD_NS)))
+                batch.append(("sensor_msgs/msg/Image", self.frame(i * FRAME_PERIOD_NS)))
         for type_name, msg in batch:
             (f.pub_image if type_name.endswith("Image") else f.pub_joints).publish(msg)
             self.sent["images" if type_name.endswith("Image") else "joints"] += 1
@@ -119,17 +126,19 @@ class Player:
         return start
 
 
-@pytest.fixture(scope="module")
-def robot(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("policy_contracts")
+@contextlib.contextmanager
+def tiny_policy(tmp, probe: str, params: dict):
+    """A policy_node on simulated time with a tiny untrained model (ONNX, the default backend) and
+    ``params``, fed by a ``SensorFeed`` named ``probe``; up once it reports, the instruction published.
+    Yields the feed (``proc``, ``folder``, ``log_path``, ``config`` and a ``Player`` at 1 s on it)."""
     torch.manual_seed(0)
     config = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)
-    save_model(VLATransformer(config), tmp / "tiny", onnx=True)  # the default backend is ONNX Runtime
-    feed = SensorFeed("contracts_probe")
+    save_model(VLATransformer(config), tmp / "tiny", onnx=True)
+    feed = SensorFeed(probe)
     log_path = tmp / "policy.log"
     log = open(log_path, "w")
     args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-p", "use_sim_time:=true", "-p", f"model:={tmp / 'tiny'}"]
-    for name, value in PARAMS_SET.items():
+    for name, value in params.items():
         args += ["-p", f"{name}:={value}"]
     proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     feed.proc, feed.folder, feed.log_path, feed.config = proc, tmp / "tiny", log_path, config
@@ -138,15 +147,16 @@ def robot(tmp_path_factory):
     feed.pub_instruction.publish(String(data=INSTRUCTION))
     feed.player = Player(feed, 1000 * MS)
     yield feed
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.wait()
+    code = stop(proc)
     feed.close()
     log.close()
     assert code == 0, log_path.read_text()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def robot(tmp_path_factory):
+    with tiny_policy(tmp_path_factory.mktemp("policy_contracts"), "contracts_probe", PARAMS_SET) as feed:
+        yield feed
 
 
 def node_and_session_chunks(robot, **params) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -296,7 +296,7 @@ def test_counts_per_source_add_up_and_losses_show_in_the_stamps(model):
     dropped = {30, 31, 32, 77}  # joint states 30-32 and 77 never arrive (a DDS queue that overflowed)
     for i in range(120):
         if i not in dropped:
-            session.add_message("sensor_msgs/msg/JointState", joints(i * 10 * MS), i * 10 * MS, "/joint_states")
+            session.add_message("sensor_msgs/msg/JointState", joints(i * 10 * MS or 1), i * 10 * MS, "/joint_states")  # 0: unstamped, refused
     session.tick(1195 * MS)  # the policy takes everything up to 1.19 s
     session.add_message("sensor_msgs/msg/JointState", joints(500 * MS), 1200 * MS, "/joint_states")  # late
     session.add_message("sensor_msgs/msg/Image", frame(1190 * MS, encoding="yuv422"), 1200 * MS, "/camera/image_raw")
@@ -362,7 +362,7 @@ def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_no
     (30 Hz). Frames newer than the newest joint state wait for the next tick, so nothing is late."""
     session = make_session(model)
     lag = 250 * MS  # joint states arrive 250 ms behind frames of the same instant (lateness is 100 ms)
-    events = [(t + lag, "sensor_msgs/msg/JointState", joints(t)) for t in range(0, 2 * NS, 10 * MS)]
+    events = [(t + lag, "sensor_msgs/msg/JointState", joints(t or 1)) for t in range(0, 2 * NS, 10 * MS)]  # 0: unstamped
     events += [(t, "sensor_msgs/msg/Image", frame(t)) for t in range(0, 2 * NS, NS // 30)]
     events.sort(key=lambda e: e[0])
     chunks, next_tick = [], 100 * MS

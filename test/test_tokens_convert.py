@@ -33,13 +33,23 @@ def image_msg(encoding: str, rgb: np.ndarray = RGB, pad: int = 0) -> Image:
     return Image(height=h, width=w, encoding=encoding, step=w * c + pad, data=rows.tobytes())
 
 
-@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8", "mono8"])
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8"])
 @pytest.mark.parametrize("pad", [0, 3])
 def test_every_raw_encoding_gives_the_same_rgb(encoding, pad):
     out = rgb_from_image_msg(image_msg(encoding, pad=pad))
-    expected = np.repeat(RGB[:, :, :1], 3, axis=2) if encoding == "mono8" else RGB
     assert out.shape == (6, 5, 3) and out.dtype == np.uint8
-    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out, RGB)  # bgr8 and bgra8 too: the channels come back in RGB order
+
+
+def test_a_grey_frame_is_refused_not_copied_into_three_channels():
+    """The model reads colour: mono8 (or a PNG that decodes to grey) is refused, as unknown_encoding."""
+    with pytest.raises(TokenError) as err:
+        rgb_from_image_msg(image_msg("mono8"))
+    assert err.value.code == "unknown_encoding" and "'mono8'" in str(err.value)
+    ok, grey = cv2.imencode(".png", RGB[:, :, 0])
+    with pytest.raises(TokenError) as err:
+        rgb_from_compressed_msg(CompressedImage(format="png", data=grey.tobytes()))
+    assert err.value.code == "unknown_encoding" and "grey" in str(err.value)
 
 
 def test_png_is_lossless_and_jpeg_close():
@@ -52,8 +62,6 @@ def test_png_is_lossless_and_jpeg_close():
     err = np.abs(out.astype(int) - big).mean()
     swapped = np.abs(out[:, :, ::-1].astype(int) - big).mean()
     assert out.shape == big.shape and err < 15 and swapped > 3 * err  # lossy, but the colour order is right
-    ok, gray = cv2.imencode(".png", big[:, :, 0])
-    np.testing.assert_array_equal(rgb_from_compressed_msg(CompressedImage(format="png", data=gray.tobytes())), np.repeat(big[:, :, :1], 3, axis=2))
 
 
 @pytest.mark.parametrize(
@@ -120,10 +128,10 @@ def test_joint_state_is_reordered_to_the_configured_names_and_extra_joints_ignor
     convert = JointStateConverter(TokenizerConfig())
     names = list(reversed(COMMANDED_JOINTS)) + ["right_finger_joint"]
     q = np.arange(len(names), dtype=float)
-    state = convert(joint_msg(names, q, q * 10))
+    state = convert(joint_msg(names, q, q * 10), 1_000)
     expected_q = [q[names.index(n)] for n in COMMANDED_JOINTS]
     np.testing.assert_array_equal(state, np.array(expected_q + [v * 10 for v in expected_q], np.float32))
-    no_vel = JointStateConverter(TokenizerConfig(state_velocities=False))(joint_msg(names, q))
+    no_vel = JointStateConverter(TokenizerConfig(state_velocities=False))(joint_msg(names, q), 1_000)
     np.testing.assert_array_equal(no_vel, np.array(expected_q, np.float32))
 
 
@@ -133,19 +141,19 @@ N = len(COMMANDED_JOINTS)
 @pytest.mark.parametrize(
     "msg, code",
     [
-        (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "missing_joint"),
-        (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "unknown_joint"),
-        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "duplicate_joint"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "size_mismatch"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "size_mismatch"),
+        (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "joint_state_missing_joint"),
+        (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "joint_state_missing_joint"),
+        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "joint_state_duplicate_name"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "joint_state_size"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "joint_state_size"),
         (joint_msg(COMMANDED_JOINTS, np.zeros(N)), "missing_velocities"),
-        (joint_msg(COMMANDED_JOINTS, [0, 0, float("nan"), 0, 0, 0, 0], np.zeros(N)), "non_finite"),
-        (joint_msg(COMMANDED_JOINTS, np.zeros(N), [0, 0, 0, float("inf"), 0, 0, 0]), "non_finite"),
+        (joint_msg(COMMANDED_JOINTS, [0, 0, float("nan"), 0, 0, 0, 0], np.zeros(N)), "joint_state_non_finite"),
+        (joint_msg(COMMANDED_JOINTS, np.zeros(N), [0, 0, 0, float("inf"), 0, 0, 0]), "joint_state_non_finite"),
     ],
 )
 def test_bad_joint_states_are_rejected_with_a_reason(msg, code):
     with pytest.raises(TokenError) as err:
-        JointStateConverter(TokenizerConfig())(msg)
+        JointStateConverter(TokenizerConfig())(msg, 1_000)
     assert err.value.code == code
 
 
@@ -163,9 +171,32 @@ def test_the_stream_counts_every_rejection_by_reason_and_keeps_going():
     assert stream.add_joint_state(nan_js, now_ns=3_000_000_000) is None
     assert stream.add_message("sensor_msgs/msg/Imu", object(), 3_000_000_000, "/imu") is None
     assert stream.set_instruction("   ", 3_000_000_000) is None
-    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
+    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "joint_state_non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
     assert stream.counts_add_up() and len(stream) == 1
-    assert "non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
+    assert "joint_state_non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
+
+
+def test_a_camera_keeps_the_encoding_and_size_of_its_first_frame():
+    """A relabelled (bgr8 after rgb8) or resized (half size) camera is refused, not reinterpreted or rescaled;
+    each camera has its own; nothing is locked by a frame that was refused."""
+    stream = TokenStream(TokenizerConfig(image_height=8, image_width=8), StreamConfig(), cameras={"/a": 0, "/b": 1})
+    pixels = RNG.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+
+    def frame(k: int, encoding: str = "rgb8", rgb: np.ndarray = pixels):
+        msg = image_msg(encoding, rgb)
+        msg.header.stamp.nanosec = k * 10_000_000
+        return msg
+
+    assert stream.add_image(frame(1, "mono8"), source="/a") is None  # refused: locks nothing
+    assert stream.add_image(frame(2), source="/a") is not None  # the first accepted frame: rgb8, 16x16
+    assert stream.add_image(frame(3, "bgr8"), source="/a") is None
+    assert stream.last_rejection_code == "wrong_image_encoding" and "'rgb8'" in stream.last_rejection
+    assert stream.add_image(frame(4, rgb=pixels[::2, ::2]), source="/a") is None
+    assert stream.last_rejection_code == "wrong_image_size" and "8x8" in stream.last_rejection and "16x16" in stream.last_rejection
+    assert stream.add_image(frame(5, "bgr8", pixels[::2, ::2]), source="/b") is not None  # another camera, its own
+    assert stream.add_image(frame(6), source="/a") is not None and stream.add_image(frame(7, "bgr8", pixels[::2, ::2]), source="/b") is not None
+    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "wrong_image_encoding": 1, "wrong_image_size": 1}
+    assert stream.counts_add_up()
 
 
 def test_config_errors_quote_the_values():

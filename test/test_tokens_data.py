@@ -87,7 +87,7 @@ def test_online_and_offline_paths_give_identical_tokens(tmp_path, encoder):
     episode = replay(path, make_stream(TOKENIZER, STREAM, encoder))
     assert_same_windows(online_windows, episode.windows)
     assert episode.stats == online.stats.as_dict()
-    assert episode.stats["rejected.unknown_encoding"] == 2 and episode.stats["rejected.non_finite"] == 2
+    assert episode.stats["rejected.unknown_encoding"] == 2 and episode.stats["rejected.joint_state_non_finite"] == 2
     assert episode.stats["clock_jumps"] == 1
     assert episode.instruction.tokens == ("[CLS]", "pick", "up", "the", "red", "cup", "[SEP]")
     np.testing.assert_array_equal(episode.instruction.embeddings, online.instruction.embeddings)

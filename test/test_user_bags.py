@@ -61,7 +61,7 @@ def test_nothing_usable_says_why_with_counts_and_the_joint_names_found(tmp_path,
     assert "Traceback" not in proc.stderr
     (message,) = [line for line in proc.stderr.splitlines() if line.startswith("vla-ros train:")]
     assert "no usable episodes in 1 bag(s)" in message and "'no_instruction': 1" in message
-    assert f"unknown_joint {STATES}" in message  # every joint state was refused, and the error says so
+    assert f"joint_state_missing_joint {STATES}" in message  # every joint state was refused, and the error says so
     assert f"name {list(JOINTS)}" in message and "pass --joints" in message
     assert "--instruction" in message and f"/joint_states {STATES}" in message
     # with the instruction given, the next reason is the joint names

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "policy": "vla_ros.bench.policy_bench",
     "safety": "vla_ros.bench.safety_bench",
     "controller": "vla_ros.bench.controller_bench",
+    "faults": "vla_ros.bench.faults",
 }
 
 
@@ -129,7 +130,7 @@ VERBS = {
     "select": (_select, "keep the best of several runs, on seeds of their own: vla-ros select --runs runs/s0 runs/s1 --out runs/vla_cups"),
     "attention": (_attention, "where the colour word looks: vla-ros attention --model models/vla_cups --json"),
     "export-onnx": (_export_onnx, "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups"),
-    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller): vla-ros bench sim --json"),
+    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller, faults): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables (docs/parameters.md): vla-ros params --write"),
 }
 

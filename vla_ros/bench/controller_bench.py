@@ -211,6 +211,7 @@ class _Rig:
 
     def _publish_image(self) -> None:
         self._image.header.stamp = self.node.get_clock().now().to_msg()
+        self._image.data[0] = (self._image.data[0] + 1) % 256  # a live camera's noise: one picture repeated is a frozen camera (no chunks)
         self._image_pub.publish(self._image)
 
     def _publish_chunk(self) -> None:

@@ -4,10 +4,16 @@
 
 1. Resets: an announced episode reset (``reset_episode``, the simulator's ``/vla/episode_reset``), a
    backwards clock jump, or the measured state leaving the recent commands by more than the path
-   tolerance (the arm was moved by someone else) drops the plan and re-anchors the command at the
-   measured positions of the new episode, so the arm is held where it is, not pulled back. An announced
-   reset and the clock jump that comes with it (``reset_clock_on_reset``) count as one reset; chunks
-   and joint states stamped before the episode began are refused (``before_reset``).
+   tolerance (the arm was moved by someone else) drops the plan and re-anchors at the measured positions
+   of the new episode, so the arm is held where it is, not pulled back. A re-anchor never moves the
+   command faster than the limits: while commands were being sent (a path-tolerance trip, a clock jump),
+   the command goes on from the last one and ramps to the measured positions at the velocity and
+   acceleration limits (``anchors.ramped``). The command starts at the measured positions themselves
+   only where no command stream goes on: the first start, an enable after the output went silent, and
+   an announced episode reset (the simulator placed the arm itself and said so; the commands before it
+   belong to the previous episode). An announced reset and the clock jump that comes with it
+   (``reset_clock_on_reset``) count as one reset; chunks and joint states stamped before the episode
+   began are refused (``before_reset``).
 2. A chunk is checked on arrival (shape, finite values, position limits, segment velocities: defence in
    depth behind the safety filter, refused with a reason rather than clamped) and, at the next cycle,
    against the clock (stamped too far ahead, already over, too old); then it is blended into the running
@@ -56,7 +62,11 @@ log = logging.getLogger(__name__)
 # Joint states stamped up to this far ahead of the controller's clock still count as "now" (message
 # stamps may lead a simulated /clock by a step); a reset moves time back by far more than this.
 STAMP_GRACE_NS = 100_000_000
-# Longest period one cycle's limits are computed for (see update()).
+# A cycle more than this many periods after the previous one follows a stall of the loop or the process
+# (see update()): the command resumes from the last one, at rest.
+STALL_PERIODS = 3
+# Without resume_at_rest (a robot that ran the look-ahead it was sent meanwhile), a late cycle is computed
+# for at most this many periods: the command catches up along the plan at the limits instead of leaping.
 MAX_STEP_PERIODS = 5
 # Longest a blend may be stretched to (the plan buffers are sized for it).
 MAX_BLEND_HORIZON_S = 2.0
@@ -133,6 +143,9 @@ class ChunkExecutor:
         # The last commands, for the path tolerance (a ring of PATH_TOLERANCE_WINDOW_S).
         self._recent = np.zeros((max(2, int(math.ceil(PATH_TOLERANCE_WINDOW_S * config.rate_hz))), j))
         self._recent_i = 0
+        # Where the last re-anchor goes (the measured state then): the path is measured against it too until
+        # the command is there or a chunk takes over, so a ramp longer than the window does not trip again.
+        self._anchor_ref: np.ndarray | None = None
         self._path_checked_ns: int | None = None
         # Episodes: the newest announced one, when it began (ROS time), and a reset waiting for its clock jump.
         self.episode: str | None = None
@@ -151,7 +164,14 @@ class ChunkExecutor:
         self.estopped = False
         self.enabled = True
         self._estop_request = False
+        self.held: str = ""  # an input nobody can vouch for (set_hold): stopped, chunks refused, until it clears
         self._output_on = False
+        self._ramp = False  # the next start goes on from the last command (see _start)
+        # Whether the arm waits at the last command when no new one comes (a position interface), so a
+        # stall resumes at rest; False where the robot runs a look-ahead of its own (a trajectory sent to
+        # JTC), which a stall lets it follow: there the command goes on along the plan.
+        self.resume_at_rest = True
+        self._cycles_since_output = 0  # cycles since a command was last sent (0: sent in the previous one)
         self.watchdog = "no_chunk"  # why the arm is not tracking a chunk ("" while it is)
         self._epoch_ns = 0
         self._last_ns: int | None = None
@@ -201,6 +221,8 @@ class ChunkExecutor:
             return self._reject("estopped")
         if not self.enabled:
             return self._reject("disabled")
+        if self.held:
+            return self._reject("held", f"held: {self.held}")
         if int(chunk.stamp_ns) == 0:
             return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
         if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
@@ -268,7 +290,7 @@ class ChunkExecutor:
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
-            return self._reject("non_finite_joint_state")
+            return self._reject("joint_state_non_finite")
         if self.episode_start_ns is not None and int(stamp_ns) < self.episode_start_ns:
             return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
         self.q_meas[:] = q
@@ -302,7 +324,18 @@ class ChunkExecutor:
             return "disabled: decelerating to rest, then no output"
         if not self._output_on:
             self.motion = Motion.WAITING  # someone else may have moved the arm: restart from joint states
+            self._ramp = False
         return "enabled" + (" (e-stop still latched)" if self.estopped else "")
+
+    def set_hold(self, reason: str) -> None:
+        """Hold while an input cannot be trusted (``reason``, a code: two sources of the same joint states,
+        two clocks): the plan stops from the last command within the limits at the next cycle, chunks
+        are refused ("held"), and after ``set_hold("")`` the arm waits for a new chunk, as after a resume.
+        Counted once per hold (``holds.<reason>``)."""
+        if reason and reason != self.held:
+            self.counters[f"holds.{reason}"] += 1
+            self._pending = None
+        self.held = reason
 
     # ---- resets ----------------------------------------------------------------------------------
     def reset_episode(self, stamp_ns: int, episode: str = "") -> bool:
@@ -318,11 +351,13 @@ class ChunkExecutor:
         now = self.now_ns
         if self._jump_landed_ns is not None and now is not None and stamp_ns <= now + STAMP_GRACE_NS:
             self._jump_landed_ns = None  # the clock jump that came first was this reset: already re-anchored
+            if self.motion is Motion.WAITING:
+                self._ramp = False  # not started yet: start at the arm, as after any announced reset
             return False
         if first:
             # The current episode, learnt at start-up (transient local): only what predates it goes.
             if self.active_stamp_ns is not None and self.active_stamp_ns < stamp_ns:
-                self._drop_plan()
+                self._drop_plan(ramp=False)
             if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
                 self.meas_stamp_ns = None
             return True
@@ -333,15 +368,17 @@ class ChunkExecutor:
             # Time restarts (reset_clock_on_reset): hold off until the clock has jumped back, so the
             # command never re-anchors on a joint state of the old timeline.
             self._await_jump_until_ns = now + RESET_JUMP_WAIT_NS
-        self._drop_plan()
+        self._drop_plan(ramp=False)
         if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
             self.meas_stamp_ns = None  # from the old episode
         return True
 
-    def _drop_plan(self) -> None:
-        """Back to WAITING: the next cycle with a fresh joint state re-anchors the command there."""
+    def _drop_plan(self, ramp: bool) -> None:
+        """Back to WAITING: the next cycle with a fresh joint state re-anchors there; with ``ramp`` (and
+        commands being sent) the command goes on from the last one to that state at the limits."""
         self._pending = None
         self.motion = Motion.WAITING
+        self._ramp = ramp and (self._output_on or self._ramp)
         self._output_on = False
 
     def _check_path(self, now_ns: int) -> None:
@@ -353,6 +390,8 @@ class ChunkExecutor:
             return  # a stale state says nothing about now
         self._path_checked_ns = stamp
         off = np.min(np.abs(self._recent - self.q_meas), axis=0)  # (J,) distance to the nearest recent command
+        if self._anchor_ref is not None:  # ... or to where a ramp still goes
+            off = np.minimum(off, np.abs(self._anchor_ref - self.q_meas))
         over = off > self._path_tol
         if not over.any():
             return
@@ -363,7 +402,7 @@ class ChunkExecutor:
         self.last_reset = f"path tolerance: {name} measured {off[j]:.3f} from every command of the last {PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
         log.warning("%s: re-anchoring at the measured state", self.last_reset)
         self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
-        self._drop_plan()
+        self._drop_plan(ramp=True)
 
     # ---- the control cycle -----------------------------------------------------------------------
     def update(self, now_ns: int, period_s: float) -> np.ndarray | None:
@@ -374,10 +413,12 @@ class ChunkExecutor:
         """
         cfg = self.config
         self.now_ns = now_ns
+        self._cycles_since_output += 1
         if self._last_ns is not None and now_ns < self._last_ns:
             self.counters["clock_jumps"] += 1
             log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9)
-            if self._await_jump_until_ns is not None:
+            announced = self._await_jump_until_ns is not None
+            if announced:
                 self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
             else:
                 self.counters["resets"] += 1
@@ -386,30 +427,39 @@ class ChunkExecutor:
                 self._jump_landed_ns = now_ns
                 if self.episode_start_ns is not None and self.episode_start_ns > now_ns + STAMP_GRACE_NS:
                     self.episode_start_ns = None  # that episode's start lies in the discarded future
-            self._drop_plan()
+            self._drop_plan(ramp=not announced)
         elif self._await_jump_until_ns is not None and now_ns > self._await_jump_until_ns:
             log.warning("an episode reset announced a clock restart that did not come: re-anchoring anyway")
             self._await_jump_until_ns = None
         if self._jump_landed_ns is not None and now_ns - self._jump_landed_ns > RESET_JUMP_WAIT_NS:
             self._jump_landed_ns = None  # too long ago to be the same reset as a late announcement
         self._last_ns = now_ns
-        # A late cycle moves the command by what the plan moved meanwhile, but by no more than
-        # MAX_STEP_PERIODS periods' worth: after a stall the command catches up at the limits instead of
-        # leaping (a position-controlled arm waited at the last command meanwhile).
+        # After a stall of the loop or the process (more than STALL_PERIODS periods since the last cycle),
+        # a position-controlled arm has waited at the last command: the command resumes from there at rest
+        # and accelerates at the limits, one period at a time, towards the plan at the current time (the
+        # points missed meanwhile are skipped, never swept through faster). Shorter late cycles are jitter,
+        # computed over the period they took.
         dt = period_s if math.isfinite(period_s) and period_s > 0.0 else cfg.period_s
-        dt = min(dt, MAX_STEP_PERIODS * cfg.period_s)
+        stalled = dt > STALL_PERIODS * cfg.period_s
+        if stalled:
+            dt = cfg.period_s if self.resume_at_rest else min(dt, MAX_STEP_PERIODS * cfg.period_s)
 
         if self.motion is not Motion.WAITING:
             self._check_path(now_ns)
         if self.motion is Motion.WAITING and not self._start(now_ns):
             return None
         t = (now_ns - self._epoch_ns) * 1e-9
+        self.counters["stalls"] += stalled
+        if self.resume_at_rest and (stalled or self._cycles_since_output > 1):
+            self.v_cmd[:] = 0.0  # nothing was sent for a while: the arm waited at the last command
 
         if self._estop_request:
             self._estop_request = False
             self._stop(t, "estop")
         if not self.enabled and self.motion is Motion.TRACKING:
             self._stop(t, "disabled")
+        if self.held and self.motion is Motion.TRACKING:
+            self._stop(t, self.held)
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._accept(pending, now_ns, t)
@@ -431,6 +481,8 @@ class ChunkExecutor:
         self._t_cmd = t
         self._recent[self._recent_i] = self.q_cmd
         self._recent_i = (self._recent_i + 1) % self._recent.shape[0]
+        if self._anchor_ref is not None and np.all(np.abs(self.q_cmd - self._anchor_ref) <= 1e-9):
+            self._anchor_ref = None  # the command is there
         # Silent only once this cycle's command is the one sent last (the limiter itself brought it to rest,
         # so the arm holding it stops within the limits). The plan reaching its end (HOLDING) does not say
         # the command has: after a stall or with jittery periods it can still be catching up, and going
@@ -440,6 +492,7 @@ class ChunkExecutor:
             self._output_on = False
             return None
         self._output_on = True
+        self._cycles_since_output = 0
         return self.q_cmd
 
     def preview(self, period_s: float, out_q: np.ndarray, out_v: np.ndarray | None = None) -> np.ndarray:
@@ -451,7 +504,7 @@ class ChunkExecutor:
         q, v = self._preview_q, self._preview_v
         q[:] = self.q_cmd
         v[:] = self.v_cmd
-        dt = min(period_s, MAX_STEP_PERIODS * self.config.period_s)
+        dt = min(period_s, STALL_PERIODS * self.config.period_s)
         for k in range(out_q.shape[0]):
             self._plan.sample(self._t_cmd + (k + 1) * period_s, self._p, self._pv)
             self._limit(q, v, self._p, self._pv, dt, count=False)
@@ -470,11 +523,20 @@ class ChunkExecutor:
         if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.meas_received_ns > now_ns + STAMP_GRACE_NS:
             return False
         self._epoch_ns = now_ns
-        self.q_cmd[:] = np.clip(self.q_meas, self._lower, self._upper)
-        self.v_cmd[:] = 0.0
+        target = np.clip(self.q_meas, self._lower, self._upper)
+        if self._ramp:
+            # Commands were being sent: go on from the last one (its velocity too) and let the output
+            # limiter bring it to the arm at the limits. The path tolerance measures the arm against the
+            # target meanwhile, so a ramp does not trip it again.
+            self.counters["anchors.ramped"] += 1
+        else:
+            self.q_cmd[:] = target
+            self.v_cmd[:] = 0.0
+        self._ramp = False
         self._t_cmd = 0.0
-        self._plan.set_hold(0.0, self.q_cmd)
-        self._recent[:] = self.q_cmd
+        self._plan.set_hold(0.0, target)
+        self._recent[:] = target
+        self._anchor_ref = target.copy()
         self._path_checked_ns = self.meas_stamp_ns
         self._covered_until = -math.inf
         self.active_stamp_ns = None
@@ -485,8 +547,8 @@ class ChunkExecutor:
 
     def _accept(self, c: _Pending, now_ns: int, t: float) -> None:
         cfg = self.config
-        if self.estopped or not self.enabled:
-            self._reject("estopped" if self.estopped else "disabled")
+        if self.estopped or not self.enabled or self.held:
+            self._reject("estopped" if self.estopped else "disabled" if not self.enabled else "held")
         elif c.stamp_ns - now_ns > cfg.max_chunk_future_s * 1e9:
             self._reject("stamp_in_future")
         elif c.times_ns[-1] <= now_ns:
@@ -500,6 +562,7 @@ class ChunkExecutor:
             self.motion = Motion.TRACKING
             self.watchdog = ""
             self.active_stamp_ns = c.stamp_ns
+            self._anchor_ref = None  # a chunk takes over from the re-anchor
             self.counters["chunks_accepted"] += 1
 
     def _build_chunk_spline(self, c: _Pending, t: float) -> None:

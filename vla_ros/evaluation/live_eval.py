@@ -180,6 +180,19 @@ class Driver:
         if not result.successful:
             raise RuntimeError(f"the sim refused seed={seed}: {result.reason}")
 
+    def start_episode(self, seed: int, instruction: str) -> int:
+        """The sim's seed, the instruction, ``/sim/reset``; returns the new episode's number once the sim
+        reports it on ``/vla/episode_status``."""
+        self.set_seed(seed)
+        self.pub_instruction.publish(self._String(data=instruction))
+        before = self.status["episode"] if self.status else 0
+        reply = self.call(self.reset_client, self._Trigger.Request())
+        if not reply.success:
+            raise RuntimeError(f"/sim/reset failed: {reply.message}")
+        if not self.spin_until(lambda: self.status is not None and self.status["episode"] > before, 30.0):
+            raise RuntimeError("the sim did not report the new episode on /vla/episode_status")
+        return self.status["episode"]
+
     def close(self) -> None:
         self._executor.shutdown()
         self.node.destroy_node()
@@ -204,15 +217,7 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
     """Each job (seed, instruction, colour) as one episode of the launched graph; per-episode results."""
     results = []
     for ep_seed, instruction, color in jobs:
-        driver.set_seed(ep_seed)
-        driver.pub_instruction.publish(driver._String(data=instruction))
-        before = driver.status["episode"] if driver.status else 0
-        reply = driver.call(driver.reset_client, driver._Trigger.Request())
-        if not reply.success:
-            raise RuntimeError(f"/sim/reset failed: {reply.message}")
-        if not driver.spin_until(lambda: driver.status is not None and driver.status["episode"] > before, 30.0):
-            raise RuntimeError("the sim did not report the new episode on /vla/episode_status")
-        episode = driver.status["episode"]
+        episode = driver.start_episode(ep_seed, instruction)
         first = driver.first_status[episode]  # published by the reset itself: the arm at home
         # The announced start when the sim publishes /vla/episode_reset, else the time of that first status.
         driver.spin_until(lambda: episode in driver.resets, 0.5)

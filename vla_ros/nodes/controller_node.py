@@ -36,7 +36,8 @@ limits (defence in depth); its output limiter stays the last line.
 
 Resets: ``/vla/episode_reset`` (the simulator's announcement), a backwards clock jump, or the measured
 state leaving every recent command by more than the path tolerance drop the plan; the command re-anchors
-at the measured state without moving the arm, and chunks stamped before the new episode are refused.
+at the measured state (ramping there from the last command at the limits while commands were being sent,
+never jumping), and chunks stamped before the new episode are refused.
 
 Services: ``~/estop`` and ``~/resume`` (std_srvs/Trigger; the e-stop latches until resumed), ``~/enable``
 (std_srvs/SetBool; disabled, the arm is brought to rest and the node then sends nothing). ``/diagnostics``
@@ -60,6 +61,7 @@ import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header
@@ -70,7 +72,8 @@ from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
 from vla_ros.control.loop_stats import assess
 from vla_ros.control.ros2_control import controlled_stop
-from vla_ros.control.sources import Endpoint, SourceGate, fully_qualified, gid_text, resolve_trusted
+from vla_ros.control.sources import SourceGate, resolve_trusted
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused, StateSources
 from vla_ros.params.controller import PARAMS, TIGHTENING_RULES, config_from_params
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg
@@ -80,6 +83,7 @@ from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_fr
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.publishers import graph_publishers, with_publisher
 from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
 from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, time_msg_from_ns
@@ -99,6 +103,12 @@ GIL_SWITCH_INTERVAL_FIFO_S = 0.0001
 # Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
 # timeout plus one check period; a publisher on the chunk topic is seen within one period.
 WATCHDOG_RATE_HZ = 10.0
+# The control loop says it runs on ~/heartbeat (std_msgs/Header, the cycle's ROS time) every this many
+# cycles (10 Hz at 100 Hz): the safety filter reports a stalled or dead controller from its silence.
+HEARTBEAT_CYCLES = 10
+# Two publishers naming the same joint on /joint_states within this long (steady clock) are a conflict; the
+# arm holds until one has been silent this long.
+STATE_CONFLICT_WINDOW_S = 0.5
 
 
 def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
@@ -136,7 +146,16 @@ class ControllerNode(Node):
         self._chunks_deserialized = 0
         self._foreign_reported = False
         self._unnamed_before: set[str] = set()
-        self._js_index: dict[tuple[str, ...], np.ndarray | None] = {}
+        # joint states: the checks every node makes, with a jump bounded by the robot's own (URDF) velocity limits
+        self._state_check = JointStateCheck(self._joints, [v / p["velocity_scale"] for v in cfg.velocity_limits])
+        # Who publishes the joint states: per message where rclpy says it (StateSources), else from the graph.
+        self._state_sources = StateSources(self._joints, STATE_CONFLICT_WINDOW_S)
+        self._trusted_states = resolve_trusted(p["trusted_state_publishers"], self.get_namespace())
+        self._state_nodes: dict[str, str] = {}  # publisher gid -> node name, from the graph
+        self._state_publishers: list = []  # the graph's publishers on /joint_states, refreshed by _check_inputs
+        self._hold_why = ""  # why the core holds (a conflict between sources), for diagnostics
+        self._per_message_sources = False  # rclpy said who sent a joint state (Kilted on): the graph fallback is off
+        self._state_warned = False
         self._last_tick_ns: int | None = None
         self._published = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
@@ -148,6 +167,8 @@ class ControllerNode(Node):
         self._late_callbacks = 0  # inline mode: callbacks that ran past the guard into the busy-wait or later
 
         self._interface = p["output_interface"]
+        # JTC runs each trajectory's look-ahead by itself: after a stall the arm is along it, not at rest
+        self.core.resume_at_rest = self._interface != "joint_trajectory"
         if self._interface == "forward_position":
             self._topic = f"/{p['position_controller']}/commands"
             self._pub = self.create_publisher(Float64MultiArray, self._topic, 10)
@@ -173,9 +194,12 @@ class ControllerNode(Node):
 
         # Raw: who may have sent it and how large it is are known before it is deserialized (_on_chunk).
         self._chunk_sub = self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10, raw=True)
-        self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(p["sensor_qos"], 10),
+        self._state_sub = self.create_subscription(JointState, "/joint_states", with_publisher(self._on_joint_state), sensor_qos(p["sensor_qos"], 10),
                                  event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        self._heartbeat = self.create_publisher(Header, "~/heartbeat", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self._heartbeat_msg = Header(frame_id=self.get_fully_qualified_name())
+        self._cycles = 0
         self.watchdog = self._make_watchdog()
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/resume", self._on_resume)
@@ -252,14 +276,9 @@ class ControllerNode(Node):
     def _reject(self, source: str, code: str, detail: str = "") -> None:
         self.rejections.reject(source, code, detail)
 
-    def _chunk_publishers(self) -> list[Endpoint]:
-        """Who publishes on the chunk topic now, from the ROS graph (about 0.1 ms)."""
-        return [Endpoint(fully_qualified(i.node_namespace, i.node_name), gid_text(i.endpoint_gid))
-                for i in self.get_publishers_info_by_topic(self._chunk_sub.topic_name)]
-
     def _on_chunk(self, data: bytes) -> None:
         """In order, each before any work on the message: its source, its size, then its content."""
-        why = self.gate.admit(self._chunk_publishers(), time.monotonic_ns())
+        why = self.gate.admit(graph_publishers(self, self._chunk_sub.topic_name), time.monotonic_ns())
         if why is not None:
             self._reject("chunk", "unauthorized_source", why)
             return
@@ -293,37 +312,65 @@ class ControllerNode(Node):
             resets = self.core.counters["resets"]
             self.core.reset_episode(stamp_ns, "" if episode is None else str(episode))
             counted = self.core.counters["resets"] > resets  # not the start-up announcement, not a repeat
+            if counted:
+                self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
         if counted:
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state")
 
-    def _joint_index(self, names: tuple[str, ...]) -> np.ndarray | None:
-        """Index of each controlled joint in a JointState's name list (cached per name list)."""
-        if names not in self._js_index:
-            pos = {n: i for i, n in enumerate(names)}
-            missing = [j for j in self._joints if j not in pos]
-            self._js_index[names] = None if missing else np.array([pos[j] for j in self._joints])
-        return self._js_index[names]
+    def _source_refusal(self, gid: str | None, names, mono_ns: int) -> tuple[str, str] | None:
+        """(code, detail) when the state must be refused for who sent it: a publisher not among
+        trusted_state_publishers, or one of two naming the same joints (the arm holds meanwhile)."""
+        if self._trusted_states:
+            if gid is None:  # no publisher per message (Humble, Jazzy): refuse all while a stranger is on the topic
+                strangers = [e.label for e in self._state_publishers if e.node not in self._trusted_states]
+                return ("joint_state_untrusted_source", f"{', '.join(strangers)} also publishes: states refused while it does") if strangers else None
+            node = self._state_nodes.get(gid)
+            if node is None:  # a publisher the graph listed after the last look
+                self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
+                self._state_nodes = {e.gid: e.node for e in self._state_publishers}
+                node = self._state_nodes.get(gid, "")
+            if node in self._trusted_states:
+                return None
+            return "joint_state_untrusted_source", f"from {node or 'an unnamed node (gid ' + gid + ')'}, not in trusted_state_publishers"
+        if gid is None:
+            return None
+        self._per_message_sources = True
+        group = self._state_sources.observe(gid, names, mono_ns)
+        if len(group) < 2:
+            return None
+        labels = ", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group)
+        self._hold_why = f"{len(group)} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"
+        return "joint_state_conflict", self._hold_why
 
-    def _on_joint_state(self, msg: JointState) -> None:
-        names = tuple(msg.name)
-        idx = self._joint_index(names)
-        if idx is None:
-            self._reject("joint state", "joint_state_missing_joint", f"names {list(names)} lack some of {self._joints}")
-            return
-        if len(msg.position) != len(names):
-            self._reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
-            return
-        now_ns = self.get_clock().now().nanoseconds
+    def _on_joint_state(self, msg: JointState, gid: str | None = None) -> None:
+        if not self._state_check.concerns(msg.name):
+            return  # another driver's joints only (a gripper this controller does not command)
         stamp_ns = ns_from_time_msg(msg.header.stamp)
-        if stamp_ns == 0:  # not "now": a driver that does not stamp cannot be told from one that stalled
-            self._reject("joint state", "joint_state_unstamped", "header.stamp is 0")
+        now_ns = self.get_clock().now().nanoseconds
+        with self._lock:  # once: the check's last state and the core's measured state move together
+            refused = self._source_refusal(gid, msg.name, time.monotonic_ns())
+            if refused is not None:
+                code, detail = refused
+                if code == "joint_state_conflict":
+                    self.core.set_hold(code)
+                q = None
+            else:
+                try:
+                    q = self._state_check.check(msg.name, msg.position, stamp_ns)
+                except JointStateRefused as err:
+                    code, detail, q = err.code, err.detail, None
+                else:  # the merged state is as old as its oldest part
+                    code = self.core.set_measured(q, self._state_check.stamp_ns, now_ns)
+                    detail = self.core.last_rejection
+        if q is None:
+            self._reject("joint state", code, detail)
+            if code == "joint_state_conflict":
+                self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)  # they arrive: the cause is named apart
             return
-        q = np.asarray(msg.position, dtype=np.float64)[idx]
-        with self._lock:
-            code = self.core.set_measured(q, stamp_ns, now_ns)
-            detail = self.core.last_rejection
-        if code is not None:
+        if code is not None:  # counted by the core
             self.rejections.log(f"rejected joint state: {detail}", code)
+            if code != "joint_state_before_reset":  # the previous episode's, in flight at a reset: expected
+                self.rejections.recent.note("joint state", code, detail, time.monotonic())
             return
         self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)
 
@@ -429,6 +476,10 @@ class ControllerNode(Node):
 
     def _cycle(self, now_ns: int, period_s: float) -> bool:
         """The cycle body of both loop modes: update the core, publish. False when shutting down."""
+        self._cycles += 1
+        if self._cycles % HEARTBEAT_CYCLES == 0 and self.context.ok():
+            self._heartbeat_msg.stamp = time_msg_from_ns(now_ns)
+            self._heartbeat.publish(self._heartbeat_msg)
         if not self._check.output_allowed:  # the receiver may not get commands: the executor waits too
             self._check.count_withheld()
             return True
@@ -503,7 +554,7 @@ class ControllerNode(Node):
         chunks is still seen) and at the inputs' liveness (simulated time advancing counts as /clock);
         publishes diagnostics at once when an input stops or comes back, or a stranger appears."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        foreign = self.gate.observe(self._chunk_publishers(), mono)
+        foreign = self.gate.observe(graph_publishers(self, self._chunk_sub.topic_name), mono)
         # An endpoint is unnamed for a moment after discovery (the filter's too, at start-up): the gate
         # refuses its chunks meanwhile, but it is reported only if it stays unnamed for two checks.
         unnamed = {e.gid for e in foreign if not e.node}
@@ -514,9 +565,48 @@ class ControllerNode(Node):
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
                                 "chunks are refused while it is there", "source.untrusted")
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
+        self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
+        self._state_nodes = {e.gid: e.node for e in self._state_publishers}
+        hold, why = self._conflict(mono)
+        with self._lock:
+            changed |= hold != self.core.held
+            self.core.set_hold(hold)
+            self._hold_why = why
+        if hold and changed:
+            self.rejections.log(f"{why}: holding", hold)
+        refusing = bool(self._refused_states())
+        changed |= refusing != self._state_warned
+        self._state_warned = refusing
         if changed or (foreign and not self._foreign_reported):
             self._publish_diagnostics()
         self._foreign_reported = bool(foreign)
+
+    def _conflict(self, mono_ns: int) -> tuple[str, str]:
+        """(hold code, what is wrong) while two sources feed one input, ("", "") otherwise."""
+        problems = []
+        if self._trusted_states:
+            pass  # the trusted publishers' states are used; others are refused per message (no hold)
+        elif self._state_sources.conflicts(mono_ns):
+            groups = self._state_sources.conflicts(mono_ns)
+            labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
+            problems.append(("joint_state_conflict", f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"))
+        elif not self._per_message_sources and len(self._state_publishers) > 1 and "joint_state_jump" in self._refused_states():
+            # no publisher per message (Humble, Jazzy): a state refused for a jump while two publish is a conflict
+            labels = ", ".join(sorted(e.label for e in self._state_publishers))
+            problems.append(("joint_state_conflict", f"{len(self._state_publishers)} publishers on {self._state_sub.topic_name} ({labels}) disagree"))
+        if self._use_sim_time:
+            topic = self.resolve_topic_name("/clock")
+            clocks = graph_publishers(self, topic)
+            if len(clocks) > 1:
+                labels = ", ".join(sorted(e.label for e in clocks))
+                problems.append(("clock_conflict", f"{len(clocks)} publishers on {topic} ({labels}): simulated time is not one clock"))
+        if not problems:
+            return "", ""
+        return problems[0][0], "; ".join(text for _, text in problems)
+
+    def _refused_states(self) -> dict[str, str]:
+        """Reason code -> the newest refusal of a joint state for it within the last second ("code: detail")."""
+        return self.rejections.recent.by_code(time.monotonic(), "joint_state_")
 
     def _inputs_status(self) -> tuple[bytes, str, dict]:
         """Liveness of /clock, joint states and chunks, and who publishes chunks."""
@@ -526,6 +616,14 @@ class ControllerNode(Node):
         values["chunk_publishers"] = " ".join(e.label for e in self.gate.present) or "none"
         values["chunks.deserialized"] = self._chunks_deserialized
         problems = [(w.level, w.describe(mono, ros)) for _, w in self.watchdog.stopped(mono, ros)]
+        values["state_publishers"] = " ".join(e.label for e in self._state_publishers) or "none"
+        if self._trusted_states:
+            values["trusted_state_publishers"] = " ".join(self._trusted_states)
+        if self._hold_why:
+            problems.append((ERROR, f"{self._hold_why}: holding until only one is left"))
+        refused = self._refused_states()
+        if refused:
+            problems.append((WARN, f"joint states refused: {'; '.join(refused[code] for code in sorted(refused))}"))
         recent = self.gate.recent_untrusted(mono)
         if recent:
             values["untrusted_publishers"] = " ".join(recent)
@@ -544,6 +642,7 @@ class ControllerNode(Node):
             err, err_joint = ex.tracking_error()
             age = ex.chunk_age_s()
             mode, watchdog, estopped, enabled, motion = ex.mode, ex.watchdog, ex.estopped, ex.enabled, ex.motion
+            held = ex.held
             counters = ex.counters.copy()  # a Counter: missing keys read 0
             rejected = self.diag.rejected + ex.rejected
             last_reset, episode = ex.last_reset, ex.episode
@@ -571,7 +670,8 @@ class ControllerNode(Node):
             "output_topic": self._topic,
             "commands.published": self._published,
         }
-        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts", "tick_errors"):
+        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts",
+                    "anchors.ramped", "stalls", "tick_errors", "holds.joint_state_conflict", "holds.clock_conflict"):
             state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = counters[key]
         state.update({k: v for k, v in sorted(counters.items()) if k.startswith("stops.")})
         state["resets"] = counters["resets"]
@@ -585,6 +685,8 @@ class ControllerNode(Node):
             level, message = ERROR, "e-stop latched (call ~/resume)"
         elif motion is Motion.WAITING:
             level, message = WARN, "waiting for joint states" if enabled else "disabled"
+        elif held:
+            level, message = ERROR, f"{mode}: held ({held}), chunks refused until it clears"
         elif watchdog in ("chunk_stale", "joint_states_stale"):
             level, message = WARN, f"{mode}: watchdog {watchdog}"
         else:

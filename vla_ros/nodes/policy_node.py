@@ -8,14 +8,23 @@ A thin shell around ``vla_ros.policy.PolicySession`` (the same object the in-pro
   thread, which runs inference and publishes the chunk (JointTrajectory stamped with the newest
   observation). Intake never waits behind inference, and the node's clock keeps moving while a tick runs
   (the executor thread keeps taking ``/clock``), so the ages the node reports are real;
+* instructions (``/vla/instruction``, the ``instruction`` parameter): bounded before any work
+  (``max_instruction_bytes``, then one taken per ``min_instruction_interval_s``, the newest winning:
+  ``policy.input_checks.InstructionGate``) and encoded on their own thread, so neither the intake nor a
+  tick waits for the text encoder;
 * ``/vla/episode_reset``: the window and the KV cache forget the previous episode;
 * watchdogs on the wall clock: a source silent for ``source_timeout_s`` is reported at ERROR at once (also
   when simulated time stands still because the simulator died); ``/diagnostics`` is published on wall time.
 
-No model, no instruction, no recent joint state or no recent camera frame: no chunk, and ``/diagnostics``
-says which. With ``debug_attention``, right after a chunk (at most ``debug_attention_rate_hz``) the newest
-frame is published on ``~/attention_overlay`` with the heat map of its patches' attention to the
-instruction's colour word, as ``vla-ros attention`` draws it.
+No model, no instruction, no recent joint state, no recent camera frame or a frozen camera (one picture
+repeated over ``frozen_camera_s`` of stamps): no chunk, and ``/diagnostics`` says which. Its ``inputs`` status
+is WARN while inputs are refused for what they are (an encoding the model does not take, a camera's size
+or encoding changed, a bad joint state, an instruction too long or replaced in a flood: within the last
+second, wall) or a camera is frozen; refusals for timing (late, duplicate, ...) are counted only.
+
+With ``debug_attention``, right after a chunk (at most ``debug_attention_rate_hz``) the newest frame is
+published on ``~/attention_overlay`` with the heat map of its patches' attention to the instruction's
+colour word, as ``vla-ros attention`` draws it.
 """
 
 from __future__ import annotations
@@ -40,13 +49,17 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.spec import validate_all
+from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.policy.intake import ReasonThrottle
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.rejections import RecentRefusals
 from vla_ros.ros.time import time_msg_from_ns
+from vla_ros.tokens.stream import TIMING_REJECTIONS
+from vla_ros.urdf_limits import limits_for
 
 # Subscription queues hold this much of each input at its nominal rate: the executor thread only converts
 # messages (well under a millisecond each), so only a stall of the whole process (a model change, a CPU
@@ -55,6 +68,8 @@ from vla_ros.ros.time import time_msg_from_ns
 # (0.5 s + 0.1 s lateness) when it comes out, and is dropped as late instead of by DDS.
 INTAKE_SLACK_S = 0.5
 WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
+REFUSAL_HOLD_S = 1.0  # wall clock: the inputs status is WARN while inputs were refused this recently
+INSTRUCTION_PARAM = "parameter instruction"  # the source named for refusals of the instruction parameter
 SWITCH_INTERVAL_S = 0.0005  # see _make_node
 MAX_ALIGN_WAIT_S = 0.02  # a tick waits at most this long for the joint state of its instant
 
@@ -80,7 +95,8 @@ class _Series:
     """Figures of the ticks since the last diagnostics report (written by the tick thread, read by the
     executor thread)."""
 
-    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "debug_attention.ms")
+    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "tick_delay_ms",
+             "debug_attention.ms")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -113,9 +129,11 @@ class PolicyNode(Node):
         self._counts: dict[str, int] = {}  # node-level events (no model, incompatible QoS, tick errors)
         self._series = _Series()
         self._status = ("starting", "starting")  # (code, message) of the last tick
-        self._reported = None  # (level, message) last published, to publish at once on a change
+        self._reported = None  # ((level, message), inputs key) last published, to publish at once on a change
         self._dead: set[str] = set()  # sources the wall-clock watchdog found silent
         self._throttle = ReasonThrottle(2.0)
+        self._refusals = RecentRefusals(REFUSAL_HOLD_S)  # refused inputs (not their timing): the inputs status
+        self._gate = InstructionGate(p["max_instruction_bytes"], p["min_instruction_interval_s"])
         self._attention = {"published": 0, "errors": 0, "last_ns": None, "model": None}
         self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
         self._last_chunk: tuple[int, float] | None = None  # (stamp ns, observation age ms at publish)
@@ -158,18 +176,21 @@ class PolicyNode(Node):
 
         self._due = threading.Event()  # a tick is due
         self._due_ns = 0  # node clock when it fell due
-        self._wake = threading.Event()  # the tick thread has work: a tick or an instruction to encode
-        self._instruction_pending: str | None = None
+        self._due_wall_s = 0.0  # wall clock when it fell due (tick_delay_ms)
+        self._wake = threading.Event()  # the tick thread has work
+        self._instruction_wake = threading.Event()  # an instruction waits at the gate
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._tick_loop, name="policy_tick", daemon=True)
         self._worker.start()
+        self._encoder = threading.Thread(target=self._instruction_loop, name="policy_instruction", daemon=True)
+        self._encoder.start()
         if p["rate_hz"] > 0:
             self.create_timer(1.0 / p["rate_hz"], self._request_tick)  # node clock: simulated time in the sim
         wall = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=wall)
         self.create_timer(min(WATCHDOG_PERIOD_S, p["source_timeout_s"] / 2), self._watchdog, clock=wall)
         if p["instruction"]:
-            self._request_instruction(p["instruction"])
+            self._request_instruction(p["instruction"], INSTRUCTION_PARAM)
 
     # ---- model -------------------------------------------------------------------------------------
     def _load(self, model: str, raise_on_error: bool):
@@ -206,6 +227,11 @@ class PolicyNode(Node):
         reasons = validate_all(PARAMS, request)
         if reasons:
             return SetParametersResult(successful=False, reason="; ".join(reasons))
+        if request.get("instruction"):  # refused here, so the parameter keeps the instruction in force
+            reason = instruction_size_error(request["instruction"], request.get("max_instruction_bytes", self._p["max_instruction_bytes"]))
+            if reason is not None:
+                self._refuse(INSTRUCTION_PARAM, "instruction_too_long", reason)
+                return SetParametersResult(successful=False, reason=reason)
         if "model" in request and request["model"] != self._p["model"]:
             try:
                 self._pending = (request["model"], self._load(request["model"], raise_on_error=True))
@@ -217,14 +243,20 @@ class PolicyNode(Node):
     def _on_param_change(self, name: str, value) -> None:
         self._p[name] = value
         if name == "instruction" and value:
-            self._request_instruction(value)
+            self._request_instruction(value, INSTRUCTION_PARAM)
+        elif name == "max_instruction_bytes":
+            self._gate.max_bytes = int(value)
+        elif name == "min_instruction_interval_s":
+            self._gate.min_interval_s = float(value)
+            self._instruction_wake.set()
         elif name == "model" and self._pending is not None and self._pending[0] == value:
             self.session, self._pending, self._model_error = self._pending[1], None, ""
             self._attention["model"] = None
             self._sync_camera_subscriptions(self.session)
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
-        elif name in ("publish_horizon", "chunk_smoothing_degree", "temporal_ensemble_s", "max_observation_age_s", "max_image_age_s", "shape_chunks",
+        elif name in ("publish_horizon", "chunk_smoothing_degree", "temporal_ensemble_s", "max_observation_age_s", "max_image_age_s", "frozen_camera_s",
+                      "shape_chunks",
                       "shaping_latency_s", "shaping_reach", "shaping_retime", "shaping_table_lift", "shaping_table_margin_m"):
             if name.startswith("shaping_"):
                 self._shaping_cache.clear()
@@ -282,6 +314,11 @@ class PolicyNode(Node):
         """The parameters' session configuration, shaping limits included (the session reads it once per tick)."""
         if session is not None:
             session.config = session_config_from_params(self._p, self._chunk_limits(session))
+            if self._urdf is not None:
+                try:  # joint states that jump beyond the robot's own limits are refused, as by the filter and the controller
+                    session.set_state_velocity_limits(limits_for(self._urdf, session.tokenizer.joint_names).velocity)
+                except ValueError as err:
+                    self.get_logger().warning(f"joint-state jump check off: {err}")
 
     def _shaping_state(self) -> str:
         """'on', 'off', or why chunks are not shaped although shape_chunks asks for it."""
@@ -305,13 +342,25 @@ class PolicyNode(Node):
             self._count("input_without_model")
             return None
         obs, rejection = session.add_message(type_name, msg, self._now_ns(), source)
-        if obs is None:
-            code = rejection.split(":", 1)[0]
-            log, held = self._throttle.allow(code, time.monotonic())
-            if log:
-                more = f" ({held} more '{code}' since the last report)" if held else ""
-                self.get_logger().warning(f"rejected {source}: {rejection}{more}")
+        if obs is None and rejection:
+            code, _, detail = rejection.partition(": ")
+            detail = detail.removeprefix(f"{source}: ")  # the stream names the source; the status does
+            if code in TIMING_REJECTIONS:  # late, duplicate, ...: a loaded machine or a reset, counted only
+                self._log_refusal(source, code, rejection)
+            else:  # what was sent is wrong (encoding, size, a joint state): WARN while it goes on
+                self._refuse(source, code, detail)
         return obs
+
+    def _refuse(self, source: str, code: str, detail: str) -> None:
+        """An input refused for what it is: the inputs status is WARN for REFUSAL_HOLD_S, and it is logged."""
+        self._refusals.note(source, code, detail, time.monotonic())
+        self._log_refusal(source, code, f"{code}: {detail}")
+
+    def _log_refusal(self, source: str, code: str, rejection: str) -> None:
+        log, held = self._throttle.allow(code, time.monotonic())
+        if log:
+            more = f" ({held} more '{code}' since the last report)" if held else ""
+            self.get_logger().warning(f"rejected {source}: {rejection}{more}")
 
     def _on_image(self, msg: Image) -> None:
         self._on_frame("sensor_msgs/msg/Image", msg, self._p["image_topic"])
@@ -332,18 +381,39 @@ class PolicyNode(Node):
         self._admit("sensor_msgs/msg/JointState", msg, "/joint_states")
 
     def _on_instruction(self, msg: String) -> None:
-        self._request_instruction(msg.data)
+        self._request_instruction(msg.data, "/vla/instruction")
 
-    def _request_instruction(self, text: str) -> None:
-        """The tick thread encodes it (MiniLM: tens of milliseconds, seconds on a loaded machine): the
-        intake never waits for the text encoder."""
-        self._instruction_text = self._instruction_pending = text
-        self._wake.set()
+    def _request_instruction(self, text: str, source: str) -> None:
+        """Through the gate (size, then rate: ``InstructionGate``); the instruction thread encodes what it lets
+        through (MiniLM: tens of milliseconds, seconds on a loaded machine), so neither the intake nor a tick
+        waits for the text encoder."""
+        for code, detail in self._gate.offer(text, time.monotonic()):
+            self._refuse(source, code, detail)
+        self._instruction_wake.set()
 
     def _request_tick(self) -> None:
         self._due_ns = self._now_ns()
+        if not self._due.is_set():
+            self._due_wall_s = time.monotonic()
         self._due.set()
         self._wake.set()
+
+    # ---- instructions (instruction thread) ----------------------------------------------------------
+    def _instruction_loop(self) -> None:
+        """Encode what the gate lets through, when its turn comes (``min_instruction_interval_s``)."""
+        while not self._stop.is_set():
+            self._instruction_wake.clear()
+            text = self._gate.take(time.monotonic())
+            if text is None:
+                wait = self._gate.wait_s(time.monotonic())
+                self._instruction_wake.wait(timeout=0.2 if wait is None else min(wait, 0.2))
+                continue
+            self._instruction_text = text  # kept for a model loaded later
+            try:
+                self._apply_instruction(text)
+            except Exception as err:  # noqa: BLE001 - the thread must outlive one bad instruction; say why
+                self._count("instruction_errors")
+                self.get_logger().error(f"instruction failed: {type(err).__name__}: {err}", throttle_duration_sec=2.0)
 
     def _apply_instruction(self, text: str) -> None:
         session = self.session
@@ -352,7 +422,8 @@ class PolicyNode(Node):
         t0 = time.perf_counter()
         instruction = session.set_instruction(text, self._now_ns())
         if instruction is None:
-            self.get_logger().error(f"instruction refused: {session.stream.last_rejection}")
+            code, _, detail = session.stream.last_rejection.partition(": ")
+            self._refuse("instruction", code, detail)
         else:
             self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
                                    f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)")
@@ -372,12 +443,11 @@ class PolicyNode(Node):
             self._wake.clear()
             if self._stop.is_set():
                 break
-            text, self._instruction_pending = self._instruction_pending, None
-            if text is not None:
-                self._apply_instruction(text)
             if not self._due.is_set():
                 continue
+            due_wall_s = self._due_wall_s  # read before clearing: a new request may set it after
             self._due.clear()
+            self._series.add("tick_delay_ms", (time.monotonic() - due_wall_s) * 1e3)
             try:
                 self._tick()
             except Exception as err:  # noqa: BLE001 - the tick thread must outlive one bad tick; say why
@@ -477,19 +547,18 @@ class PolicyNode(Node):
 
     # ---- watchdog and diagnostics (executor thread, wall clock) -----------------------------------------
     def _watchdog(self) -> None:
-        """Sources that went silent (wall time), reported at once; also when simulated time stopped."""
+        """Sources that went silent (wall time), reported at once; also when simulated time stopped. Refused
+        inputs and a frozen camera are reported at once too, and so is their end."""
         session = self.session
-        if session is None:
-            return
-        timeout = self._p["source_timeout_s"]
-        dead = {name for name, age in session.arrival_ages_s(time.monotonic()).items() if age is not None and age > timeout}
-        for name in sorted(dead - self._dead):
-            self.get_logger().error(f"no {name} message for more than {timeout} s (wall time): is the source running?")
-        for name in sorted(self._dead - dead):
-            self.get_logger().info(f"{name} messages arrive again")
-        if dead != self._dead:
+        if session is not None:
+            timeout = self._p["source_timeout_s"]
+            dead = {name for name, age in session.arrival_ages_s(time.monotonic()).items() if age is not None and age > timeout}
+            for name in sorted(dead - self._dead):
+                self.get_logger().error(f"no {name} message for more than {timeout} s (wall time): is the source running?")
+            for name in sorted(self._dead - dead):
+                self.get_logger().info(f"{name} messages arrive again")
             self._dead = dead
-            self._publish_diagnostics()
+        self._report_if_changed()
 
     def _level(self) -> tuple[bytes, str]:
         if self.session is None:
@@ -504,15 +573,32 @@ class PolicyNode(Node):
             return OK, message
         return (ERROR if code in ("tick_error", "model_input_error", "non_finite_output") else WARN), message
 
+    def _inputs_status(self) -> tuple[bytes, str, dict, tuple]:
+        """The inputs' own content: WARN while inputs were refused in the last REFUSAL_HOLD_S (wall) or a camera
+        is frozen; with the instruction gate's counts. Also the key whose change is reported at once."""
+        session = self.session
+        frozen = session.frozen_cameras() if session is not None else []
+        recent = self._refusals.recent(time.monotonic())
+        problems = frozen + [f"{source} refused: {code} x{n} in the last {REFUSAL_HOLD_S:g} s ({detail})" for source, code, n, detail in recent]
+        instruction = session.instruction if session is not None else None
+        values = {"instruction": "" if instruction is None else instruction.text}
+        values.update({f"instruction.{k}": v for k, v in self._gate.values().items()})
+        values.update({f"refused_last_s.{source}.{code}": n for source, code, n, _ in recent})
+        key = (tuple(f.partition("camera frozen")[0] for f in frozen), tuple((source, code) for source, code, _, _ in recent))
+        if not problems:
+            return OK, "all inputs accepted", values, key
+        return WARN, "; ".join(problems), values, key
+
     def _report_if_changed(self) -> None:
-        if self._level() != self._reported:
+        if (self._level(), self._inputs_status()[3]) != self._reported:
             self._publish_diagnostics()
 
     def _publish_diagnostics(self) -> None:
         if not self.context.ok():
             return
         level, message = self._level()
-        self._reported = (level, message)
+        inputs = self._inputs_status()
+        self._reported = ((level, message), inputs[3])
         session = self.session
         values = {"model": str(session.model_dir if session is not None else ""), "backend": self._p["backend"],
                   "status": self._status[0]}
@@ -551,14 +637,16 @@ class PolicyNode(Node):
             start = session.stream.episode_start_ns
             values["episode_start_s"] = "none" if start is None else f"{start * 1e-9:.9f}"
             values["policy.dropped_late"] = session.policy.total_dropped_late
-        self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values)])
+        self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values), ("inputs", *inputs[:3])])
 
     def close(self) -> None:
-        """Stop the tick thread (run_node calls this before destroy_node); safe to call twice."""
+        """Stop the tick and instruction threads (run_node calls this before destroy_node); safe to call twice."""
         self._stop.set()
         self._wake.set()
-        if self._worker.is_alive() and self._worker is not threading.current_thread():
-            self._worker.join(timeout=2.0)
+        self._instruction_wake.set()
+        for thread in (self._worker, self._encoder):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout=2.0)
 
 
 def _make_node() -> PolicyNode:

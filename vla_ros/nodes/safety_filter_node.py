@@ -43,6 +43,7 @@ from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.chunks import ChunkError
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
@@ -83,6 +84,7 @@ class SafetyFilterNode(Node):
         self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
         self.guard.on_changes(self._on_params_changed)
         self.robot = None
+        self._state_check: JointStateCheck | None = None  # the robot's joints and velocity limits, once loaded
         self.filter: SafetyFilter | None = None
         self._problem = "no robot model yet: waiting for /robot_description"  # why nothing passes, if so
         self._state: JointStateSample | None = None
@@ -95,7 +97,10 @@ class SafetyFilterNode(Node):
         self._episode_start_ns: int | None = None
         self._resets = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        controller = self._params["controller"].strip()
+        self._heartbeat_topic = self.resolve_topic_name(f"{controller}/heartbeat") if controller else ""
         self.watchdog = self._make_watchdog()
+        self._state_warned = False
 
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
@@ -112,6 +117,9 @@ class SafetyFilterNode(Node):
         # Raw: the chunk's size is read from its bytes before it is deserialized (see _on_chunk).
         self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10, raw=True)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
+        if self._heartbeat_topic:  # wall time only: a stalled process stops it whatever the clock does
+            self.create_subscription(Header, self._heartbeat_topic, lambda _: self.watchdog["controller"].seen(time.monotonic_ns()),
+                                     QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
         self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
@@ -130,6 +138,9 @@ class SafetyFilterNode(Node):
         }
         if self._use_sim_time:
             watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+        if self._heartbeat_topic:
+            watches["controller"] = InputWatch(f"heartbeat on {self._heartbeat_topic}", p["controller_timeout_s"], ERROR,
+                                               "controller stalled or dead: the arm gets no commands")
         return Watchdog(watches)
 
     # ---- robot model and configuration -----------------------------------------------------------
@@ -140,6 +151,7 @@ class SafetyFilterNode(Node):
 
     def _use_robot(self, robot) -> None:
         self.robot = robot
+        self._state_check = JointStateCheck(robot.joint_names, robot.velocity)
         self.guard.rules = tightening_rules(robot)  # limit_overrides compared with this URDF's limits
         self._rebuild()
 
@@ -207,6 +219,8 @@ class SafetyFilterNode(Node):
         restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
         if state is not None and (state.stamp_ns < stamp_ns or restarted):
             self._state = None
+        if not first and self._state_check is not None:
+            self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
         if not first:
             self._resets += 1
             self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it are refused")
@@ -221,27 +235,21 @@ class SafetyFilterNode(Node):
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = ns_from_time_msg(msg.header.stamp)
         names = tuple(msg.name)
-        if stamp == 0:
-            self.rejections.reject("joint state", "joint_state_unstamped", "header.stamp is 0")
-            return
-        if len(msg.position) != len(names):
-            self.rejections.reject("joint state", "joint_state_size", f"{len(msg.position)} positions for {len(names)} names")
-            return
         start = self._episode_start(self.get_clock().now().nanoseconds)
-        if start is not None and stamp < start:
+        if stamp != 0 and start is not None and stamp < start:
             self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
             return
+        if self._state_check is None:  # no robot model yet: nothing to check against, nothing to filter with
+            self.watchdog["joint_states"].seen(time.monotonic_ns(), self.get_clock().now().nanoseconds)
+            return
+        if not self._state_check.concerns(names):
+            return  # another driver's joints only
+        try:  # the checks every node makes (joint_state_check), on the robot's joints
+            self._state_check.check(names, msg.position, stamp)
+        except JointStateRefused as err:
+            self.rejections.reject("joint state", err.code, err.detail)
+            return
         positions = np.asarray(msg.position, dtype=np.float64)
-        needed = self.robot.joint_names if self.robot is not None else names
-        index = {n: i for i, n in enumerate(names)}
-        missing = [n for n in needed if n not in index]
-        if missing:
-            self.rejections.reject("joint state", "joint_state_incomplete", f"lacks {missing}")
-            return
-        bad = [n for n in needed if not np.isfinite(positions[index[n]])]
-        if bad:
-            self.rejections.reject("joint state", "joint_state_non_finite", f"non-finite position of {bad}")
-            return
         self._state = JointStateSample(names, positions, stamp)
         self._state_mono_ns = time.monotonic_ns()
         self.watchdog["joint_states"].seen(self._state_mono_ns, self.get_clock().now().nanoseconds)
@@ -294,8 +302,17 @@ class SafetyFilterNode(Node):
         """Steady-clock timer: simulated time advancing counts as /clock arriving; publish at once when an
         input stops or comes back."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        if self.watchdog.poll(mono, ros, self.rejections.log):
+        changed = self.watchdog.poll(mono, ros, self.rejections.log)
+        refusing = bool(self._refused_states())
+        changed |= refusing != self._state_warned
+        self._state_warned = refusing
+        if changed:
             self._publish_diagnostics()
+
+    def _refused_states(self) -> dict[str, str]:
+        """Reason code -> "code: detail" of the joint states refused within the last second (not the previous
+        episode's, in flight at a reset: expected)."""
+        return self.rejections.recent.by_code(time.monotonic(), "joint_state_", exclude=("joint_state_before_reset",))
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
@@ -303,10 +320,15 @@ class SafetyFilterNode(Node):
         values = self.watchdog.values(mono, ros)
         values["resets"] = self._resets
         values["episode"] = "" if self._episode is None else str(self._episode[1])
-        if not stopped:
+        names = {name for name, _ in stopped}
+        # simulated time standing still stops the controller's loop too: the clock is the cause named
+        problems = [(w.level, w.describe(mono, ros)) for name, w in stopped if not (name == "controller" and "clock" in names)]
+        refused = self._refused_states()
+        if refused:
+            problems.append((WARN, f"joint states refused: {'; '.join(refused.values())}"))
+        if not problems:
             return OK, "all inputs arriving", values
-        level = max(w.level for _, w in stopped)
-        return level, "; ".join(w.describe(mono, ros) for _, w in stopped), values
+        return max(level for level, _ in problems), "; ".join(text for _, text in problems), values
 
     def _values(self) -> dict[str, Any]:
         ms = np.array(self._check_ms) if self._check_ms else np.zeros(1)

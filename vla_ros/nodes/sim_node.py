@@ -218,7 +218,7 @@ class SimNode(Node):
         if self._publish_clock and sim.is_clock_step():
             clock = Clock(clock=stamp)
             out.append(lambda m=clock: self.pub_clock.publish(m))
-        if sim.is_joint_state_step():
+        if sim.is_joint_state_step() and sim.time_ns > 0:  # a stamp of 0 reads as unstamped (joint_state_check)
             js = joint_state_msg(sim, stamp)
             out.append(lambda m=js: self.pub_joints.publish(m))
         if sim.is_frame_step():

@@ -59,6 +59,12 @@ class ParamSpec:
 
     Args:
         min_value / max_value: inclusive range for numbers (also declared in the descriptor).
+        min_positive: for a number whose 0 means "off" (said in the description, ``0 = ...``): the smallest
+            value that works when it is not off. 0 stays allowed (``min_value`` is 0, as in the descriptor);
+            values strictly between 0 and this are refused, since they mean nothing (a tolerance under the
+            sensors' noise, a timeout under its input's period) and would pass for a setting.
+        min_reason: why values below the lower bound (``min_value``, or ``min_positive``) mean nothing; it
+            ends the refusal, after the allowed range.
         choices: allowed values for strings.
         read_only: a change needs a restart; rclpy refuses ``ros2 param set``.
         check: extra validation returning a reason string, or None when the value is fine.
@@ -72,6 +78,25 @@ class ParamSpec:
     max_value: float | None = None
     choices: tuple[str, ...] | None = None
     check: Validator | None = None
+    min_positive: float | None = None
+    min_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.min_positive is not None:
+            if self.type_name not in ("int", "double") or self.min_value is None or self.min_value > 0 or not self.min_positive > 0:
+                raise ValueError(f"parameter {self.name}: min_positive needs a number with min_value <= 0 < min_positive")
+            if self.max_value is not None and self.min_positive > self.max_value:
+                raise ValueError(f"parameter {self.name}: min_positive {self.min_positive} is above max_value {self.max_value}")
+
+    def range_text(self) -> str:
+        """The allowed numbers in words: ``[0.01, 1]``, ``0, or [0.001, 3.2]``, ``>= 1``; '' when unbounded."""
+        lo = "" if self.min_value is None else f"{self.min_value:g}"
+        hi = "" if self.max_value is None else f"{self.max_value:g}"
+        if self.min_positive is not None:
+            return f"0, or [{self.min_positive:g}, {hi}]" if hi else f"0, or >= {self.min_positive:g}"
+        if lo or hi:
+            return f"[{lo}, {hi}]"
+        return ""
 
     @property
     def type_name(self) -> str:
@@ -128,12 +153,18 @@ class ParamSpec:
             if item != item:  # NaN compares unequal to itself
                 return f"{self.name} must be a number, got NaN" if item is value else f"{self.name} must hold numbers, got NaN in {value!r}"
             if self.min_value is not None and item < self.min_value:
-                return f"{at} is below the minimum {self.min_value}"
+                return f"{at} is below the minimum {self.min_value}{self._allowed()}"
+            if self.min_positive is not None and 0 < item < self.min_positive:
+                return f"{at} is between 0 and the smallest value that works, {self.min_positive}{self._allowed()}"
             if self.max_value is not None and item > self.max_value:
                 return f"{at} is above the maximum {self.max_value}"
         if self.choices is not None and item not in self.choices:
             return f"{at} is not one of {list(self.choices)}"
         return None
+
+    def _allowed(self) -> str:
+        """The end of a lower-bound refusal: the allowed range, and why smaller values mean nothing."""
+        return f" (allowed: {self.range_text()})" + (f": {self.min_reason}" if self.min_reason else "")
 
 
 def validate_all(specs: Sequence[ParamSpec], values: dict[str, Any]) -> list[str]:
@@ -153,14 +184,7 @@ def markdown_table(specs: Sequence[ParamSpec]) -> str:
     """The README table for one node's parameters."""
     rows = ["| name | type | default | range / choices | description |", "|---|---|---|---|---|"]
     for s in specs:
-        if s.choices:
-            rng = ", ".join(f"`{c}`" for c in s.choices)
-        elif s.min_value is not None or s.max_value is not None:
-            lo = "" if s.min_value is None else f"{s.min_value:g}"
-            hi = "" if s.max_value is None else f"{s.max_value:g}"
-            rng = f"[{lo}, {hi}]"
-        else:
-            rng = ""
+        rng = ", ".join(f"`{c}`" for c in s.choices) if s.choices else s.range_text()
         default = f"`{s.default!r}`" if not isinstance(s.default, str) else f"`{s.default}`" if s.default else "`''`"
         ro = " (read-only)" if s.read_only else ""
         rows.append(f"| `{s.name}` | {s.type_name} | {default} | {rng} | {s.description}{ro} |")

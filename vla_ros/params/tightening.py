@@ -14,6 +14,11 @@ Each parameter that bounds a check has a rule saying which direction is stricter
 - or a function ``(old, new, old_values, new_values) -> reason | None`` for values that are sets or boxes.
 
 Parameters without a rule (blend shape, diagnostics rate...) change freely.
+
+The rules only say which way is stricter, never that a value means something: every value first passes its
+own spec (``ParamSpec.validate``: ``min_value``, and for a parameter whose 0 means off, ``min_positive``),
+so "tightening" a tolerance or a timeout to 1e-300, below anything a sensor or a clock can resolve, is
+refused before any rule is asked (``vla_ros.ros.param_guard``).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ API, with ROS messages at the edge):
   (W + lateness, ``stream_config``), per-source counts, losses read from the stamps, rejections with reasons;
 * ``tick(now_ns)``: a new generation (clock jump, new episode) restarts the policy from the window; a new
   instruction rebuilds its cache; the new observations run through the rolling KV cache; no chunk without an
-  instruction, without a joint state newer than ``max_state_age_s`` or without a camera frame newer than
-  ``max_image_age_s``; the chunk is decoded after the newest observation and stamped with its time,
-  smoothed, cut to the publish horizon and checked for finite values.
+  instruction, without a joint state newer than ``max_state_age_s``, without a camera frame newer than
+  ``max_image_age_s`` or while a camera repeats one picture (``frozen_camera_s``); the chunk is decoded
+  after the newest observation and stamped with its time, smoothed, cut to the publish horizon and checked
+  for finite values.
 
 Threads: intake and ticks may run in different threads (the node takes messages while a tick runs). They
 meet under one lock that is held only to admit a message or to take the new observations; inference runs
@@ -28,6 +29,7 @@ import numpy as np
 
 from vla_ros.cameras import image_topic
 from vla_ros.chunks import ActionChunk, TemporalEnsemble, smooth_positions
+from vla_ros.policy.input_checks import RepeatedFrames
 from vla_ros.policy.intake import SourceStats
 from vla_ros.policy.shaping import ChunkLimits, shape_chunk
 from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenError, TokenizerConfig, TokenStream, stamp_ns
@@ -39,6 +41,11 @@ KIND_OF_TYPE = {
     "sensor_msgs/msg/JointState": Kind.STATE,
 }
 HOLD_ALL = -(1 << 62)  # drain(upto_ns=...) before any joint state: every frame waits
+# A camera is frozen only if some joint moved this far (rad, or m for a gripper's fingers) while its picture
+# stayed the same: 0.02 rad of a shoulder moves the hand ~1.5 cm, pixels in any camera that sees the arm or
+# rides on it, far above encoder noise. A still arm in a noise-free simulator rightly gives one picture, and
+# refusing chunks then would keep the arm still for good.
+FROZEN_MIN_MOTION = 0.02
 
 
 def source_name(kind: Kind, camera: int, cameras: tuple[str, ...]) -> str:
@@ -47,6 +54,13 @@ def source_name(kind: Kind, camera: int, cameras: tuple[str, ...]) -> str:
     if kind == Kind.STATE:
         return "joint_states"
     return "image" if camera == 0 else f"image_{cameras[camera]}"
+
+
+def _frame_signature(msg) -> tuple:
+    """What besides the bytes two frames must share to be the same picture."""
+    if hasattr(msg, "encoding"):  # sensor_msgs/Image
+        return (str(msg.encoding), int(msg.width), int(msg.height), int(msg.step))
+    return (str(msg.format),)  # CompressedImage
 
 
 def stream_config(model_config) -> StreamConfig:
@@ -70,6 +84,10 @@ class SessionConfig:
             the joint state it is anchored on, after the smoothing fit; None = publish it as decoded.
         temporal_ensemble_s: average each chunk with the earlier ones covering its points, a chunk decoded
             a seconds earlier weighing exp(-a / this) (``chunks.TemporalEnsemble``); 0 = the newest alone.
+        frozen_camera_s: no chunk while a camera's newest frames are one picture repeated byte for byte over
+            this long of their stamps while the arm moved (``FROZEN_MIN_MOTION``): a frozen camera with fresh
+            stamps is as blind as a stale one. The frames are still accepted, and the first different frame
+            ends it. 0 = off (the default here: synthetic feeds repeat one picture; the node turns it on).
     """
 
     publish_horizon: int = 0
@@ -81,8 +99,11 @@ class SessionConfig:
     max_input_pixels: int = TokenizerConfig.max_input_pixels
     chunk_limits: ChunkLimits | None = None
     temporal_ensemble_s: float = 0.0
+    frozen_camera_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.frozen_camera_s >= 0 and np.isfinite(self.frozen_camera_s)):
+            raise ValueError(f"frozen_camera_s must be a finite value >= 0 (0 = off), got {self.frozen_camera_s}")
         if not (self.temporal_ensemble_s >= 0 and np.isfinite(self.temporal_ensemble_s)):
             raise ValueError(f"temporal_ensemble_s must be a finite value >= 0, got {self.temporal_ensemble_s}")
         if self.publish_horizon < 0 or self.chunk_smoothing_degree < 0:
@@ -126,6 +147,7 @@ class PolicySession:
         self.cameras = tuple(getattr(mc, "cameras", ("camera",)))
         self.camera_topics = tuple(image_topic(c) for c in self.cameras)
         self._check_limits(self.config)
+        self._state_vmax = None  # the robot's velocity limits of the state's joints, once known: jumps refused
         self._lock = threading.Lock()
         self._state_arrived = threading.Condition(self._lock)
         self.reset()
@@ -142,8 +164,11 @@ class PolicySession:
         with self._lock:
             self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True,
                                       cameras=self._camera_sources())
+            if self._state_vmax is not None:
+                self.stream.set_state_velocity_limits(self._state_vmax)
             self.sources = {source_name(Kind.IMAGE, c, self.cameras): SourceStats() for c in range(len(self.cameras))}
             self.sources["joint_states"] = SourceStats()
+            self._repeats = [RepeatedFrames() for _ in self.cameras]  # per camera: the run of identical frames
             self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
             self._ensemble: TemporalEnsemble | None = None  # built at the tick from the config (it may change at run time)
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
@@ -218,6 +243,12 @@ class PolicySession:
             src.accepted += 1
             if kind == Kind.STATE:
                 self._state_arrived.notify_all()
+                if self.config.frozen_camera_s > 0:
+                    q = obs.data[:len(self.tokenizer.joint_names)]
+                    for run in self._repeats:
+                        run.observe_state(q)
+            elif self.config.frozen_camera_s > 0:
+                self._repeats[obs.camera].add(_frame_signature(msg), msg.data, obs.stamp_ns)
             self._arrival[obs.key] = (wall_s, now_ns)
             if len(self._arrival) > 64:  # only the newest matter (a chunk is stamped with the newest)
                 for key in sorted(self._arrival)[:32]:
@@ -258,6 +289,13 @@ class PolicySession:
         """The joint states' period learned from their stamps (None until it is known)."""
         period = self.sources["joint_states"].gaps.period_ns
         return None if period is None else period * 1e-9
+
+    def set_state_velocity_limits(self, velocity) -> None:
+        """The robot's velocity limits (``tokenizer.joint_names`` order): from now on a joint state that
+        jumps further than they allow is refused (``joint_state_jump``), as the filter and the controller do."""
+        with self._lock:
+            self._state_vmax = np.asarray(velocity, dtype=np.float64)
+            self.stream.set_state_velocity_limits(self._state_vmax)
 
     def begin_episode(self, start_ns: int) -> bool:
         """A new episode starts at ``start_ns`` (``/vla/episode_reset``): the window and, at the next tick,
@@ -301,6 +339,7 @@ class PolicySession:
             instruction = stream.instruction
             newest = {c: stream.newest_stamp(Kind.IMAGE, c) for c in range(len(self.cameras))}
             newest[Kind.STATE] = newest_state
+            frozen = self._frozen()
         ages = {key: None if stamp is None else (now_ns - stamp) * 1e-9 for key, stamp in newest.items()}
         policy = self.policy
         if restart:
@@ -320,7 +359,7 @@ class PolicySession:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         c = self.config
         try:
-            reason = self._blocker(instruction, ages, new)
+            reason = self._blocker(instruction, ages, new, frozen)
             if reason is not None:
                 if new:
                     policy.observe(new)  # keep the cache current: the next chunk costs one tick, not a rebuild
@@ -361,7 +400,7 @@ class PolicySession:
         times, positions = shape_chunk(times, positions, state.data[:n], velocities, limits)
         return times - since_state_s, positions
 
-    def _blocker(self, instruction, ages: dict, new: list) -> tuple[str, str] | None:
+    def _blocker(self, instruction, ages: dict, new: list, frozen: list) -> tuple[str, str] | None:
         """Why no chunk may be decoded now (code, detail), or None."""
         c = self.config
         if instruction is None:
@@ -380,7 +419,26 @@ class PolicySession:
                 return "no_image", f"no {which} in the window: no chunk"
             if image_age > c.max_image_age_s:
                 return "stale_image", f"newest {which} is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk"
+        if frozen:
+            return "frozen_camera", "; ".join(frozen) + f" (frozen_camera_s {c.frozen_camera_s}): no chunk"
         return None
+
+    def _frozen(self) -> list[str]:
+        """'camera frozen: N identical frames over X s' for each camera whose newest frames are one picture
+        repeated for frozen_camera_s or more of stamps while the arm moved (the lock held)."""
+        threshold = self.config.frozen_camera_s
+        out = []
+        for c, run in enumerate(self._repeats):
+            if run.frozen(threshold, FROZEN_MIN_MOTION):
+                name = "" if len(self.cameras) == 1 else f"{self.cameras[c]} ({self.camera_topics[c]}): "
+                out.append(f"{name}camera frozen: {run.count} identical frames over {run.span_s:.2f} s "
+                           f"while the joints moved up to {run.motion:.2f}")
+        return out
+
+    def frozen_cameras(self) -> list[str]:
+        """What ``tick`` refuses a chunk for as ``frozen_camera``, as of the newest frames (empty: none)."""
+        with self._lock:
+            return self._frozen()
 
     # ---- figures ----------------------------------------------------------------------------------
     def source_values(self) -> dict:

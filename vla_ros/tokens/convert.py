@@ -8,15 +8,16 @@ problem raises ``TokenError`` with a reason code that the stream counts.
 from __future__ import annotations
 
 import math
-import unicodedata
-from collections.abc import Sequence
+import re
 
 import numpy as np
 
+from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.tokens.config import TokenizerConfig
 
-# Raw encodings accepted from sensor_msgs/Image: channels and how to reach RGB.
-IMAGE_ENCODINGS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+# Raw encodings accepted from sensor_msgs/Image: channels and how to reach RGB. Colour only: the model reads
+# colour words, and a grey frame (mono8) copied into three channels would be a different picture to it.
+IMAGE_ENCODINGS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4}
 COMPRESSED_FORMATS = ("jpeg", "jpg", "png")
 
 
@@ -83,7 +84,7 @@ def rgb_from_image_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray
     is checked (``check_image_size``) before any per-pixel work."""
     encoding = str(msg.encoding).lower()
     if encoding not in IMAGE_ENCODINGS:
-        raise TokenError("unknown_encoding", f"image encoding {msg.encoding!r} is not one of {sorted(IMAGE_ENCODINGS)}")
+        raise TokenError("unknown_encoding", f"image encoding {msg.encoding!r} is not one the model takes: {sorted(IMAGE_ENCODINGS)}")
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     data = _buffer(msg.data)
     if height == 0 or width == 0 or data.size == 0:
@@ -103,9 +104,7 @@ def rgb_from_image_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray
         return pixels[:, :, ::-1]
     if encoding == "rgba8":
         return pixels[:, :, :3]
-    if encoding == "bgra8":
-        return pixels[:, :, 2::-1]
-    return np.repeat(pixels, 3, axis=2)  # mono8
+    return pixels[:, :, 2::-1]  # bgra8
 
 
 def rgb_from_compressed_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray:
@@ -127,8 +126,8 @@ def rgb_from_compressed_msg(msg, config: TokenizerConfig | None = None) -> np.nd
         raise TokenError("corrupt_image", f"could not decode {data.size} bytes as {msg.format!r}")
     if decoded.dtype != np.uint8:
         raise TokenError("unknown_encoding", f"compressed image decodes to {decoded.dtype}, 8-bit expected")
-    if decoded.ndim == 2:
-        return np.repeat(decoded[:, :, None], 3, axis=2)
+    if decoded.ndim == 2 or decoded.shape[2] < 3:
+        raise TokenError("unknown_encoding", f"{msg.format!r} decodes to a grey picture: the model takes colour frames")
     if decoded.shape[2] == 4:
         return cv2.cvtColor(decoded, cv2.COLOR_BGRA2RGB)
     return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)  # OpenCV decodes to BGR
@@ -157,60 +156,55 @@ def preprocess_image(rgb: np.ndarray, config: TokenizerConfig) -> np.ndarray:
 class JointStateConverter:
     """sensor_msgs/JointState -> state vector in the configured joint order (positions, then velocities).
 
-    The name -> index map of a message is cached per distinct name list, so the common case (a driver
-    always sending the same names in the same order) costs one tuple lookup.
+    Names and values are checked as every node checks them (``vla_ros.joint_state_check``: the same reason
+    codes); the name -> index map is cached per distinct name list, so the common case (a driver always
+    sending the same names in the same order) costs one tuple lookup.
     """
 
     def __init__(self, config: TokenizerConfig) -> None:
         self.joint_names = config.joint_names
         self.velocities = config.state_velocities
-        self._index_cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._check = JointStateCheck(config.joint_names)
 
-    def _indices(self, names: Sequence[str]) -> np.ndarray:
-        key = tuple(names)
-        idx = self._index_cache.get(key)
-        if idx is None:
-            if len(set(key)) != len(key):
-                raise TokenError("duplicate_joint", f"joint names repeat: {list(key)}")
-            where = {n: i for i, n in enumerate(key)}
-            missing = [n for n in self.joint_names if n not in where]
-            if missing:
-                unknown = [n for n in key if n not in self.joint_names]
-                code = "unknown_joint" if unknown else "missing_joint"
-                raise TokenError(code, f"joint state lacks {missing}" + (f" and names unknown joints {unknown}" if unknown else ""))
-            idx = np.array([where[n] for n in self.joint_names], dtype=np.intp)
-            if len(self._index_cache) < 16:  # a driver uses one or two name lists; bound it anyway
-                self._index_cache[key] = idx
-        return idx
+    def set_velocity_limits(self, limits) -> None:
+        """The robot's velocity limits (configured joint order), once known: states that jump are refused."""
+        self._check.set_velocity_limits(limits)
 
-    def __call__(self, msg) -> np.ndarray:
-        names = list(msg.name)
-        positions = np.asarray(msg.position, dtype=np.float64)
-        if positions.shape != (len(names),):
-            raise TokenError("size_mismatch", f"{positions.size} positions for {len(names)} joint names")
-        idx = self._indices(names)
-        parts = [positions[idx]]
-        if self.velocities:
-            velocities = np.asarray(msg.velocity, dtype=np.float64)
-            if velocities.size == 0:
-                raise TokenError("missing_velocities", "the state uses joint velocities but the message has none")
-            if velocities.shape != (len(names),):
-                raise TokenError("size_mismatch", f"{velocities.size} velocities for {len(names)} joint names")
-            parts.append(velocities[idx])
-        state = np.concatenate(parts)
-        if not np.all(np.isfinite(state)):
-            bad = [f"{n}" for n, ok in zip(self.joint_names * (2 if self.velocities else 1), np.isfinite(state)) if not ok]
-            raise TokenError("non_finite", f"NaN/Inf in {sorted(set(bad))}")
-        return state.astype(np.float32)
+    def forget(self) -> None:
+        """An announced reset: the next state may be anywhere."""
+        self._check.forget()
+
+    def concerns(self, names) -> bool:
+        """Whether a message with these names is this state's (``JointStateCheck.concerns``)."""
+        return self._check.concerns(names)
+
+    def __call__(self, msg, stamp_ns: int) -> np.ndarray:
+        """The merged state after ``msg`` (stamped ``stamp_ns``): several drivers naming disjoint joints merge."""
+        if self.velocities and len(msg.velocity) == 0:
+            raise TokenError("missing_velocities", "the state uses joint velocities but the message has none")
+        try:
+            q = self._check.check(msg.name, msg.position, stamp_ns, msg.velocity if self.velocities else None)
+        except JointStateRefused as err:
+            raise TokenError(err.code, err.detail) from None
+        parts = (q, self._check.velocities) if self.velocities else (q,)
+        return np.concatenate(parts).astype(np.float32)
+
+
+# Unicode's control characters (category Cc: U+0000-U+001F, U+007F-U+009F) less those str.isspace() takes for
+# whitespace (\t \n \v \f \r, the separators U+001C-U+001F, NEL U+0085); one regular expression scans a
+# long text a hundred times faster than a loop over unicodedata.category (test_policy_input_checks).
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
 
 
 def instruction_text(text: str, max_chars: int = 500) -> str:
     """Normalise an instruction string; empty, absurdly long text or control characters (an embedded NUL
     would cut the text wherever it passes through C) are an error, not a silent truncation."""
-    control = next((i for i, c in enumerate(str(text)) if unicodedata.category(c) == "Cc" and not c.isspace()), None)
+    text = str(text)
+    control = CONTROL_CHARACTERS.search(text)
     if control is not None:
-        raise TokenError("control_character", f"instruction has control character U+{ord(str(text)[control]):04X} "
-                         f"at position {control}: {str(text)[:control]!r}...")
+        i = control.start()
+        raise TokenError("control_character", f"instruction has control character U+{ord(text[i]):04X} "
+                         f"at position {i}: ...{text[max(0, i - 40):i]!r}")
     cleaned = " ".join(str(text).split())
     if not cleaned:
         raise TokenError("empty_instruction", "instruction is empty")

@@ -19,7 +19,13 @@ time order. Rules, applied to each message in this order (each rejection counted
 6. ``thinned`` (only with ``min_frame_interval_s``): a frame stamped closer than that to a frame of the same
    camera in the window; counted apart from the rejections (``stats.thinned``): the model reads fewer frames
    than the camera sends, by design, and the frame is never decoded;
-7. content: the converter's reason (``unknown_encoding``, ``non_finite``, ``missing_joint``, ...).
+7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``, ...);
+   and a frame whose encoding or size differs from the first frame the stream accepted from its camera
+   (``wrong_image_encoding``, ``wrong_image_size``): a camera relabelled or reconfigured mid-run is refused,
+   not reinterpreted (with ``input_width``/``input_height`` configured, that size is the one required).
+
+Rules 2-5 are about timing (``TIMING_REJECTIONS``: a loaded machine or a reset causes them); the others
+about what was sent.
 
 Bookkeeping that tests check: ``received == accepted + rejected + thinned`` and
 ``accepted == in window + evicted + cleared``. Consumers (the policy session) take new observations with
@@ -52,6 +58,8 @@ log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 
+
+TIMING_REJECTIONS = frozenset({"before_reset", "future", "late", "duplicate"})
 
 _HANDLERS = {
     "sensor_msgs/Image": "add_image",
@@ -136,6 +144,7 @@ class TokenStream:
         self.generation = 0  # bumps on every clock jump and new episode: consumers start over
         self.last_rejection = ""
         self.last_rejection_code = ""
+        self._formats: dict[int, tuple[str, int, int]] = {}  # camera -> (encoding, width, height) of its first accepted frame
         self.episode_start_ns: int | None = None  # announced by begin_episode; older stamps are refused
         self._reset_window()
 
@@ -252,6 +261,10 @@ class TokenStream:
             return False
         return self.newest_ns is None or self.newest_ns <= now_ns + self._future_ns
 
+    def set_state_velocity_limits(self, velocity) -> None:
+        """Joint states that jump further than these limits allow are refused (``joint_state_check``)."""
+        self._joints.set_velocity_limits(velocity)
+
     def begin_episode(self, start_ns: int) -> bool:
         """A new episode begins at ``start_ns`` (the sim's ``/vla/episode_reset`` stamp): every observation
         stamped before it leaves the window and later ones stamped before it are refused (``before_reset``).
@@ -264,6 +277,7 @@ class TokenStream:
         """
         start_ns = int(start_ns)
         self.episode_start_ns = start_ns
+        self._joints.forget()  # the arm was placed anew: its next state is no jump
         # Far before what the window holds: the clock restarts (reset_clock_on_reset), everything held is old.
         restarts_clock = self.newest_ns is not None and start_ns < self.newest_ns - self._jump_ns
         keep = [] if restarts_clock else [o for o in self._items if o.stamp_ns >= start_ns]
@@ -369,24 +383,43 @@ class TokenStream:
             return None
 
     def add_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw") -> Observation | None:
-        """sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8)."""
+        """sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8)."""
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_image_msg(msg, self.tokenizer), self.tokenizer), now_ns)
+        encoding = str(msg.encoding).lower()
+        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, encoding, rgb_from_image_msg(msg, self.tokenizer)), now_ns)
 
     def add_compressed_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed") -> Observation | None:
-        """sensor_msgs/CompressedImage (jpeg, png)."""
+        """sensor_msgs/CompressedImage (jpeg, png; a change between them is no change of encoding)."""
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: preprocess_image(rgb_from_compressed_msg(msg, self.tokenizer), self.tokenizer), now_ns)
+        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, "compressed", rgb_from_compressed_msg(msg, self.tokenizer)), now_ns)
+
+    def _frame(self, source: str, encoding: str, rgb: np.ndarray) -> np.ndarray:
+        """The model's input from one camera's RGB frame, refused when its encoding or size is not that of the
+        camera's first accepted frame (rule 7; a raw frame's RGB is a view, so nothing is copied before)."""
+        camera = self.camera_of(source) or 0  # add() refused frames of other cameras before converting
+        fmt = (encoding, rgb.shape[1], rgb.shape[0])
+        first = self._formats.get(camera)
+        if first is not None and fmt[1:] != first[1:]:
+            raise TokenError("wrong_image_size", f"image is {fmt[1]}x{fmt[2]}, the camera's first frame was "
+                             f"{first[1]}x{first[2]}: a resized camera is refused, not rescaled")
+        if first is not None and encoding != first[0]:
+            raise TokenError("wrong_image_encoding", f"image encoding {encoding!r}, the camera's first frame "
+                             f"was {first[0]!r}: a relabelled camera is refused, not reinterpreted")
+        data = preprocess_image(rgb, self.tokenizer)
+        self._formats.setdefault(camera, fmt)
+        return data
 
     def add_joint_state(self, msg, now_ns: int | None = None, source: str = "/joint_states") -> Observation | None:
+        if not self._joints.concerns(msg.name):
+            return None  # another driver's joints only: not an observation of this state
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.STATE, source, stamp, lambda: self._joints(msg), now_ns)
+        return self.add(Kind.STATE, source, stamp, lambda: self._joints(msg, stamp), now_ns)
 
     def add_message(self, type_name: str, msg, now_ns: int | None, source: str) -> Observation | Instruction | None:
         """Dispatch by ROS type name ('sensor_msgs/msg/Image', ...): the one entry point the policy node and

@@ -226,7 +226,8 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     while sim.time_s < config.max_episode_s:
         stamp = time_msg_from_ns(sim.time_ns)
         if sim.is_joint_state_step():
-            rec.joint_state(stamp)
+            if sim.time_ns > 0:  # a stamp of 0 reads as unstamped (joint_state_check): every node would refuse it
+                rec.joint_state(stamp)
             q_cmd = near_miss.command(sim, sim.cup_positions()[color]) if near_miss.active else None
             if q_cmd is None:
                 if near_miss.active:  # the decoy is done: the expert goes on from its last command, labelled
