@@ -74,10 +74,15 @@ def test_bench_reports_the_loop_figures_of_the_node_over_exactly_the_measured_cy
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     raw = json.loads(raw_path.read_text())
     published = dict(recorder.reports)
+    first_heard = min(published) if published else None
     for phase in ("idle", "loaded"):
         figures, r = result[phase], raw[phase]
         start, end = r["start"], r["end"]
-        assert published.get(r["start_stamp_ns"]) == start and published.get(r["end_stamp_ns"]) == end, (phase, len(published))
+        # A report sent before this recorder had matched the node's publisher (DDS discovery of the bench's
+        # fresh process takes longer than the warm-up on a loaded machine) cannot be compared; any later one must be.
+        if first_heard is None or r["start_stamp_ns"] >= first_heard:
+            assert published.get(r["start_stamp_ns"]) == start, (phase, len(published))
+        assert published.get(r["end_stamp_ns"]) == end, (phase, len(published))
         assert r["start_stamp_ns"] >= r["begin_ns"]  # the first report from after the phase began
         assert int(end["window"]) == figures["cycles"] == 100  # loop_stats_window: seconds x rate
         assert int(end["cycles"]) - int(end["window"]) >= int(start["cycles"]), (start["cycles"], end["cycles"])
