@@ -326,8 +326,7 @@ class ControllerNode(Node):
                 return ("joint_state_untrusted_source", f"{', '.join(strangers)} also publishes: states refused while it does") if strangers else None
             node = self._state_nodes.get(gid)
             if node is None:  # a publisher the graph listed after the last look
-                self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
-                self._state_nodes = {e.gid: e.node for e in self._state_publishers}
+                self._look_at_state_publishers()
                 node = self._state_nodes.get(gid, "")
             if node in self._trusted_states:
                 return None
@@ -565,8 +564,7 @@ class ControllerNode(Node):
             self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
                                 "chunks are refused while it is there", "source.untrusted")
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
-        self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
-        self._state_nodes = {e.gid: e.node for e in self._state_publishers}
+        self._look_at_state_publishers()
         hold, why = self._conflict(mono)
         with self._lock:
             changed |= hold != self.core.held
@@ -581,16 +579,20 @@ class ControllerNode(Node):
             self._publish_diagnostics()
         self._foreign_reported = bool(foreign)
 
+    def _look_at_state_publishers(self) -> None:
+        """Who publishes joint states now, from the graph, and each publisher's node by its gid."""
+        self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
+        self._state_nodes = {e.gid: e.node for e in self._state_publishers}
+
     def _conflict(self, mono_ns: int) -> tuple[str, str]:
         """(hold code, what is wrong) while two sources feed one input, ("", "") otherwise."""
         problems = []
-        if self._trusted_states:
-            pass  # the trusted publishers' states are used; others are refused per message (no hold)
-        elif self._state_sources.conflicts(mono_ns):
-            groups = self._state_sources.conflicts(mono_ns)
+        # with trusted_state_publishers the trusted states are used and others refused per message: no hold
+        groups = [] if self._trusted_states else self._state_sources.conflicts(mono_ns)
+        if groups:
             labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
             problems.append(("joint_state_conflict", f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"))
-        elif not self._per_message_sources and len(self._state_publishers) > 1 and "joint_state_jump" in self._refused_states():
+        elif not self._trusted_states and not self._per_message_sources and len(self._state_publishers) > 1 and "joint_state_jump" in self._refused_states():
             # no publisher per message (Humble, Jazzy): a state refused for a jump while two publish is a conflict
             labels = ", ".join(sorted(e.label for e in self._state_publishers))
             problems.append(("joint_state_conflict", f"{len(self._state_publishers)} publishers on {self._state_sub.topic_name} ({labels}) disagree"))
