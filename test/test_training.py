@@ -8,20 +8,40 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
+from vla_ros.data.dataset import Topics
+from vla_ros.data.selection import BagSelection
 from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
-from vla_ros.data.dataset import Topics
-from vla_ros.data.selection import BagSelection
+from vla_ros.sim.tasks import episode_task
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
-from vla_ros.sim.tasks import episode_task
-from vla_ros.training.data import (AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, gripper_events, load_episodes, make_sequence, named_color,
-                                  sample_sequence, shift_images)
-from vla_ros.training.train import (TrainConfig, WeightAverage, lr_at, main, param_groups, subnormals_flushed, task_model_config, train,
-                                   view_batch, vision_warmup)
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
+from vla_ros.training.data import (
+    AUX_CENTER_M,
+    AUX_DIM,
+    AUX_SCALE_M,
+    aux_target,
+    gripper_events,
+    load_episodes,
+    make_sequence,
+    named_color,
+    sample_sequence,
+    shift_images,
+)
+from vla_ros.training.train import (
+    TrainConfig,
+    WeightAverage,
+    lr_at,
+    main,
+    param_groups,
+    subnormals_flushed,
+    task_model_config,
+    train,
+    view_batch,
+    vision_warmup,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +70,11 @@ def loss_vs_mean_action(folder, episodes) -> float:
 
     model = load_model(folder)
     rng = np.random.default_rng(0)
-    sequences = [make_sequence(model.config, ep, t, 0.5, 0.3, 6, rng) for ep in episodes
-                 for t in np.linspace(ep.t_s[0] + 0.6, ep.t_s[-1], 6)]
+    sequences = [
+        make_sequence(model.config, ep, t, 0.5, 0.3, 6, rng)
+        for ep in episodes
+        for t in np.linspace(ep.t_s[0] + 0.6, ep.t_s[-1], 6)
+    ]
     batch = collate([s for s in sequences if s is not None])
     with torch.no_grad():
         loss = model(batch)[1]["loss"]
@@ -62,7 +85,9 @@ def loss_vs_mean_action(folder, episodes) -> float:
 def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     kept = len(list(demos.glob("*.mcap")))
     config = cup_config()
-    tc = TrainConfig(task="cups", steps=200, warmup_steps=5, lr=3e-3, views=48, view_batch=8, vision_warmup_steps=100, **SMALL)
+    tc = TrainConfig(
+        task="cups", steps=200, warmup_steps=5, lr=3e-3, views=48, view_batch=8, vision_warmup_steps=100, **SMALL
+    )
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     for name in ("config.json", "model.safetensors", "model.onnx", "loss.png", "train_report.json"):
@@ -70,12 +95,19 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     history = json.loads((out / "train_report.json").read_text())["history"]
     assert len(history["loss"]) == 200 and np.isfinite(history["loss"]).all()
     assert report["steps"] == 200 and not report["stopped_by_time_limit"] and report["task"] == "cups"
-    assert report["data"]["episodes"] == kept and report["data"]["target_sources"] == {"commands": kept} and report["data"]["val_episodes"] >= 1 and len(report["data"]["sha256"]) == 64
+    assert (
+        report["data"]["episodes"] == kept
+        and report["data"]["target_sources"] == {"commands": kept}
+        and report["data"]["val_episodes"] >= 1
+        and len(report["data"]["sha256"]) == 64
+    )
     saved = json.loads((out / "config.json").read_text())
     assert saved["metadata"]["data_sha256"] == report["data"]["sha256"]
     assert len(saved["state_mean"]) == 14 and len(saved["action_std"]) == 7  # normalisation from the data
     # both backends load the folder and agree on a chunk
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+    )
     seq_obs = episodes[0].observations[:60]
     # it learned: on sequences of the demonstrations the tiny model beats the mean action (0.48-0.70 over
     # seeds 0-2 with default, AVX2 and SSE41 kernels; this size learns slowly, so the bound is loose)
@@ -99,11 +131,16 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     rows = seq.aux[np.isfinite(seq.aux).all(axis=1)]
     assert len(rows) == 6 * config.chunk_length
     cup_m = rows * AUX_SCALE_M + AUX_CENTER_M
-    assert np.abs(cup_m - ep.cup_m[-1]).max() < 0.05  # at the end of the episode: the lifted cup (others are >= 11 cm away)
+    assert (
+        np.abs(cup_m - ep.cup_m[-1]).max() < 0.05
+    )  # at the end of the episode: the lifted cup (others are >= 11 cm away)
     assert cup_m[:, 2].min() > 0.045 + 0.03  # ... lifted
     # ... and every camera frame of the window carries the named cup's position at its own time
-    frames = [o for o in sorted((o for o in ep.observations if ep.t_s[-1] - 0.8 <= o.t_s <= ep.t_s[-1]), key=lambda o: o.key)
-              if o.kind == Kind.IMAGE]
+    frames = [
+        o
+        for o in sorted((o for o in ep.observations if ep.t_s[-1] - 0.8 <= o.t_s <= ep.t_s[-1]), key=lambda o: o.key)
+        if o.kind == Kind.IMAGE
+    ]
     assert seq.frame_aux.shape == (len(frames), AUX_DIM) == (seq.images.shape[0], AUX_DIM)
     np.testing.assert_allclose(seq.frame_aux, np.stack([aux_target(ep, o.t_s) for o in frames]), atol=1e-6)
     frame_aux = np.array(history["frame_aux_loss"])
@@ -173,9 +210,15 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     assert [i.name for i in onnx.load(str(out / "model.onnx")).graph.input][-1] == "image_camera"
     loaded = {}
     for interval in (0.0, config.min_frame_interval_s):
-        loaded[interval] = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False,
-                                         cup_tracks=True, min_frame_interval_s=interval,
-                                         selection=BagSelection(Topics().with_cameras(config.cameras)))
+        loaded[interval] = load_episodes(
+            demos,
+            TokenizerConfig.from_model_config(saved),
+            config.max_lateness_s,
+            progress=False,
+            cup_tracks=True,
+            min_frame_interval_s=interval,
+            selection=BagSelection(Topics().with_cameras(config.cameras)),
+        )
     episodes, summary = loaded[config.min_frame_interval_s]
     assert report["data"]["observations"] == summary["observations"]  # training read the thinned stream
     ep, full = episodes[0], loaded[0.0][0][0]
@@ -188,7 +231,9 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     assert np.diff(main).min() > 50_000_000
     seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
     assert set(seq.image_camera.tolist()) == {0, 1}
-    assert np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()
+    assert (
+        np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()
+    )
     chunks = []
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
@@ -198,7 +243,9 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
-def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(demos, tmp_path, capsys):
+def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(
+    demos, tmp_path, capsys
+):
     """pin_first_frame: every training sequence carries its episode's first main-camera frame (once the
     sequence has reached it) as the pinned frame, which the frame head does not learn; the trained folder
     streams exactly as one full pass in both backends, the pin included."""
@@ -211,7 +258,9 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
     assert saved["pin_first_frame"] is True and report["steps"] == 20
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+    )
     ep = episodes[0]
     first = next(o for o in ep.observations if o.kind == Kind.IMAGE)
     assert ep.pinned is first
@@ -228,7 +277,9 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
         policy.set_instruction(ep.text)
-        results.append(record_stream(policy, [[o] for o in stream[:-1]] + [[stream[-1]]], chunk_after=[len(stream) - 1]))
+        results.append(
+            record_stream(policy, [[o] for o in stream[:-1]] + [[stream[-1]]], chunk_after=[len(stream) - 1])
+        )
         assert policy.pinned is first
     for hidden, chunks in results:
         assert compare_with_full_pass(model, stream, ep.text, hidden, chunks) < 1e-4
@@ -236,7 +287,9 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     assert "--pin-first-frame and --init: a fine-tune keeps the inputs" in capsys.readouterr().err
 
 
-def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(demos, tmp_path, capsys):
+def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(
+    demos, tmp_path, capsys
+):
     """relative_actions: every training target is the recorded chunk minus the positions of the newest joint
     state at or before its anchor (the true one, also when the inputs drop the states), the action
     normalisation is that of the offsets, and the saved model's chunks, torch or ONNX, are back in joint
@@ -248,7 +301,9 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
     train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert saved["relative_actions"] is True
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+    )
     ep, absolute = episodes[0], cup_config()
     n, checked = len(config.joint_names), 0
     for anchor in ep.observations[::25]:
@@ -262,11 +317,14 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
     assert checked >= 10
     offsets, plain = normalisation_stats(episodes, config), normalisation_stats(episodes)
     assert offsets["state_mean"] == plain["state_mean"]
-    arm = [0, 1, 2, 4]  # pan, lift, elbow, wrist pitch carry the reach: offsets over 0.4 s span less than positions (the rolls barely move)
+    # pan, lift, elbow, wrist pitch carry the reach: offsets over 0.4 s span less than positions (the rolls barely move)
+    arm = [0, 1, 2, 4]
     assert np.all(np.array(offsets["action_std"])[arm] < 0.75 * np.array(plain["action_std"])[arm])
     assert np.abs(np.array(offsets["action_mean"])[arm]).max() < np.abs(np.array(plain["action_mean"])[arm]).max()
     seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0), drop_states=True)
-    assert seq is not None and seq.states.shape[0] == 0 and np.isfinite(seq.targets).all(1).any()  # offsets without state inputs
+    assert (
+        seq is not None and seq.states.shape[0] == 0 and np.isfinite(seq.targets).all(1).any()
+    )  # offsets without state inputs
     chunks = []
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(tmp_path / "model", backend=backend, device="cpu")
@@ -301,11 +359,23 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     from vla_ros.model.io import check_onnx, load_model, read_config_json
 
     # validation every 2 steps: the checkpoint at step 3 validates its weights, the one at step 6 reuses step 6's
-    base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 2})
-    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
-    report = train(demos, tmp_path / "ck", TrainConfig(**base, checkpoint_steps=(3, 6)), model_config=cup_config(), device="cpu",
-                   progress=False)
-    assert plain["checkpoints"] == [] and report["checkpoints"] == [str(tmp_path / "ck" / "checkpoints" / f"step_0000{n}") for n in (3, 6)]
+    base = dict(
+        task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 2}
+    )
+    plain = train(
+        demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
+    )
+    report = train(
+        demos,
+        tmp_path / "ck",
+        TrainConfig(**base, checkpoint_steps=(3, 6)),
+        model_config=cup_config(),
+        device="cpu",
+        progress=False,
+    )
+    assert plain["checkpoints"] == [] and report["checkpoints"] == [
+        str(tmp_path / "ck" / "checkpoints" / f"step_0000{n}") for n in (3, 6)
+    ]
     weights = lambda folder: (folder / "model.safetensors").read_bytes()  # noqa: E731
     assert weights(tmp_path / "ck") == weights(tmp_path / "plain")
     step3, step6 = (tmp_path / "ck" / "checkpoints" / f"step_0000{n}" for n in (3, 6))
@@ -313,10 +383,15 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     for folder, n in ((step3, 3), (step6, 6)):
         load_model(folder)
         check_onnx(folder)  # the ONNX export is of these weights
-        assert read_config_json(folder)["metadata"]["data_sha256"] == read_config_json(tmp_path / "ck")["metadata"]["data_sha256"]
+        assert (
+            read_config_json(folder)["metadata"]["data_sha256"]
+            == read_config_json(tmp_path / "ck")["metadata"]["data_sha256"]
+        )
         ck = json.loads((folder / "train_report.json").read_text())
         assert ck["checkpoint"] and ck["steps"] == n and ck["steps_planned"] == 6 and np.isfinite(ck["final_val_loss"])
-    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(report["final_val_loss"])
+    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(
+        report["final_val_loss"]
+    )
     history = json.loads((tmp_path / "ck" / "train_report.json").read_text())["history"]
     assert history["val_step"] == [2, 4, 6]
     assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == history["val_loss"][-1]
@@ -347,19 +422,37 @@ def test_with_a_weight_average_the_average_is_saved_and_training_itself_is_uncha
     weights are another, averaged set, repeatable run to run."""
     from safetensors.numpy import load_file
 
-    base = dict(task="cups", steps=12, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 6})
-    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
-    averaged = [train(demos, tmp_path / f"ema{i}", TrainConfig(**base, ema_decay=0.9), model_config=cup_config(), device="cpu",
-                      progress=False) for i in (0, 1)]
+    base = dict(
+        task="cups", steps=12, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 6}
+    )
+    plain = train(
+        demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
+    )
+    averaged = [
+        train(
+            demos,
+            tmp_path / f"ema{i}",
+            TrainConfig(**base, ema_decay=0.9),
+            model_config=cup_config(),
+            device="cpu",
+            progress=False,
+        )
+        for i in (0, 1)
+    ]
     assert plain["final_val_loss_last_weights"] is None
     assert averaged[0]["final_val_loss_last_weights"] == plain["final_val_loss"]
     assert averaged[0]["final_val_loss"] != plain["final_val_loss"]
     history = lambda run: json.loads((tmp_path / run / "train_report.json").read_text())["history"]  # noqa: E731
     assert history("ema0")["loss"] == history("plain")["loss"]  # the same training steps
-    w_plain, w_ema = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "ema0" / "model.safetensors")
+    w_plain, w_ema = (
+        load_file(tmp_path / "plain" / "model.safetensors"),
+        load_file(tmp_path / "ema0" / "model.safetensors"),
+    )
     moved = [k for k in w_plain if w_plain[k].dtype.kind == "f" and not np.array_equal(w_plain[k], w_ema[k])]
     assert len(moved) > len(w_plain) // 2, moved
-    assert (tmp_path / "ema0" / "model.safetensors").read_bytes() == (tmp_path / "ema1" / "model.safetensors").read_bytes()
+    assert (tmp_path / "ema0" / "model.safetensors").read_bytes() == (
+        tmp_path / "ema1" / "model.safetensors"
+    ).read_bytes()
     assert json.loads((tmp_path / "ema0" / "train_report.json").read_text())["train_config"]["ema_decay"] == 0.9
 
 
@@ -391,8 +484,14 @@ def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tm
     rendered views, no sim camera crop. A time limit stops a run and the report says how far it got."""
     assert TrainConfig().task == "none" and task_model_config("none").aux_dim == 0
     tc = TrainConfig(steps=50, minutes=1e-6, **SMALL)  # over before the first step
-    report = train(demos, tmp_path / "model", tc, model_config=tiny_config(chunk_length=4, chunk_rate_hz=10.0),
-                   device="cpu", progress=False)
+    report = train(
+        demos,
+        tmp_path / "model",
+        tc,
+        model_config=tiny_config(chunk_length=4, chunk_rate_hz=10.0),
+        device="cpu",
+        progress=False,
+    )
     assert report["task"] == "none" and report["data"]["episodes_with_cup_track"] == 0
     assert report["stopped_by_time_limit"] and report["steps"] == 0 and report["steps_planned"] == 50
     history = json.loads((tmp_path / "model" / "train_report.json").read_text())["history"]
@@ -463,7 +562,10 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     sim = ArmSim(SimConfig())
     top, bottom, left, right = tok.crop
     w, h = sim.config.image_width, sim.config.image_height
-    sx, sy = tok.image_width / (w - round(left * w) - round(right * w)), tok.image_height / (h - round(top * h) - round(bottom * h))
+    sx, sy = (
+        tok.image_width / (w - round(left * w) - round(right * w)),
+        tok.image_height / (h - round(top * h) - round(bottom * h)),
+    )
     rgb = views.frames * np.asarray(tok.image_std)[:, None, None] + np.asarray(tok.image_mean)[:, None, None]
     for k in range(6):
         sim.reset(VIEW_SEED_OFFSET + k)
@@ -506,8 +608,17 @@ def test_phrasing_swap_gives_a_sequence_another_phrasing_of_its_own_colour(demos
     """With swap_p 1, every sequence's instruction is one of the phrasings of its episode's colour; with 0,
     the episode's own."""
     config = cup_config()
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False, cup_tracks=True)
-    marks = {c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)] for i, c in enumerate(("red", "green", "blue"))}
+    episodes, _ = load_episodes(
+        demos,
+        TokenizerConfig.from_model_config(config.to_dict()),
+        config.max_lateness_s,
+        progress=False,
+        cup_tracks=True,
+    )
+    marks = {
+        c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)]
+        for i, c in enumerate(("red", "green", "blue"))
+    }
     rng = np.random.default_rng(0)
     for _ in range(12):
         seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=1.0)
@@ -525,7 +636,9 @@ def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_
     from vla_ros.training import data
 
     config = cup_config()
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False
+    )
     events = [gripper_events(ep) for ep in episodes]
     for ep, times in zip(episodes, events):
         assert len(times) >= 1  # the expert shuts the gripper once (again after a failed lift)
@@ -536,7 +649,11 @@ def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_
     assert gripper_events(still).size == 0  # a joint that is never moved has no events
     ends = []
     real = data.make_sequence
-    monkeypatch.setattr(data, "make_sequence", lambda c, ep, t_end, *a, **k: (ends.append((ep.name, t_end)), real(c, ep, t_end, *a, **k))[1])
+    monkeypatch.setattr(
+        data,
+        "make_sequence",
+        lambda c, ep, t_end, *a, **k: (ends.append((ep.name, t_end)), real(c, ep, t_end, *a, **k))[1],
+    )
     rng = np.random.default_rng(0)
     for _ in range(30):
         sample_sequence(config, episodes, 0.5, 0.3, 4, rng, events=events, focus_p=1.0)
@@ -557,15 +674,23 @@ def test_image_shift_moves_every_frame_of_a_sequence_by_one_offset(demos):
     frames = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     moved = shift_images(frames, 1, -2)  # one row down, two columns left
     assert np.array_equal(moved[:, :, 1:, :3], frames[:, :, :3, 2:])
-    assert np.array_equal(moved[:, :, 0, :3], frames[:, :, 0, 2:]) and np.array_equal(moved[:, :, :, 4], moved[:, :, :, 3])
+    assert np.array_equal(moved[:, :, 0, :3], frames[:, :, 0, 2:]) and np.array_equal(
+        moved[:, :, :, 4], moved[:, :, :, 3]
+    )
     assert shift_images(frames, 0, 0) is frames
     offsets = set()
     for seed in range(12):
         plain = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed))
         shifted = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed), shift_px=2)
-        assert np.array_equal(plain.targets, shifted.targets, equal_nan=True) and np.array_equal(plain.stamp_ns, shifted.stamp_ns)
-        match = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
-                 if np.array_equal(shift_images(plain.images, dy, dx), shifted.images)]
+        assert np.array_equal(plain.targets, shifted.targets, equal_nan=True) and np.array_equal(
+            plain.stamp_ns, shifted.stamp_ns
+        )
+        match = [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if np.array_equal(shift_images(plain.images, dy, dx), shifted.images)
+        ]
         assert len(match) == 1, match  # one offset for every frame of the sequence, within +-2
         offsets.add(match[0])
     assert len(offsets) > 3  # the offset is drawn, not fixed
@@ -617,18 +742,36 @@ def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_not
     cup_t = np.arange(0.0, 4.0, 0.1)
     rise = np.clip(cup_t - 2.5, 0.0, None) * 2 * LIFT_HEIGHT_M  # the cup leaves the table at 2.5 s, lifted at 3.0 s
     cup = np.stack([np.full_like(cup_t, 0.4), np.zeros_like(cup_t), 0.045 + rise], axis=1)
-    demo = EpisodeData("demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup)
+    demo = EpisodeData(
+        "demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup
+    )
     held, changed = still_after_lift(demo, 0.25)
     assert changed and held.target_t_s is demo.target_t_s
     early = t_s <= 3.25
     np.testing.assert_array_equal(held.target_positions[early], q[early])
-    np.testing.assert_allclose(held.target_positions[~early], np.tile(np.sin(3.25 + np.arange(8)), (int((~early).sum()), 1)), atol=1e-3)
+    np.testing.assert_allclose(
+        held.target_positions[~early], np.tile(np.sin(3.25 + np.arange(8)), (int((~early).sum()), 1)), atol=1e-3
+    )
     assert np.abs(q[~early] - q[-1]).max() > 0.5  # the recorded commands moved on: the hold is a real change
     assert np.array_equal(demo.target_positions, q)  # the episode given is left as it was
-    never = EpisodeData("missed", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup * [1, 1, 0] + [0, 0, 0.045])
+    never = EpisodeData(
+        "missed",
+        [],
+        t_s,
+        np.zeros((1, 384)),
+        "pick up the red cup",
+        t_s.copy(),
+        q,
+        cup_t_s=cup_t,
+        cup_m=cup * [1, 1, 0] + [0, 0, 0.045],
+    )
     no_track = EpisodeData("other task", [], t_s, np.zeros((1, 384)), "wave", t_s.copy(), q)
     late = still_after_lift(demo, 2.0)  # the recording ends 1 s past the lift
-    for episode, (out, changed) in ((never, still_after_lift(never, 0.25)), (no_track, still_after_lift(no_track, 0.25)), (demo, late)):
+    for episode, (out, changed) in (
+        (never, still_after_lift(never, 0.25)),
+        (no_track, still_after_lift(no_track, 0.25)),
+        (demo, late),
+    ):
         assert out is episode and not changed
 
 
@@ -674,7 +817,10 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="still_after_lift_s needs task 'cups'"):
         TrainConfig(still_after_lift_s=0.3)
     assert main(["--data", "nowhere", "--out", "nowhere", "--still-after-lift", "0.3"]) == 2
-    assert "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'" in capsys.readouterr().err
+    assert (
+        "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'"
+        in capsys.readouterr().err
+    )
     assert main(["--data", "nowhere", "--out", "nowhere", "--grasp-focus", "2"]) == 2
     assert "vla-ros train: grasp_focus_p must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2
@@ -704,5 +850,7 @@ def test_views_and_the_view_loss_refuse_what_they_cannot_use():
     images = torch.zeros(2, 3, config.image_height, config.image_width)
     with pytest.raises(ValueError, match="needs a frame head"):
         VLATransformer(config).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
-    loss = VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+    loss = VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)).view_loss(
+        images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM)
+    )
     assert loss.ndim == 0 and float(loss) > 0.0

@@ -34,8 +34,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REASONS = ("joint_state_unstamped", "joint_state_size", "joint_state_duplicate_name", "joint_state_missing_joint",
-           "joint_state_non_finite", "joint_state_jump")
+REASONS = (
+    "joint_state_unstamped",
+    "joint_state_size",
+    "joint_state_duplicate_name",
+    "joint_state_missing_joint",
+    "joint_state_non_finite",
+    "joint_state_jump",
+)
 # A position may move this many times its velocity limit between two stamps (a servo's overshoot, contact,
 # stamps taken a little before or after the sample) ...
 JUMP_SLACK = 1.5
@@ -130,16 +136,23 @@ class JointStateCheck:
             else:
                 pairs = [(k, where[j]) for k, j in enumerate(self.joints) if j in where]
                 if not pairs:
-                    idx = JointStateRefused("joint_state_missing_joint", f"names {list(names)[:8]} lack every joint of {list(self.joints)}")
+                    idx = JointStateRefused(
+                        "joint_state_missing_joint", f"names {list(names)[:8]} lack every joint of {list(self.joints)}"
+                    )
                 else:
-                    idx = (np.array([k for k, _ in pairs], dtype=np.intp), np.array([m for _, m in pairs], dtype=np.intp))
+                    idx = (
+                        np.array([k for k, _ in pairs], dtype=np.intp),
+                        np.array([m for _, m in pairs], dtype=np.intp),
+                    )
             if len(self._index) < 16:  # bounded, whatever a misconfigured publisher sends
                 self._index[names] = idx
         if isinstance(idx, JointStateRefused):
             raise idx
         return idx
 
-    def _values(self, j: np.ndarray, m: np.ndarray, names: tuple[str, ...], values: Sequence[float], what: str) -> np.ndarray:
+    def _values(
+        self, j: np.ndarray, m: np.ndarray, names: tuple[str, ...], values: Sequence[float], what: str
+    ) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
         if arr.shape != (len(names),):
             raise JointStateRefused("joint_state_size", f"{arr.size} {what}s for {len(names)} names")
@@ -149,8 +162,9 @@ class JointStateCheck:
             raise JointStateRefused("joint_state_non_finite", f"non-finite {what} of {bad}")
         return out
 
-    def check(self, names: Sequence[str], positions: Sequence[float], stamp_ns: int,
-              velocities: Sequence[float] | None = None) -> np.ndarray:
+    def check(
+        self, names: Sequence[str], positions: Sequence[float], stamp_ns: int, velocities: Sequence[float] | None = None
+    ) -> np.ndarray:
         """Every check, the jump included (with limits); the message's joints merged into the state. Returns
         the positions of ``joints`` (a copy); ``velocities`` given: also checked and merged (``velocities``)."""
         stamp = int(stamp_ns)
@@ -190,8 +204,11 @@ class JointStateCheck:
             return
         k = int(np.argmax(off))
         dt = max(stamp - int(self._t[j[k]]), 0) * 1e-9
-        raise JointStateRefused("joint_state_jump", f"{self.joints[j[k]]} moved {abs(q[k] - self._q[j[k]]):.3f} in {dt:.3f} s "
-                                                    f"(its velocity limit allows {allowed(self._t[j])[k]:.3f})")
+        raise JointStateRefused(
+            "joint_state_jump",
+            f"{self.joints[j[k]]} moved {abs(q[k] - self._q[j[k]]):.3f} in {dt:.3f} s "
+            f"(its velocity limit allows {allowed(self._t[j])[k]:.3f})",
+        )
 
 
 class StateSources:

@@ -96,7 +96,9 @@ class ControllerConfig:
             bad = [(j, v) for j, v in zip(self.joint_names, getattr(self, field)) if not (math.isfinite(v) and v > 0.0)]
             if bad:
                 raise ValueError(f"{field} must be finite and > 0, got {bad}")
-        bad = [(j, lo, hi) for j, lo, hi in zip(self.joint_names, self.position_lower, self.position_upper) if not lo <= hi]
+        bad = [
+            (j, lo, hi) for j, lo, hi in zip(self.joint_names, self.position_lower, self.position_upper) if not lo <= hi
+        ]
         if bad:
             raise ValueError(f"position_lower must be <= position_upper, got {bad}")
         if not 1.0 <= self.rate_hz <= 1000.0:
@@ -112,7 +114,9 @@ class ControllerConfig:
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f"{field} must be finite and > 0, got {value}")
         if self.max_chunk_age_s < 2.0 / self.rate_hz:
-            raise ValueError(f"max_chunk_age_s={self.max_chunk_age_s} is shorter than two control periods at rate_hz={self.rate_hz}")
+            raise ValueError(
+                f"max_chunk_age_s={self.max_chunk_age_s} is shorter than two control periods at rate_hz={self.rate_hz}"
+            )
         if self.prismatic and len(self.prismatic) != n:
             raise ValueError(f"prismatic has {len(self.prismatic)} values for {n} joints {list(self.joint_names)}")
         for field in ("path_tolerance_rad", "path_tolerance_m"):
@@ -140,7 +144,7 @@ class ControllerConfig:
         max_acceleration: float = 10.0,
         max_acceleration_prismatic: float = 1.0,
         **kwargs,
-    ) -> "ControllerConfig":
+    ) -> ControllerConfig:
         """Limits from the URDF; ``max_acceleration`` for revolute joints, ``..._prismatic`` for linear ones."""
         if not 0.0 < velocity_scale <= 1.0:
             raise ValueError(f"velocity_scale must be in (0, 1], got {velocity_scale}")
@@ -162,5 +166,5 @@ class ControllerConfig:
         tol = np.where(prismatic, self.path_tolerance_m, self.path_tolerance_rad)
         return np.where(tol > 0.0, tol, np.inf)
 
-    def replace(self, **changes) -> "ControllerConfig":
+    def replace(self, **changes) -> ControllerConfig:
         return dataclasses.replace(self, **changes)

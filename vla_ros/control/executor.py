@@ -107,7 +107,9 @@ class _Pending:
 
     __slots__ = ("stamp_ns", "times_ns", "positions", "velocities")
 
-    def __init__(self, stamp_ns: int, times_ns: np.ndarray, positions: np.ndarray, velocities: np.ndarray | None) -> None:
+    def __init__(
+        self, stamp_ns: int, times_ns: np.ndarray, positions: np.ndarray, velocities: np.ndarray | None
+    ) -> None:
         self.stamp_ns = stamp_ns
         self.times_ns = times_ns
         self.positions = positions
@@ -198,7 +200,9 @@ class ChunkExecutor:
         """Apply a new snapshot between cycles. Joints, rate and buffer sizes need a new executor."""
         for field in ("joint_names", "rate_hz", "max_chunk_points"):
             if getattr(config, field) != getattr(self.config, field):
-                raise ValueError(f"{field} cannot change at run time ({getattr(self.config, field)!r} -> {getattr(config, field)!r})")
+                raise ValueError(
+                    f"{field} cannot change at run time ({getattr(self.config, field)!r} -> {getattr(config, field)!r})"
+                )
         self.config = config
         self._set_limits(config)
 
@@ -226,7 +230,10 @@ class ChunkExecutor:
         if int(chunk.stamp_ns) == 0:
             return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
         if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
-            return self._reject("before_reset", f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began")
+            return self._reject(
+                "before_reset",
+                f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began",
+            )
         names = list(chunk.joint_names)
         if len(set(names)) != len(names):
             return self._reject("duplicate_joint")
@@ -240,7 +247,12 @@ class ChunkExecutor:
             return self._reject("size_mismatch")
         if pos.shape[0] > cfg.max_chunk_points:
             return self._reject("too_long")
-        if not np.all(np.isfinite(tfs)) or np.any(tfs < 0.0) or np.any(np.diff(tfs) <= 0.0) or tfs[-1] > MAX_CHUNK_SPAN_S:
+        if (
+            not np.all(np.isfinite(tfs))
+            or np.any(tfs < 0.0)
+            or np.any(np.diff(tfs) <= 0.0)
+            or tfs[-1] > MAX_CHUNK_SPAN_S
+        ):
             return self._reject("bad_time")
         if not np.all(np.isfinite(pos)):
             return self._reject("non_finite")
@@ -271,20 +283,26 @@ class ChunkExecutor:
         outside = (pos < self._lower - POSITION_CHECK_TOL) | (pos > self._upper + POSITION_CHECK_TOL)  # (H, J)
         if outside.any():
             k, j = np.argwhere(outside)[0]
-            return "position_limit", (f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, "
-                                      f"{self._upper[j]:.6g}]")
+            return "position_limit", (
+                f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, {self._upper[j]:.6g}]"
+            )
         if pos.shape[0] > 1:
             v = np.diff(pos, axis=0) / np.diff(tfs)[:, None]  # (H-1, J) segment velocities
             fast = np.abs(v) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
             if fast.any():
                 k, j = np.argwhere(fast)[0]
-                return "velocity_limit", (f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
-                                          f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)")
+                return "velocity_limit", (
+                    f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
+                    f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)"
+                )
         if vel is not None:
             fast = np.abs(vel) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
             if fast.any():
                 k, j = np.argwhere(fast)[0]
-                return "velocity_limit", f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}"
+                return (
+                    "velocity_limit",
+                    f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}",
+                )
         return None
 
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
@@ -304,7 +322,9 @@ class ChunkExecutor:
         self.estopped = True
         self._estop_request = True
         self._pending = None
-        return "e-stop was already latched" if already else "e-stop latched: decelerating to rest; call resume to continue"
+        return (
+            "e-stop was already latched" if already else "e-stop latched: decelerating to rest; call resume to continue"
+        )
 
     def resume(self) -> tuple[bool, str]:
         if not self.estopped:
@@ -384,7 +404,12 @@ class ChunkExecutor:
     def _check_path(self, now_ns: int) -> None:
         """Re-anchor when the measured state is further than the path tolerance from every recent command."""
         stamp = self.meas_stamp_ns
-        if stamp is None or stamp == self._path_checked_ns or not self._output_on or not np.isfinite(self._path_tol).any():
+        if (
+            stamp is None
+            or stamp == self._path_checked_ns
+            or not self._output_on
+            or not np.isfinite(self._path_tol).any()
+        ):
             return
         if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9:
             return  # a stale state says nothing about now
@@ -399,7 +424,10 @@ class ChunkExecutor:
         name = self.config.joint_names[j]
         self.counters["resets"] += 1
         self.counters["resets.path_tolerance"] += 1
-        self.last_reset = f"path tolerance: {name} measured {off[j]:.3f} from every command of the last {PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
+        self.last_reset = (
+            f"path tolerance: {name} measured {off[j]:.3f} from every command of the last "
+            f"{PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
+        )
         log.warning("%s: re-anchoring at the measured state", self.last_reset)
         self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
         self._drop_plan(ramp=True)
@@ -416,7 +444,9 @@ class ChunkExecutor:
         self._cycles_since_output += 1
         if self._last_ns is not None and now_ns < self._last_ns:
             self.counters["clock_jumps"] += 1
-            log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9)
+            log.warning(
+                "clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9
+            )
             announced = self._await_jump_until_ns is not None
             if announced:
                 self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
@@ -520,7 +550,10 @@ class ChunkExecutor:
             return False
         if self.meas_stamp_ns > now_ns + STAMP_GRACE_NS:
             return False  # from before a backwards clock jump
-        if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.meas_received_ns > now_ns + STAMP_GRACE_NS:
+        if (
+            now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9
+            or self.meas_received_ns > now_ns + STAMP_GRACE_NS
+        ):
             return False
         self._epoch_ns = now_ns
         target = np.clip(self.q_meas, self._lower, self._upper)

@@ -88,23 +88,38 @@ class VLATransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ----- pieces -----
-    def embed(self, images: torch.Tensor, states: torch.Tensor, text: torch.Tensor, action_index: torch.Tensor,
-              gather: torch.Tensor, instruction: torch.Tensor, frame_batch: torch.Tensor | None = None,
-              image_camera: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(
+        self,
+        images: torch.Tensor,
+        states: torch.Tensor,
+        text: torch.Tensor,
+        action_index: torch.Tensor,
+        gather: torch.Tensor,
+        instruction: torch.Tensor,
+        frame_batch: torch.Tensor | None = None,
+        image_camera: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode every input once, then gather rows into token order (see ``sequence``).
 
         images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (B, T), instruction
         (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0),
-        image_camera (F,) each frame's camera (None: camera 0) -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2 c2).
+        image_camera (F,) each frame's camera (None: camera 0) -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2
+        c2).
         """
         D, P = self.config.hidden_size, self.config.num_visual_tokens
         n_frames = images.shape[0]
         instruction = self.instruction_norm(instruction)  # (B, 384)
-        frame_instruction = instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
+        frame_instruction = (
+            instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
+        )
         patches, keypoints = self.patch_encoder.encode(images, frame_instruction)
         patches = patches + self.modality.weight[IMAGE]  # (F, P, D)
         if self.camera_embedding is not None:
-            cam = image_camera if image_camera is not None else torch.zeros(n_frames, dtype=torch.int64, device=images.device)
+            cam = (
+                image_camera
+                if image_camera is not None
+                else torch.zeros(n_frames, dtype=torch.int64, device=images.device)
+            )
             patches = patches + self.camera_embedding(cam)[:, None, :]
         patches = patches.reshape(n_frames * P, D)
         state_tok = self.state_encoder(states) + self.modality.weight[STATE]  # (N, D)
@@ -118,7 +133,7 @@ class VLATransformer(nn.Module):
         is_image = ((gather >= 1) & (gather < 1 + n_frames * P)).to(x.dtype)[..., None]
         is_action = (gather >= action_start).to(x.dtype)[..., None]
         cond = self.instruction_proj(instruction)[:, None, :]  # (B, 1, 3D)
-        query, scale, shift = cond[..., :D], cond[..., D:2 * D], cond[..., 2 * D:]
+        query, scale, shift = cond[..., :D], cond[..., D : 2 * D], cond[..., 2 * D :]
         x = x * (1.0 + is_image * scale) + is_image * shift + is_action * query
         return x, is_text, keypoints
 
@@ -149,12 +164,28 @@ class VLATransformer(nn.Module):
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     # ----- the shared step -----
-    def step(self, images, states, text, action_index, gather, cos, sin, mask, past_k, past_v, instruction,
-             need_weights: bool = False, frame_batch: torch.Tensor | None = None,
-             image_camera: torch.Tensor | None = None) -> StepOutput:
+    def step(
+        self,
+        images,
+        states,
+        text,
+        action_index,
+        gather,
+        cos,
+        sin,
+        mask,
+        past_k,
+        past_v,
+        instruction,
+        need_weights: bool = False,
+        frame_batch: torch.Tensor | None = None,
+        image_camera: torch.Tensor | None = None,
+    ) -> StepOutput:
         """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4),
         instruction (B, 384) (``sequence.instruction_vector``)."""
-        x, is_text, keypoints = self.embed(images, states, text, action_index, gather, instruction, frame_batch, image_camera)
+        x, is_text, keypoints = self.embed(
+            images, states, text, action_index, gather, instruction, frame_batch, image_camera
+        )
         hidden, new_k, new_v, weights = self.backbone(x, cos, sin, is_text, mask, past_k, past_v, need_weights)
         actions = self.denormalize_actions(self.head(hidden))
         return StepOutput(hidden, actions, new_k, new_v, weights, keypoints)
@@ -178,8 +209,22 @@ class VLATransformer(nn.Module):
         instruction = batch.instruction
         if instruction is None:
             instruction = torch.zeros(batch.gather.shape[0], self.config.text_embedding_dim, device=batch.gather.device)
-        return self.step(batch.images, batch.states, batch.text, batch.action_index, batch.gather,
-                         cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch, batch.image_camera)
+        return self.step(
+            batch.images,
+            batch.states,
+            batch.text,
+            batch.action_index,
+            batch.gather,
+            cos,
+            sin,
+            mask,
+            past_k,
+            past_v,
+            instruction,
+            need_weights,
+            batch.frame_batch,
+            batch.image_camera,
+        )
 
     def forward(self, batch: TokenBatch, tool=None) -> tuple[torch.Tensor, dict]:
         """Training loss on the action tokens only: MSE (or L1, ``config.action_loss``) in normalised
@@ -242,8 +287,19 @@ class StepGraph(nn.Module):
     The torch runtime calls this module and the ONNX file is exported from it: one code path.
     """
 
-    base_input_names = ("images", "states", "text", "action_index", "gather", "cos", "sin", "mask",
-                        "past_key", "past_value", "instruction")
+    base_input_names = (
+        "images",
+        "states",
+        "text",
+        "action_index",
+        "gather",
+        "cos",
+        "sin",
+        "mask",
+        "past_key",
+        "past_value",
+        "instruction",
+    )
     output_names = ("actions", "hidden", "new_key", "new_value")
 
     def __init__(self, model: VLATransformer) -> None:
@@ -251,11 +307,35 @@ class StepGraph(nn.Module):
         self.model = model
         self.input_names = step_input_names(model.config)
 
-    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value, instruction,
-                image_camera=None):
-        out = self.model.step(images, states, text, action_index, gather[None], cos[None], sin[None],
-                              mask[None, None], past_key[:, None], past_value[:, None], instruction[None],
-                              image_camera=image_camera)
+    def forward(
+        self,
+        images,
+        states,
+        text,
+        action_index,
+        gather,
+        cos,
+        sin,
+        mask,
+        past_key,
+        past_value,
+        instruction,
+        image_camera=None,
+    ):
+        out = self.model.step(
+            images,
+            states,
+            text,
+            action_index,
+            gather[None],
+            cos[None],
+            sin[None],
+            mask[None, None],
+            past_key[:, None],
+            past_value[:, None],
+            instruction[None],
+            image_camera=image_camera,
+        )
         return out.actions[0], out.hidden[0], out.new_k[:, 0], out.new_v[:, 0]
 
 

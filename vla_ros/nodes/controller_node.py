@@ -122,8 +122,6 @@ def resolve_loop_mode(loop_mode: str, use_sim_time: bool) -> str:
     return loop_mode
 
 
-
-
 class ControllerNode(Node):
     def __init__(self, **kwargs) -> None:
         # Before anything can fail: rclpy destroys a half-built node at shutdown, and destroy_node stops the loop.
@@ -134,7 +132,12 @@ class ControllerNode(Node):
         p = declare_parameters(self, PARAMS, on_change=self.guard.on_change)
         self._params = dict(p)
         self.core = ChunkExecutor(config_from_params(p))  # ValueError -> run_node reports, exit 2
-        self.guard.install(self._params, build=config_from_params, apply=self._apply_params, allow_loosening=p["allow_runtime_loosening"])
+        self.guard.install(
+            self._params,
+            build=config_from_params,
+            apply=self._apply_params,
+            allow_loosening=p["allow_runtime_loosening"],
+        )
         cfg = self.core.config
         self._joints = list(cfg.joint_names)
         self._period_s = cfg.period_s
@@ -189,15 +192,31 @@ class ControllerNode(Node):
             self._pub = self.create_publisher(JointState, self._topic, 10)
             self._msg = JointState(name=self._joints)
         controller = p["position_controller"] if self._interface == "forward_position" else p["trajectory_controller"]
-        self._check = ControllerJointsCheck(self, self._interface, self._pub.topic_name, controller, self._joints,
-                                            p["controller_check"], p["controller_check_timeout_s"])
+        self._check = ControllerJointsCheck(
+            self,
+            self._interface,
+            self._pub.topic_name,
+            controller,
+            self._joints,
+            p["controller_check"],
+            p["controller_check_timeout_s"],
+        )
 
         # Raw: who may have sent it and how large it is are known before it is deserialized (_on_chunk).
-        self._chunk_sub = self.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10, raw=True)
-        self._state_sub = self.create_subscription(JointState, "/joint_states", with_publisher(self._on_joint_state), sensor_qos(p["sensor_qos"], 10),
-                                 event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
+        self._chunk_sub = self.create_subscription(
+            JointTrajectory, "/vla/safe_action_chunk", self._on_chunk, 10, raw=True
+        )
+        self._state_sub = self.create_subscription(
+            JointState,
+            "/joint_states",
+            with_publisher(self._on_joint_state),
+            sensor_qos(p["sensor_qos"], 10),
+            event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection),
+        )
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
-        self._heartbeat = self.create_publisher(Header, "~/heartbeat", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self._heartbeat = self.create_publisher(
+            Header, "~/heartbeat", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        )
         self._heartbeat_msg = Header(frame_id=self.get_fully_qualified_name())
         self._cycles = 0
         self.watchdog = self._make_watchdog()
@@ -223,9 +242,14 @@ class ControllerNode(Node):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=steady)
         self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
-        loop_desc = {"inline": "one thread, callbacks between cycles", "thread": "loop thread", "timer": "executor timer"}
+        loop_desc = {
+            "inline": "one thread, callbacks between cycles",
+            "thread": "loop thread",
+            "timer": "executor timer",
+        }
         self.get_logger().info(
-            f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on {'simulated' if self._use_sim_time else 'wall'} time "
+            f"controlling {len(self._joints)} joints at {cfg.rate_hz:g} Hz on "
+            f"{'simulated' if self._use_sim_time else 'wall'} time "
             f"({loop_desc[self._loop_mode]}); "
             f"output {self._interface} on {self._pub.topic_name} in joint order {self._joints} "
             f"(controller_check {p['controller_check']}); blend {cfg.blend_mode} over {cfg.blend_horizon_s:g} s; "
@@ -243,19 +267,29 @@ class ControllerNode(Node):
             self.get_logger().info(f"{who} runs SCHED_FIFO priority {priority}")
             return True
         except (OSError, AttributeError) as err:
-            self.get_logger().warning(f"realtime_priority {priority} not applied ({err}); running with normal scheduling")
+            self.get_logger().warning(
+                f"realtime_priority {priority} not applied ({err}); running with normal scheduling"
+            )
             return False
 
     def _make_watchdog(self) -> Watchdog:
         p = self._params
         trusted = " or ".join(self.gate.trusted)
         watches = {
-            "joint_states": InputWatch(f"joint states on {self.resolve_topic_name('/joint_states')}", p["joint_state_timeout_s"], ERROR,
-                                       "robot driver or simulator dead?"),
-            "chunks": InputWatch(f"chunk from {trusted}", p["chunk_timeout_s"], WARN, "policy or safety filter dead, frozen or refusing?"),
+            "joint_states": InputWatch(
+                f"joint states on {self.resolve_topic_name('/joint_states')}",
+                p["joint_state_timeout_s"],
+                ERROR,
+                "robot driver or simulator dead?",
+            ),
+            "chunks": InputWatch(
+                f"chunk from {trusted}", p["chunk_timeout_s"], WARN, "policy or safety filter dead, frozen or refusing?"
+            ),
         }
         if self._use_sim_time:
-            watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+            watches["clock"] = InputWatch(
+                "simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?"
+            )
         return Watchdog(watches)
 
     # ---- parameters ------------------------------------------------------------------------------
@@ -291,7 +325,9 @@ class ControllerNode(Node):
         if points is not None and points > limit:
             with self._lock:
                 self.core.rejected["too_long"] += 1
-            self.rejections.log(f"rejected chunk: too_long: {points} points > max_chunk_points={limit} (not deserialized)", "too_long")
+            self.rejections.log(
+                f"rejected chunk: too_long: {points} points > max_chunk_points={limit} (not deserialized)", "too_long"
+            )
             return
         msg = deserialize_message(data, JointTrajectory)
         self._chunks_deserialized += 1
@@ -315,7 +351,9 @@ class ControllerNode(Node):
             if counted:
                 self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
         if counted:
-            self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state")
+            self.get_logger().info(
+                f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: plan dropped, re-anchoring at the measured state"
+            )
 
     def _source_refusal(self, gid: str | None, names, mono_ns: int) -> tuple[str, str] | None:
         """(code, detail) when the state must be refused for who sent it: a publisher not among
@@ -323,14 +361,24 @@ class ControllerNode(Node):
         if self._trusted_states:
             if gid is None:  # no publisher per message (Humble, Jazzy): refuse all while a stranger is on the topic
                 strangers = [e.label for e in self._state_publishers if e.node not in self._trusted_states]
-                return ("joint_state_untrusted_source", f"{', '.join(strangers)} also publishes: states refused while it does") if strangers else None
+                return (
+                    (
+                        "joint_state_untrusted_source",
+                        f"{', '.join(strangers)} also publishes: states refused while it does",
+                    )
+                    if strangers
+                    else None
+                )
             node = self._state_nodes.get(gid)
             if node is None:  # a publisher the graph listed after the last look
                 self._look_at_state_publishers()
                 node = self._state_nodes.get(gid, "")
             if node in self._trusted_states:
                 return None
-            return "joint_state_untrusted_source", f"from {node or 'an unnamed node (gid ' + gid + ')'}, not in trusted_state_publishers"
+            return (
+                "joint_state_untrusted_source",
+                f"from {node or 'an unnamed node (gid ' + gid + ')'}, not in trusted_state_publishers",
+            )
         if gid is None:
             return None
         self._per_message_sources = True
@@ -505,8 +553,13 @@ class ControllerNode(Node):
         commands if no input arrives, row k+1 = a controlled stop from there (within the acceleration limits,
         at least one period long so the times stay strictly increasing)."""
         cfg = self.core.config
-        if self._traj_limits[0] is not cfg:  # arrays of the limits, rebuilt only when a parameter change swapped the config
-            self._traj_limits = (cfg, *(np.asarray(x) for x in (cfg.acceleration_limits, cfg.position_lower, cfg.position_upper)))
+        if (
+            self._traj_limits[0] is not cfg
+        ):  # arrays of the limits, rebuilt only when a parameter change swapped the config
+            self._traj_limits = (
+                cfg,
+                *(np.asarray(x) for x in (cfg.acceleration_limits, cfg.position_lower, cfg.position_upper)),
+            )
         tq, tv = self._traj_q, self._traj_v
         tq[0], tv[0] = self.core.q_cmd, self.core.v_cmd
         self.core.preview(self._period_s, tq[1 : k + 1], tv[1 : k + 1])
@@ -523,7 +576,9 @@ class ControllerNode(Node):
             times_s = [i * self._period_s for i in range(k + 1)] + [k * self._period_s + self._traj_stop_s]
             msg.header.stamp = self._traj_stamp if self._traj_stamp is not None else time_msg_from_ns(now_ns)
             msg.points = [
-                JointTrajectoryPoint(positions=tq[i].tolist(), velocities=tv[i].tolist(), time_from_start=duration_msg_from_s(t))
+                JointTrajectoryPoint(
+                    positions=tq[i].tolist(), velocities=tv[i].tolist(), time_from_start=duration_msg_from_s(t)
+                )
                 for i, t in enumerate(times_s)
             ]
         else:
@@ -561,8 +616,11 @@ class ControllerNode(Node):
         self._unnamed_before = unnamed
         if foreign:
             names = ", ".join(e.label for e in foreign)
-            self.rejections.log(f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
-                                "chunks are refused while it is there", "source.untrusted")
+            self.rejections.log(
+                f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
+                "chunks are refused while it is there",
+                "source.untrusted",
+            )
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
         self._look_at_state_publishers()
         hold, why = self._conflict(mono)
@@ -591,17 +649,38 @@ class ControllerNode(Node):
         groups = [] if self._trusted_states else self._state_sources.conflicts(mono_ns)
         if groups:
             labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
-            problems.append(("joint_state_conflict", f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"))
-        elif not self._trusted_states and not self._per_message_sources and len(self._state_publishers) > 1 and "joint_state_jump" in self._refused_states():
+            problems.append(
+                (
+                    "joint_state_conflict",
+                    f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same "
+                    "joints",
+                )
+            )
+        elif (
+            not self._trusted_states
+            and not self._per_message_sources
+            and len(self._state_publishers) > 1
+            and "joint_state_jump" in self._refused_states()
+        ):
             # no publisher per message (Humble, Jazzy): a state refused for a jump while two publish is a conflict
             labels = ", ".join(sorted(e.label for e in self._state_publishers))
-            problems.append(("joint_state_conflict", f"{len(self._state_publishers)} publishers on {self._state_sub.topic_name} ({labels}) disagree"))
+            problems.append(
+                (
+                    "joint_state_conflict",
+                    f"{len(self._state_publishers)} publishers on {self._state_sub.topic_name} ({labels}) disagree",
+                )
+            )
         if self._use_sim_time:
             topic = self.resolve_topic_name("/clock")
             clocks = graph_publishers(self, topic)
             if len(clocks) > 1:
                 labels = ", ".join(sorted(e.label for e in clocks))
-                problems.append(("clock_conflict", f"{len(clocks)} publishers on {topic} ({labels}): simulated time is not one clock"))
+                problems.append(
+                    (
+                        "clock_conflict",
+                        f"{len(clocks)} publishers on {topic} ({labels}): simulated time is not one clock",
+                    )
+                )
         if not problems:
             return "", ""
         return problems[0][0], "; ".join(text for _, text in problems)
@@ -629,7 +708,9 @@ class ControllerNode(Node):
         recent = self.gate.recent_untrusted(mono)
         if recent:
             values["untrusted_publishers"] = " ".join(recent)
-            problems.append((ERROR, f"untrusted publisher {', '.join(recent)} on {self._chunk_sub.topic_name}: chunks refused"))
+            problems.append(
+                (ERROR, f"untrusted publisher {', '.join(recent)} on {self._chunk_sub.topic_name}: chunks refused")
+            )
         if not problems:
             return OK, "all inputs arriving", values
         return max(level for level, _ in problems), "; ".join(text for _, text in problems), values
@@ -649,7 +730,10 @@ class ControllerNode(Node):
             rejected = self.diag.rejected + ex.rejected
             last_reset, episode = ex.last_reset, ex.episode
 
-        loop_values = {k.replace("period_err_ms_", "period_err_ms.").replace("compute_ms_", "compute_ms."): v for k, v in loop.items()}
+        loop_values = {
+            k.replace("period_err_ms_", "period_err_ms.").replace("compute_ms_", "compute_ms."): v
+            for k, v in loop.items()
+        }
         loop_values["rate_hz"] = rate_hz
         loop_values["clock"] = "sim" if self._use_sim_time else "wall"
         loop_values["loop_mode"] = self._loop_mode
@@ -672,8 +756,20 @@ class ControllerNode(Node):
             "output_topic": self._topic,
             "commands.published": self._published,
         }
-        for key in ("chunks_accepted", "chunks_superseded", "blends_stretched", "clock_jumps", "limited_cycles", "position_clamped_cycles", "starts",
-                    "anchors.ramped", "stalls", "tick_errors", "holds.joint_state_conflict", "holds.clock_conflict"):
+        for key in (
+            "chunks_accepted",
+            "chunks_superseded",
+            "blends_stretched",
+            "clock_jumps",
+            "limited_cycles",
+            "position_clamped_cycles",
+            "starts",
+            "anchors.ramped",
+            "stalls",
+            "tick_errors",
+            "holds.joint_state_conflict",
+            "holds.clock_conflict",
+        ):
             state[key.replace("_", ".", 1) if key.startswith("chunks_") else key] = counters[key]
         state.update({k: v for k, v in sorted(counters.items()) if k.startswith("stops.")})
         state["resets"] = counters["resets"]
@@ -693,9 +789,15 @@ class ControllerNode(Node):
             level, message = WARN, f"{mode}: watchdog {watchdog}"
         else:
             level, message = OK, mode + (f" ({watchdog})" if watchdog else "")
-        self.diag.publish(time_msg_from_ns(now_ns), [
-            ("loop", loop_level, loop_msg, loop_values), ("state", level, message, state), ("output", *self._check.status()),
-            ("inputs", *self._inputs_status())])
+        self.diag.publish(
+            time_msg_from_ns(now_ns),
+            [
+                ("loop", loop_level, loop_msg, loop_values),
+                ("state", level, message, state),
+                ("output", *self._check.status()),
+                ("inputs", *self._inputs_status()),
+            ],
+        )
 
 
 def _make_node() -> ControllerNode:

@@ -86,7 +86,9 @@ def _incompatible_qos_callbacks(node):
         node._count("incompatible_qos")
         node.get_logger().error(
             f"a publisher's QoS is incompatible with this subscription ({event.last_policy_kind}); "
-            "for best-effort drivers set sensor_qos:=best_effort", throttle_duration_sec=5.0)
+            "for best-effort drivers set sensor_qos:=best_effort",
+            throttle_duration_sec=5.0,
+        )
 
     return SubscriptionEventCallbacks(incompatible_qos=on_incompatible)
 
@@ -95,8 +97,15 @@ class _Series:
     """Figures of the ticks since the last diagnostics report (written by the tick thread, read by the
     executor thread)."""
 
-    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "tick_delay_ms",
-             "debug_attention.ms")
+    NAMES = (
+        "inference_ms",
+        "inference_cpu_ms",
+        "observation_age_ms",
+        "arrival_age_ms",
+        "in_node_wall_ms",
+        "tick_delay_ms",
+        "debug_attention.ms",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -160,15 +169,25 @@ class PolicyNode(Node):
         events = _incompatible_qos_callbacks(self)
         image_qos = QoSProfile(depth=math.ceil(camera_hz * INTAKE_SLACK_S), reliability=reliability)
         self._image_qos, self._qos_events = image_qos, events
-        self._camera_subs: dict[str, object] = {}  # further cameras of the model (a wrist camera): topic -> subscription
+        self._camera_subs: dict[
+            str, object
+        ] = {}  # further cameras of the model (a wrist camera): topic -> subscription
         if p["image_transport"] == "compressed":
-            self.create_subscription(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed, image_qos, event_callbacks=events)
+            self.create_subscription(
+                CompressedImage,
+                p["image_topic"] + "/compressed",
+                self._on_compressed,
+                image_qos,
+                event_callbacks=events,
+            )
         else:
             self.create_subscription(Image, p["image_topic"], self._on_image, image_qos, event_callbacks=events)
         self._sync_camera_subscriptions(self.session)
         joint_qos = QoSProfile(depth=math.ceil(state_hz * INTAKE_SLACK_S), reliability=reliability)
         self.create_subscription(JointState, "/joint_states", self._on_joints, joint_qos, event_callbacks=events)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         self.create_subscription(String, "/vla/instruction", self._on_instruction, latched)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
         if not p["robot_description_file"]:
@@ -201,8 +220,13 @@ class PolicyNode(Node):
         folder = resolve_model_dir(model)
         p = self._p
         try:
-            session = PolicySession.from_pretrained(folder, backend=p["backend"], device=p["device"], threads=p["threads"] or None,
-                                                    config=session_config_from_params(p))
+            session = PolicySession.from_pretrained(
+                folder,
+                backend=p["backend"],
+                device=p["device"],
+                threads=p["threads"] or None,
+                config=session_config_from_params(p),
+            )
         except (FileNotFoundError, ValueError, OSError, RuntimeError) as err:
             reason = f"cannot load model {folder}: {err}"
             if raise_on_error:
@@ -228,7 +252,9 @@ class PolicyNode(Node):
         if reasons:
             return SetParametersResult(successful=False, reason="; ".join(reasons))
         if request.get("instruction"):  # refused here, so the parameter keeps the instruction in force
-            reason = instruction_size_error(request["instruction"], request.get("max_instruction_bytes", self._p["max_instruction_bytes"]))
+            reason = instruction_size_error(
+                request["instruction"], request.get("max_instruction_bytes", self._p["max_instruction_bytes"])
+            )
             if reason is not None:
                 self._refuse(INSTRUCTION_PARAM, "instruction_too_long", reason)
                 return SetParametersResult(successful=False, reason=reason)
@@ -255,9 +281,20 @@ class PolicyNode(Node):
             self._sync_camera_subscriptions(self.session)
         elif name == "debug_attention":
             self._set_attention_publisher(bool(value))
-        elif name in ("publish_horizon", "chunk_smoothing_degree", "temporal_ensemble_s", "max_observation_age_s", "max_image_age_s", "frozen_camera_s",
-                      "shape_chunks",
-                      "shaping_latency_s", "shaping_reach", "shaping_retime", "shaping_table_lift", "shaping_table_margin_m"):
+        elif name in (
+            "publish_horizon",
+            "chunk_smoothing_degree",
+            "temporal_ensemble_s",
+            "max_observation_age_s",
+            "max_image_age_s",
+            "frozen_camera_s",
+            "shape_chunks",
+            "shaping_latency_s",
+            "shaping_reach",
+            "shaping_retime",
+            "shaping_table_lift",
+            "shaping_table_margin_m",
+        ):
             if name.startswith("shaping_"):
                 self._shaping_cache.clear()
             self._apply_session_config(self.session)
@@ -278,14 +315,21 @@ class PolicyNode(Node):
         compressed = self._p["image_transport"] == "compressed"
         for topic in [t for t in wanted if t not in self._camera_subs]:
             if compressed:
-                callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/CompressedImage", msg, t + "/compressed")  # noqa: E731
-                sub = self.create_subscription(CompressedImage, topic + "/compressed", callback, self._image_qos,
-                                               event_callbacks=self._qos_events)
+                callback = lambda msg, t=topic: self._on_frame(
+                    "sensor_msgs/msg/CompressedImage", msg, t + "/compressed"
+                )  # noqa: E731
+                sub = self.create_subscription(
+                    CompressedImage, topic + "/compressed", callback, self._image_qos, event_callbacks=self._qos_events
+                )
             else:
                 callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/Image", msg, t)  # noqa: E731
-                sub = self.create_subscription(Image, topic, callback, self._image_qos, event_callbacks=self._qos_events)
+                sub = self.create_subscription(
+                    Image, topic, callback, self._image_qos, event_callbacks=self._qos_events
+                )
             self._camera_subs[topic] = sub
-            self.get_logger().info(f"the model reads a further camera: subscribed to {topic}{'/compressed' if compressed else ''}")
+            self.get_logger().info(
+                f"the model reads a further camera: subscribed to {topic}{'/compressed' if compressed else ''}"
+            )
 
     # ---- chunk shaping -------------------------------------------------------------------------------
     def _on_description(self, msg: String) -> None:
@@ -303,10 +347,15 @@ class PolicyNode(Node):
         names = tuple(session.policy.config.joint_names)
         if names not in self._shaping_cache:
             try:
-                self._shaping_cache[names] = (shaping_limits_from_params(self._p, self._urdf, names, base_dir=self._urdf_dir), "")
+                self._shaping_cache[names] = (
+                    shaping_limits_from_params(self._p, self._urdf, names, base_dir=self._urdf_dir),
+                    "",
+                )
             except ValueError as err:
                 self._shaping_cache[names] = (None, f"cannot shape chunks: {err}")
-                self.get_logger().error(f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded")
+                self.get_logger().error(
+                    f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded"
+                )
         limits, self._shaping_problem = self._shaping_cache[names]
         return limits
 
@@ -315,7 +364,8 @@ class PolicyNode(Node):
         if session is not None:
             session.config = session_config_from_params(self._p, self._chunk_limits(session))
             if self._urdf is not None:
-                try:  # joint states that jump beyond the robot's own limits are refused, as by the filter and the controller
+                # joint states that jump beyond the robot's own limits are refused, as by the filter and the controller
+                try:
                     session.set_state_velocity_limits(limits_for(self._urdf, session.tokenizer.joint_names).velocity)
                 except ValueError as err:
                     self.get_logger().warning(f"joint-state jump check off: {err}")
@@ -425,8 +475,10 @@ class PolicyNode(Node):
             code, _, detail = session.stream.last_rejection.partition(": ")
             self._refuse("instruction", code, detail)
         else:
-            self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
-                                   f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)")
+            self.get_logger().info(
+                f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
+                f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)"
+            )
 
     def _on_episode_reset(self, msg: Header) -> None:
         start_ns, episode = reset_from_msg(msg)
@@ -523,13 +575,21 @@ class PolicyNode(Node):
         try:
             _, type_name, msg = frame
             rgb = rgb_from_compressed_msg(msg) if type_name.endswith("CompressedImage") else rgb_from_image_msg(msg)
-            image = live_overlay(self._attention_torch_model(session), session.policy.config, window, session.instruction, rgb,
-                                 session.policy.pinned)
+            image = live_overlay(
+                self._attention_torch_model(session),
+                session.policy.config,
+                window,
+                session.instruction,
+                rgb,
+                session.policy.pinned,
+            )
             out = image_msg(np.ascontiguousarray(image), msg.header.stamp, msg.header.frame_id)
             pub.publish(out)
         except Exception as err:  # noqa: BLE001 - a debug view must never stop the chunks
             state["errors"] += 1
-            self.get_logger().error(f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0)
+            self.get_logger().error(
+                f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0
+            )
             return
         state["published"] += 1
         self._series.add("debug_attention.ms", (time.perf_counter() - t0) * 1e3)
@@ -552,9 +612,15 @@ class PolicyNode(Node):
         session = self.session
         if session is not None:
             timeout = self._p["source_timeout_s"]
-            dead = {name for name, age in session.arrival_ages_s(time.monotonic()).items() if age is not None and age > timeout}
+            dead = {
+                name
+                for name, age in session.arrival_ages_s(time.monotonic()).items()
+                if age is not None and age > timeout
+            }
             for name in sorted(dead - self._dead):
-                self.get_logger().error(f"no {name} message for more than {timeout} s (wall time): is the source running?")
+                self.get_logger().error(
+                    f"no {name} message for more than {timeout} s (wall time): is the source running?"
+                )
             for name in sorted(self._dead - dead):
                 self.get_logger().info(f"{name} messages arrive again")
             self._dead = dead
@@ -564,7 +630,9 @@ class PolicyNode(Node):
         if self.session is None:
             return ERROR, self._model_error or "no model"
         if self._dead:
-            return ERROR, "no " + " and no ".join(sorted(self._dead)) + f" for more than {self._p['source_timeout_s']} s (wall time)"
+            return ERROR, "no " + " and no ".join(
+                sorted(self._dead)
+            ) + f" for more than {self._p['source_timeout_s']} s (wall time)"
         code, message = self._status
         if code == "publishing":
             shaping = self._shaping_state()
@@ -579,12 +647,18 @@ class PolicyNode(Node):
         session = self.session
         frozen = session.frozen_cameras() if session is not None else []
         recent = self._refusals.recent(time.monotonic())
-        problems = frozen + [f"{source} refused: {code} x{n} in the last {REFUSAL_HOLD_S:g} s ({detail})" for source, code, n, detail in recent]
+        problems = frozen + [
+            f"{source} refused: {code} x{n} in the last {REFUSAL_HOLD_S:g} s ({detail})"
+            for source, code, n, detail in recent
+        ]
         instruction = session.instruction if session is not None else None
         values = {"instruction": "" if instruction is None else instruction.text}
         values.update({f"instruction.{k}": v for k, v in self._gate.values().items()})
         values.update({f"refused_last_s.{source}.{code}": n for source, code, n, _ in recent})
-        key = (tuple(f.partition("camera frozen")[0] for f in frozen), tuple((source, code) for source, code, _, _ in recent))
+        key = (
+            tuple(f.partition("camera frozen")[0] for f in frozen),
+            tuple((source, code) for source, code, _, _ in recent),
+        )
         if not problems:
             return OK, "all inputs accepted", values, key
         return WARN, "; ".join(problems), values, key
@@ -600,8 +674,11 @@ class PolicyNode(Node):
         inputs = self._inputs_status()
         self._reported = ((level, message), inputs[3])
         session = self.session
-        values = {"model": str(session.model_dir if session is not None else ""), "backend": self._p["backend"],
-                  "status": self._status[0]}
+        values = {
+            "model": str(session.model_dir if session is not None else ""),
+            "backend": self._p["backend"],
+            "status": self._status[0],
+        }
         if session is not None:
             values.update(ticks=session.ticks, chunks=session.chunks)
         for name, series in self._series.take().items():
@@ -637,7 +714,9 @@ class PolicyNode(Node):
             start = session.stream.episode_start_ns
             values["episode_start_s"] = "none" if start is None else f"{start * 1e-9:.9f}"
             values["policy.dropped_late"] = session.policy.total_dropped_late
-        self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values), ("inputs", *inputs[:3])])
+        self.diag.publish(
+            time_msg_from_ns(self._now_ns()), [("policy", level, message, values), ("inputs", *inputs[:3])]
+        )
 
     def close(self) -> None:
         """Stop the tick and instruction threads (run_node calls this before destroy_node); safe to call twice."""

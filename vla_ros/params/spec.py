@@ -83,10 +83,19 @@ class ParamSpec:
 
     def __post_init__(self) -> None:
         if self.min_positive is not None:
-            if self.type_name not in ("int", "double") or self.min_value is None or self.min_value > 0 or not self.min_positive > 0:
-                raise ValueError(f"parameter {self.name}: min_positive needs a number with min_value <= 0 < min_positive")
+            if (
+                self.type_name not in ("int", "double")
+                or self.min_value is None
+                or self.min_value > 0
+                or not self.min_positive > 0
+            ):
+                raise ValueError(
+                    f"parameter {self.name}: min_positive needs a number with min_value <= 0 < min_positive"
+                )
             if self.max_value is not None and self.min_positive > self.max_value:
-                raise ValueError(f"parameter {self.name}: min_positive {self.min_positive} is above max_value {self.max_value}")
+                raise ValueError(
+                    f"parameter {self.name}: min_positive {self.min_positive} is above max_value {self.max_value}"
+                )
 
     def range_text(self) -> str:
         """The allowed numbers in words: ``[0.01, 1]``, ``0, or [0.001, 3.2]``, ``>= 1``; '' when unbounded."""
@@ -151,7 +160,11 @@ class ParamSpec:
         at = f"{self.name}={value!r}" if item is value else f"{self.name} element {item!r}"
         if isinstance(item, (int, float)) and not isinstance(item, bool):
             if item != item:  # NaN compares unequal to itself
-                return f"{self.name} must be a number, got NaN" if item is value else f"{self.name} must hold numbers, got NaN in {value!r}"
+                return (
+                    f"{self.name} must be a number, got NaN"
+                    if item is value
+                    else f"{self.name} must hold numbers, got NaN in {value!r}"
+                )
             if self.min_value is not None and item < self.min_value:
                 return f"{at} is below the minimum {self.min_value}{self._allowed()}"
             if self.min_positive is not None and 0 < item < self.min_positive:

@@ -76,8 +76,15 @@ class SourceStats:
         return 100.0 * self.dropped(unused) / sent if sent else 0.0
 
     def as_dict(self, unused: int = 0) -> dict:
-        out = {"received": self.received, "accepted": self.accepted, "thinned": self.thinned, "lost": self.gaps.lost,
-               "outages": self.gaps.outages, "unused": unused, "rejected": sum(self.rejected.values())}
+        out = {
+            "received": self.received,
+            "accepted": self.accepted,
+            "thinned": self.thinned,
+            "lost": self.gaps.lost,
+            "outages": self.gaps.outages,
+            "unused": unused,
+            "rejected": sum(self.rejected.values()),
+        }
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
         out["dropped"] = self.dropped(unused)
         out["dropped_pct"] = round(self.dropped_pct(unused), 3)

@@ -25,7 +25,9 @@ def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
     return ActionChunk(
         joint_names=names,
         stamp_ns=ns_from_time_msg(msg.header.stamp),
-        time_from_start_s=np.array([seconds_from_duration_msg(p.time_from_start) for p in msg.points], dtype=np.float64),
+        time_from_start_s=np.array(
+            [seconds_from_duration_msg(p.time_from_start) for p in msg.points], dtype=np.float64
+        ),
         positions=np.array([list(p.positions) for p in msg.points], dtype=np.float64),
         velocities=np.array([list(p.velocities) for p in msg.points], dtype=np.float64) if has_vel else None,
     )

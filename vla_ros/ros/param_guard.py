@@ -44,8 +44,13 @@ class ParamGuard:
         self._staged: tuple[dict[str, Any], Any, list[ParamChange]] | None = None
         self._listeners: list[Callable[[list[ParamChange]], None]] = []
 
-    def install(self, values: dict[str, Any], build: Callable[[dict[str, Any]], Any],
-                apply: Callable[[Any, dict[str, Any], list[ParamChange]], None], allow_loosening: bool) -> None:
+    def install(
+        self,
+        values: dict[str, Any],
+        build: Callable[[dict[str, Any]], Any],
+        apply: Callable[[Any, dict[str, Any], list[ParamChange]], None],
+        allow_loosening: bool,
+    ) -> None:
         """``build(values)`` returns the configuration (raises ValueError with the reason);
         ``apply(built, values, changes)`` makes it take effect."""
         self.values = dict(values)
@@ -80,7 +85,9 @@ class ParamGuard:
             candidate[p.name] = spec.coerce(p.value)
         loose = loosenings(self.rules, self.values, candidate)
         if loose and not self.allow_loosening:
-            return self._refuse("; ".join(loose.values()) + " (start the node with allow_runtime_loosening:=true to allow it)")
+            return self._refuse(
+                "; ".join(loose.values()) + " (start the node with allow_runtime_loosening:=true to allow it)"
+            )
         try:
             built = self._build(candidate)
         except (ValueError, TypeError) as err:

@@ -54,11 +54,17 @@ def declare_parameters(
         desc = ParameterDescriptor(description=s.description, read_only=s.read_only, dynamic_typing=True)
         if s.choices:
             desc.additional_constraints = "one of: " + ", ".join(s.choices)
-        elif s.min_positive is not None or s.min_reason:  # the range says [0, max]; 0 < value < min_positive is refused too
-            desc.additional_constraints = f"allowed: {s.range_text()}" + (f" (lower: {s.min_reason})" if s.min_reason else "")
+        elif (
+            s.min_positive is not None or s.min_reason
+        ):  # the range says [0, max]; 0 < value < min_positive is refused too
+            desc.additional_constraints = f"allowed: {s.range_text()}" + (
+                f" (lower: {s.min_reason})" if s.min_reason else ""
+            )
         # Ranges go into the descriptor so tools show them; rclpy also enforces them on set.
         if s.type_name == "double" and s.min_value is not None and s.max_value is not None:
-            desc.floating_point_range = [FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)]
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)
+            ]
         elif s.type_name == "int" and s.min_value is not None and s.max_value is not None:
             desc.integer_range = [IntegerRange(from_value=int(s.min_value), to_value=int(s.max_value), step=0)]
         default = list(s.default) if isinstance(s.default, tuple) else s.default

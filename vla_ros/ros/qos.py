@@ -30,6 +30,8 @@ def incompatible_qos_events(node, topic: str, count: Callable[[str], None]):
         count("incompatible_qos")
         node.get_logger().error(
             f"a publisher on {topic} has an incompatible QoS ({event.last_policy_kind}); for best-effort "
-            "publishers set sensor_qos:=best_effort", throttle_duration_sec=5.0)
+            "publishers set sensor_qos:=best_effort",
+            throttle_duration_sec=5.0,
+        )
 
     return SubscriptionEventCallbacks(incompatible_qos=on_incompatible)

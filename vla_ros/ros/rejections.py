@@ -19,8 +19,14 @@ class ReasonLog:
     """``reject(source, code, detail)`` counts ``code`` in ``counter`` and logs at most one line per code
     every ``period_s`` through ``warn`` (a logger method)."""
 
-    def __init__(self, warn: Callable[[str], None], counter: Counter | None = None, period_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic, recent_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        warn: Callable[[str], None],
+        counter: Counter | None = None,
+        period_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        recent_s: float = 1.0,
+    ) -> None:
         self._warn = warn
         self.counter: Counter[str] = counter if counter is not None else Counter()
         self._period_s = period_s
@@ -79,5 +85,8 @@ class RecentRefusals:
     def by_code(self, now_s: float, prefix: str = "", exclude: tuple[str, ...] = ()) -> dict[str, str]:
         """Code -> "code: detail" (the newest) of the refusals within ``hold_s`` whose code starts with
         ``prefix``, whatever their source, but those in ``exclude``."""
-        return {code: f"{code}: {detail}" for _, code, _, detail in self.recent(now_s)
-                if code.startswith(prefix) and code not in exclude}
+        return {
+            code: f"{code}: {detail}"
+            for _, code, _, detail in self.recent(now_s)
+            if code.startswith(prefix) and code not in exclude
+        }

@@ -73,7 +73,7 @@ class Obstacle:
     offset_m: float = 0.0
 
     @classmethod
-    def parse(cls, line: str, index: int = 0) -> "Obstacle":
+    def parse(cls, line: str, index: int = 0) -> Obstacle:
         """``box center=x,y,z size=sx,sy,sz [rpy=r,p,y] [name=n]``, ``sphere center=.. radius=r``,
         ``plane normal=nx,ny,nz offset=d``. Raises ConfigError quoting the line."""
         words = line.split()
@@ -103,7 +103,12 @@ class Obstacle:
             (radius,) = _floats(kv["radius"], 1, "radius", line)
             if radius <= 0.0:
                 raise ConfigError(f"sphere obstacle {line!r}: radius must be positive, got {radius}")
-            return cls("sphere", kv.get("name", default_name), center_m=_floats(kv["center"], 3, "center", line), radius_m=radius)
+            return cls(
+                "sphere",
+                kv.get("name", default_name),
+                center_m=_floats(kv["center"], 3, "center", line),
+                radius_m=radius,
+            )
         if kind == "plane":
             kv = _key_values(words[1:], {"normal", "offset", "name"}, line)
             if "normal" not in kv or "offset" not in kv:
@@ -129,7 +134,7 @@ class LimitOverride:
     acceleration: float | None = None
 
     @classmethod
-    def parse(cls, line: str) -> "LimitOverride":
+    def parse(cls, line: str) -> LimitOverride:
         """``joint_name: lower=.. upper=.. velocity=.. acceleration=..`` (any subset of the keys)."""
         name, sep, rest = line.partition(":")
         name = name.strip()
@@ -233,10 +238,27 @@ class SafetyConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ConfigError(f"{name} must be in (0, 1] (it can only tighten the limits), got {v!r}")
-        for name in ("default_acceleration_rad_s2", "default_acceleration_m_s2", "max_chunk_age_s", "max_state_age_s",
-                     "max_horizon_s", "max_joint_step_rad", "max_joint_step_m"):
+        for name in (
+            "default_acceleration_rad_s2",
+            "default_acceleration_m_s2",
+            "max_chunk_age_s",
+            "max_state_age_s",
+            "max_horizon_s",
+            "max_joint_step_rad",
+            "max_joint_step_m",
+        ):
             positive(name)
-        for name in ("tracking_tolerance_rad", "tracking_tolerance_m", "position_clamp_rad", "position_clamp_m", "position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
+        for name in (
+            "tracking_tolerance_rad",
+            "tracking_tolerance_m",
+            "position_clamp_rad",
+            "position_clamp_m",
+            "position_margin_rad",
+            "position_margin_m",
+            "max_future_stamp_s",
+            "self_clearance_m",
+            "clearance_m",
+        ):
             non_negative(name)
         if not (math.isfinite(self.max_time_scale) and self.max_time_scale >= 1.0):
             raise ConfigError(f"max_time_scale must be >= 1 (1 = never slow a chunk down), got {self.max_time_scale!r}")
@@ -248,7 +270,8 @@ class SafetyConfig:
             raise ConfigError(f"on_unsafe must be one of {list(MODES)}, got {self.on_unsafe!r}")
         if (self.workspace_min_m is None) != (self.workspace_max_m is None):
             raise ConfigError(
-                f"workspace_min_m and workspace_max_m go together, got {self.workspace_min_m!r} and {self.workspace_max_m!r}"
+                f"workspace_min_m and workspace_max_m go together, got {self.workspace_min_m!r} and "
+                f"{self.workspace_max_m!r}"
             )
         if self.workspace_min_m is not None:
             lo, hi = tuple(self.workspace_min_m), tuple(self.workspace_max_m)
@@ -279,5 +302,5 @@ class SafetyConfig:
     def parsed_overrides(self) -> tuple[LimitOverride, ...]:
         return self._overrides  # type: ignore[attr-defined]
 
-    def replace(self, **changes) -> "SafetyConfig":
+    def replace(self, **changes) -> SafetyConfig:
         return dataclasses.replace(self, **changes)

@@ -44,14 +44,38 @@ from vla_ros.safety.timing import limit_ratios, prefix_scales
 
 # Reason codes (stable strings, counted on /diagnostics).
 MALFORMED_REASONS = (
-    "empty_chunk", "size_mismatch", "too_many_points", "non_finite", "unknown_joint", "missing_joint",
-    "duplicate_joint", "negative_time", "non_increasing_time", "horizon_too_long",
+    "empty_chunk",
+    "size_mismatch",
+    "too_many_points",
+    "non_finite",
+    "unknown_joint",
+    "missing_joint",
+    "duplicate_joint",
+    "negative_time",
+    "non_increasing_time",
+    "horizon_too_long",
 )
-INPUT_REASONS = ("stale_chunk", "future_stamp", "unstamped", "before_reset", "no_robot_model", "invalid_configuration",
-                 "no_joint_state", "stale_joint_state", "joint_state_incomplete")
+INPUT_REASONS = (
+    "stale_chunk",
+    "future_stamp",
+    "unstamped",
+    "before_reset",
+    "no_robot_model",
+    "invalid_configuration",
+    "no_joint_state",
+    "stale_joint_state",
+    "joint_state_incomplete",
+)
 POINT_REASONS = (
-    "unreachable_first_point", "position_limit", "velocity_limit", "acceleration_limit", "self_collision",
-    "table_collision", "workspace_bounds", "obstacle_collision", "stopping_distance",
+    "unreachable_first_point",
+    "position_limit",
+    "velocity_limit",
+    "acceleration_limit",
+    "self_collision",
+    "table_collision",
+    "workspace_bounds",
+    "obstacle_collision",
+    "stopping_distance",
 )
 REASONS = MALFORMED_REASONS + INPUT_REASONS + POINT_REASONS
 VERDICTS = ("pass", "modified", "truncated", "rejected")
@@ -111,9 +135,11 @@ class FilterReport:
         return self.verdict != "rejected"
 
     @classmethod
-    def reject(cls, code: str, detail: str, index: int = 0, points_in: int = 0, **extra) -> "FilterReport":
+    def reject(cls, code: str, detail: str, index: int = 0, points_in: int = 0, **extra) -> FilterReport:
         assert code in REASONS, code
-        return cls("rejected", code, detail, index, points_in=points_in, findings=(Finding(code, index, detail),), **extra)
+        return cls(
+            "rejected", code, detail, index, points_in=points_in, findings=(Finding(code, index, detail),), **extra
+        )
 
 
 class SafetyFilter:
@@ -165,7 +191,9 @@ class SafetyFilter:
         H = pos.shape[0]
         vel = None if chunk.velocities is None else np.asarray(chunk.velocities)
         if vel is not None and vel.shape != pos.shape:
-            return FilterReport.reject("size_mismatch", f"velocities {vel.shape} do not match positions {pos.shape}", points_in=H)
+            return FilterReport.reject(
+                "size_mismatch", f"velocities {vel.shape} do not match positions {pos.shape}", points_in=H
+            )
         if H > cfg.max_points:
             return FilterReport.reject("too_many_points", f"{H} points > max_points={cfg.max_points}", points_in=H)
         if len(set(names)) != len(names):
@@ -181,7 +209,9 @@ class SafetyFilter:
                     why.append(f"{n} (not a commanded joint)")
                 else:
                     why.append(n)
-            return FilterReport.reject("unknown_joint", f"unknown joint(s) {why}; expected {list(self.commanded_names)}", points_in=H)
+            return FilterReport.reject(
+                "unknown_joint", f"unknown joint(s) {why}; expected {list(self.commanded_names)}", points_in=H
+            )
         missing = [n for n in self.commanded_names if n not in names]
         if missing:
             return FilterReport.reject("missing_joint", f"the chunk lacks joint(s) {missing}", points_in=H)
@@ -201,11 +231,16 @@ class SafetyFilter:
             return FilterReport.reject("non_finite", f"point {k}: non-finite {what}", k, points_in=H)
         if (times_f < 0.0).any():
             k = int(np.argmax(times_f < 0.0))
-            return FilterReport.reject("negative_time", f"point {k}: time_from_start {times_f[k]:.9g} s < 0", k, points_in=H)
+            return FilterReport.reject(
+                "negative_time", f"point {k}: time_from_start {times_f[k]:.9g} s < 0", k, points_in=H
+            )
         if (times_f > cfg.max_horizon_s).any():
             k = int(np.argmax(times_f > cfg.max_horizon_s))
             return FilterReport.reject(
-                "horizon_too_long", f"point {k}: time_from_start {times_f[k]:.6g} s > max_horizon_s={cfg.max_horizon_s}", k, points_in=H
+                "horizon_too_long",
+                f"point {k}: time_from_start {times_f[k]:.6g} s > max_horizon_s={cfg.max_horizon_s}",
+                k,
+                points_in=H,
             )
         t_ns = np.floor(times_f * 1e9 + 0.5).astype(np.int64)  # the message's resolution
         if H > 1 and (np.diff(t_ns) <= 0).any():
@@ -213,22 +248,29 @@ class SafetyFilter:
             return FilterReport.reject(
                 "non_increasing_time",
                 f"point {k}: time_from_start {times_f[k]:.9f} s is not after point {k - 1}'s {times_f[k - 1]:.9f} s",
-                k, points_in=H,
+                k,
+                points_in=H,
             )
         return None
 
-    def _measured(self, state: JointStateSample | None, now_ns: int, H: int) -> tuple[np.ndarray | None, FilterReport | None]:
+    def _measured(
+        self, state: JointStateSample | None, now_ns: int, H: int
+    ) -> tuple[np.ndarray | None, FilterReport | None]:
         cfg = self.config
         if state is None:
             return None, FilterReport.reject("no_joint_state", "no joint state received yet", points_in=H)
         age_s = (now_ns - int(state.stamp_ns)) / NS
         if age_s > cfg.max_state_age_s:
             return None, FilterReport.reject(
-                "stale_joint_state", f"joint state is {age_s:.3f} s old > max_state_age_s={cfg.max_state_age_s}", points_in=H
+                "stale_joint_state",
+                f"joint state is {age_s:.3f} s old > max_state_age_s={cfg.max_state_age_s}",
+                points_in=H,
             )
         if -age_s > cfg.max_future_stamp_s:
             return None, FilterReport.reject(
-                "stale_joint_state", f"joint state is stamped {-age_s:.3f} s in the future (clock mismatch?)", points_in=H
+                "stale_joint_state",
+                f"joint state is stamped {-age_s:.3f} s in the future (clock mismatch?)",
+                points_in=H,
             )
         by_name = dict(zip(state.names, np.asarray(state.positions, dtype=np.float64).tolist()))
         missing = [n for n in self.joint_names if n not in by_name]
@@ -241,7 +283,9 @@ class SafetyFilter:
         return q, None
 
     # ---- the filter --------------------------------------------------------------------------------
-    def filter(self, chunk: ActionChunk, state: JointStateSample | None, now_ns: int) -> tuple[ActionChunk | None, FilterReport]:
+    def filter(
+        self, chunk: ActionChunk, state: JointStateSample | None, now_ns: int
+    ) -> tuple[ActionChunk | None, FilterReport]:
         """Filter one chunk against the measured ``state`` at time ``now_ns`` (ROS time, integer ns)."""
         cfg, lim = self.config, self.limits
         bad = self._check_structure(chunk)
@@ -249,14 +293,18 @@ class SafetyFilter:
             return None, bad
         H = chunk.horizon
         if int(chunk.stamp_ns) == 0:
-            return None, FilterReport.reject("unstamped", "header.stamp is 0: a chunk must carry its observation time", points_in=H)
+            return None, FilterReport.reject(
+                "unstamped", "header.stamp is 0: a chunk must carry its observation time", points_in=H
+            )
         q_meas, bad = self._measured(state, now_ns, H)
         if bad is not None:
             return None, bad
         age_ns = int(now_ns) - int(chunk.stamp_ns)
         if age_ns > cfg.max_chunk_age_s * NS:
             return None, FilterReport.reject(
-                "stale_chunk", f"chunk stamp is {age_ns / NS:.3f} s old > max_chunk_age_s={cfg.max_chunk_age_s}", points_in=H
+                "stale_chunk",
+                f"chunk stamp is {age_ns / NS:.3f} s old > max_chunk_age_s={cfg.max_chunk_age_s}",
+                points_in=H,
             )
         if -age_ns > cfg.max_future_stamp_s * NS:
             return None, FilterReport.reject(
@@ -293,16 +341,26 @@ class SafetyFilter:
         if clamped:
             k = f + int(np.argmax(clamp.any(axis=1)))
             Q[f:, cols] = np.where(clamp, np.clip(sub, low, high), sub)
-            findings.append(Finding("position_clamped", k, f"{int(clamp.sum())} target(s) within the clamp tolerance past a limit clamped onto it"))
+            findings.append(
+                Finding(
+                    "position_clamped",
+                    k,
+                    f"{int(clamp.sum())} target(s) within the clamp tolerance past a limit clamped onto it",
+                )
+            )
         outside = (Q[f:, cols] < lim.lower[cols]) | (Q[f:, cols] > lim.upper[cols])
         if outside.any():
             k = f + int(np.argmax(outside.any(axis=1)))
             j = cols[int(np.argmax(outside[k - f]))]
-            findings.append(Finding(
-                "position_limit", k,
-                f"point {k}: {self.joint_names[j]} = {Q[k, j]:.6g} outside [{lim.lower[j]:.6g}, {lim.upper[j]:.6g}] "
-                "(limits minus margin)",
-            ))
+            findings.append(
+                Finding(
+                    "position_limit",
+                    k,
+                    f"point {k}: {self.joint_names[j]} = {Q[k, j]:.6g} outside [{lim.lower[j]:.6g}, "
+                    f"{lim.upper[j]:.6g}] "
+                    "(limits minus margin)",
+                )
+            )
             end = k
 
         # Velocity / acceleration: how much each prefix must be slowed down. The first segment starts from
@@ -314,7 +372,15 @@ class SafetyFilter:
         scales = np.ones(0)
         if end > f:
             tau = tau_ns[f:end] * 1e-9
-            r_v, r_a = limit_ratios(tau, Q[f:end], q_meas, lim.velocity, lim.acceleration, None if vel is None else vel[f:end], self._track_tol)
+            r_v, r_a = limit_ratios(
+                tau,
+                Q[f:end],
+                q_meas,
+                lim.velocity,
+                lim.acceleration,
+                None if vel is None else vel[f:end],
+                self._track_tol,
+            )
             scales = prefix_scales(r_v, r_a)
             too_slow = scales > cfg.max_time_scale * (1.0 + LIMIT_RTOL)
             if too_slow.any():
@@ -322,15 +388,27 @@ class SafetyFilter:
                 k = f + i
                 if i == 0:
                     code = "unreachable_first_point"
-                    detail = (f"point {k} is {r_v[0]:.3g}x too fast to reach from the measured state "
-                              f"(max_time_scale={cfg.max_time_scale})")
+                    detail = (
+                        f"point {k} is {r_v[0]:.3g}x too fast to reach from the measured state "
+                        f"(max_time_scale={cfg.max_time_scale})"
+                    )
                 elif np.max(r_v[: i + 1]) > cfg.max_time_scale * (1.0 + LIMIT_RTOL):
-                    code, detail = "velocity_limit", (f"point {k}: reaching it needs {np.max(r_v[: i + 1]):.3g}x "
-                                                      f"the velocity limit (max_time_scale={cfg.max_time_scale})")
+                    code, detail = (
+                        "velocity_limit",
+                        (
+                            f"point {k}: reaching it needs {np.max(r_v[: i + 1]):.3g}x "
+                            f"the velocity limit (max_time_scale={cfg.max_time_scale})"
+                        ),
+                    )
                 else:
-                    code, detail = "acceleration_limit", (
-                        f"point {k}: keeping it needs {np.max(r_a[:i]):.3g}x the acceleration limit at point {k - 1} "
-                        f"(max_time_scale={cfg.max_time_scale} allows {cfg.max_time_scale ** 2:.3g}x)")
+                    code, detail = (
+                        "acceleration_limit",
+                        (
+                            f"point {k}: keeping it needs {np.max(r_a[:i]):.3g}x the acceleration limit at point "
+                            f"{k - 1} "
+                            f"(max_time_scale={cfg.max_time_scale} allows {cfg.max_time_scale**2:.3g}x)"
+                        ),
+                    )
                 findings.append(Finding(code, k, detail))
                 end = k
 
@@ -348,7 +426,11 @@ class SafetyFilter:
             if not hit.safe:
                 k = f + hit.first_unsafe - 1
                 if k >= end:  # the stop after the last point, not the chunk itself
-                    findings.append(Finding("stopping_distance", end - 1, f"point {end - 1}: stopping after it: {hit.describe(False)}"))
+                    findings.append(
+                        Finding(
+                            "stopping_distance", end - 1, f"point {end - 1}: stopping after it: {hit.describe(False)}"
+                        )
+                    )
                     end -= 1
                 else:
                     findings.append(Finding(hit.kind, k, f"point {k}: {hit.describe()}"))
@@ -365,7 +447,9 @@ class SafetyFilter:
                 samples += stop.samples
                 if stop.safe:
                     break
-                findings.append(Finding("stopping_distance", end - 1, f"point {end - 1}: stopping after it: {stop.describe(False)}"))
+                findings.append(
+                    Finding("stopping_distance", end - 1, f"point {end - 1}: stopping after it: {stop.describe(False)}")
+                )
                 end -= 1
 
         unsafe = sorted((x for x in findings if x.code in POINT_REASONS), key=lambda x: x.index)
@@ -379,7 +463,9 @@ class SafetyFilter:
         if f == 0 and end == H and s == 1.0 and not clamped:
             return chunk, FilterReport("pass", points_in=H, points_out=H, **work)
         if s != 1.0:
-            findings.append(Finding("time_scaled", f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits"))
+            findings.append(
+                Finding("time_scaled", f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits")
+            )
         new_t_ns = new_tau_ns[f:end] + age_ns
         out = chunk.replace(
             time_from_start_s=new_t_ns.astype(np.float64) * 1e-9,
@@ -388,10 +474,20 @@ class SafetyFilter:
         )
         if first is None:
             return out, FilterReport("modified", "", "", -1, s, H, end - f, tuple(findings), **work)
-        return out, FilterReport("truncated", first.code, first.detail, first.index, s, H, end - f, tuple(findings), **work)
+        return out, FilterReport(
+            "truncated", first.code, first.detail, first.index, s, H, end - f, tuple(findings), **work
+        )
 
-    def _stretch(self, s_req: float, tau_ns: np.ndarray, f: int, end: int, q_meas: np.ndarray, Q: np.ndarray,
-                 vel: np.ndarray | None) -> tuple[float, np.ndarray]:
+    def _stretch(
+        self,
+        s_req: float,
+        tau_ns: np.ndarray,
+        f: int,
+        end: int,
+        q_meas: np.ndarray,
+        Q: np.ndarray,
+        vel: np.ndarray | None,
+    ) -> tuple[float, np.ndarray]:
         """Smallest factor >= s_req whose nanosecond times (what the message carries) still meet the limits.
 
         Times from now are rounded up, and the factor grows until the rounded times pass the same check the
@@ -405,8 +501,15 @@ class SafetyFilter:
         new = tau_ns.copy()
         for _ in range(64):
             new[f:end] = np.ceil(base * s).astype(np.int64)
-            r_v, r_a = limit_ratios(new[f:end] * 1e-9, Q[f:end], q_meas, lim.velocity, lim.acceleration,
-                                    None if vel is None else vel[f:end] / s, self._track_tol)
+            r_v, r_a = limit_ratios(
+                new[f:end] * 1e-9,
+                Q[f:end],
+                q_meas,
+                lim.velocity,
+                lim.acceleration,
+                None if vel is None else vel[f:end] / s,
+                self._track_tol,
+            )
             need = float(prefix_scales(r_v, r_a)[-1])
             if need <= 1.0 + LIMIT_RTOL:
                 return s, new
@@ -414,7 +517,9 @@ class SafetyFilter:
             s = max(s * need * (1.0 + LIMIT_RTOL), s * (1.0 + 1.0 / float(base.min())))
         raise AssertionError(f"time scaling did not settle (factor {s})")
 
-    def _stop_configuration(self, Q: np.ndarray, q_meas: np.ndarray, f: int, end: int, tau_ns: np.ndarray) -> np.ndarray | None:
+    def _stop_configuration(
+        self, Q: np.ndarray, q_meas: np.ndarray, f: int, end: int, tau_ns: np.ndarray
+    ) -> np.ndarray | None:
         """Where the arm comes to rest after point end-1 (None if it arrives there at rest).
 
         It decelerates along the last segment's direction at the acceleration limits, all joints together:

@@ -67,7 +67,9 @@ def resolve_limits(robot: RobotModel | UrdfJointLimits, config: SafetyConfig) ->
             upper[i] = min(upper[i], o.upper)
         if o.velocity is not None:
             if o.velocity > robot.velocity[i]:
-                reasons.append(f"{o.joint}: velocity={o.velocity} would loosen the URDF velocity limit {robot.velocity[i]:g}")
+                reasons.append(
+                    f"{o.joint}: velocity={o.velocity} would loosen the URDF velocity limit {robot.velocity[i]:g}"
+                )
             velocity[i] = min(velocity[i], o.velocity)
         if o.acceleration is not None:
             acceleration[i] = o.acceleration

@@ -19,7 +19,8 @@ time order. Rules, applied to each message in this order (each rejection counted
 6. ``thinned`` (only with ``min_frame_interval_s``): a frame stamped closer than that to a frame of the same
    camera in the window; counted apart from the rejections (``stats.thinned``): the model reads fewer frames
    than the camera sends, by design, and the frame is never decoded;
-7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``, ...);
+7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``,
+...);
    and a frame whose encoding or size differs from the first frame the stream accepted from its camera
    (``wrong_image_encoding``, ``wrong_image_size``): a camera relabelled or reconfigured mid-run is refused,
    not reinterpreted (with ``input_width``/``input_height`` configured, that size is the one required).
@@ -104,8 +105,14 @@ class StreamStats:
         out.update({f"accepted.{k}": v for k, v in sorted(self.accepted.items())})
         out["rejected"] = sum(self.rejected.values())
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
-        out.update(thinned=self.thinned, reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps,
-                   episodes=self.episodes)
+        out.update(
+            thinned=self.thinned,
+            reordered=self.reordered,
+            evicted=self.evicted,
+            cleared=self.cleared,
+            clock_jumps=self.clock_jumps,
+            episodes=self.episodes,
+        )
         out.update({f"unused.{k}": v for k, v in sorted(self.unused.items())})
         return out
 
@@ -144,7 +151,9 @@ class TokenStream:
         self.generation = 0  # bumps on every clock jump and new episode: consumers start over
         self.last_rejection = ""
         self.last_rejection_code = ""
-        self._formats: dict[int, tuple[str, int, int]] = {}  # camera -> (encoding, width, height) of its first accepted frame
+        self._formats: dict[
+            int, tuple[str, int, int]
+        ] = {}  # camera -> (encoding, width, height) of its first accepted frame
         self.episode_start_ns: int | None = None  # announced by begin_episode; older stamps are refused
         self._reset_window()
 
@@ -198,7 +207,7 @@ class TokenStream:
         if upto_ns is not None:
             held = [o for o in out if o.stamp_ns > upto_ns]
             if held:
-                out = out[:len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
+                out = out[: len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
                 self._pending = held
         if out and (self.consumed_ns is None or out[-1].stamp_ns > self.consumed_ns):
             self.consumed_ns = out[-1].stamp_ns
@@ -271,7 +280,8 @@ class TokenStream:
 
         A start far (``clock_jump_s``) before the newest stamp held announces a clock that restarts: the whole
         window is the previous episode's. The window restarts (``generation`` bumps, the epoch moves to the
-        first kept stamp) unless it already began inside this episode: after a clock jump that came first, or for the same announcement again.
+        first kept stamp) unless it already began inside this episode: after a clock jump that came first, or for the
+        same announcement again.
         A clock jump that follows the announcement is then recognised as the same restart (one reset, not
         two). Returns True when the window restarted.
         """
@@ -298,7 +308,9 @@ class TokenStream:
             self._seq = max(o.seq for o in keep)
         return True
 
-    def add(self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None) -> Observation | None:
+    def add(
+        self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None
+    ) -> Observation | None:
         """Admit one message: ``convert()`` runs only when the timing rules pass (a late frame is not decoded)."""
         self.stats.received += 1
         camera = self.camera_of(source) if kind == Kind.IMAGE else 0
@@ -307,7 +319,9 @@ class TokenStream:
             return None
         code = self._check_time(kind, source, stamp, now_ns)
         if code is not None:
-            detail = f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
+            detail = (
+                f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
+            )
             self._reject(code, detail)
             return None
         if kind == Kind.IMAGE and self._frame_interval_ns and self._near_frame(stamp, camera):
@@ -321,8 +335,9 @@ class TokenStream:
         if self.epoch_ns is None:
             self.epoch_ns = stamp
         self._seq += 1
-        obs = Observation(kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source,
-                          camera=camera)
+        obs = Observation(
+            kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source, camera=camera
+        )
         self._insert(obs)
         return obs
 
@@ -388,14 +403,28 @@ class TokenStream:
         if stamp is None:
             return None
         encoding = str(msg.encoding).lower()
-        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, encoding, rgb_from_image_msg(msg, self.tokenizer)), now_ns)
+        return self.add(
+            Kind.IMAGE,
+            source,
+            stamp,
+            lambda: self._frame(source, encoding, rgb_from_image_msg(msg, self.tokenizer)),
+            now_ns,
+        )
 
-    def add_compressed_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed") -> Observation | None:
+    def add_compressed_image(
+        self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed"
+    ) -> Observation | None:
         """sensor_msgs/CompressedImage (jpeg, png; a change between them is no change of encoding)."""
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, "compressed", rgb_from_compressed_msg(msg, self.tokenizer)), now_ns)
+        return self.add(
+            Kind.IMAGE,
+            source,
+            stamp,
+            lambda: self._frame(source, "compressed", rgb_from_compressed_msg(msg, self.tokenizer)),
+            now_ns,
+        )
 
     def _frame(self, source: str, encoding: str, rgb: np.ndarray) -> np.ndarray:
         """The model's input from one camera's RGB frame, refused when its encoding or size is not that of the
@@ -404,11 +433,17 @@ class TokenStream:
         fmt = (encoding, rgb.shape[1], rgb.shape[0])
         first = self._formats.get(camera)
         if first is not None and fmt[1:] != first[1:]:
-            raise TokenError("wrong_image_size", f"image is {fmt[1]}x{fmt[2]}, the camera's first frame was "
-                             f"{first[1]}x{first[2]}: a resized camera is refused, not rescaled")
+            raise TokenError(
+                "wrong_image_size",
+                f"image is {fmt[1]}x{fmt[2]}, the camera's first frame was "
+                f"{first[1]}x{first[2]}: a resized camera is refused, not rescaled",
+            )
         if first is not None and encoding != first[0]:
-            raise TokenError("wrong_image_encoding", f"image encoding {encoding!r}, the camera's first frame "
-                             f"was {first[0]!r}: a relabelled camera is refused, not reinterpreted")
+            raise TokenError(
+                "wrong_image_encoding",
+                f"image encoding {encoding!r}, the camera's first frame "
+                f"was {first[0]!r}: a relabelled camera is refused, not reinterpreted",
+            )
         data = preprocess_image(rgb, self.tokenizer)
         self._formats.setdefault(camera, fmt)
         return data
@@ -457,4 +492,7 @@ class TokenStream:
         """The bookkeeping invariant (also checked by the property tests)."""
         s = self.stats
         observations = sum(v for k, v in s.accepted.items() if k != "text")
-        return s.received == sum(s.accepted.values()) + sum(s.rejected.values()) + s.thinned and observations == len(self._items) + s.evicted + s.cleared
+        return (
+            s.received == sum(s.accepted.values()) + sum(s.rejected.values()) + s.thinned
+            and observations == len(self._items) + s.evicted + s.cleared
+        )

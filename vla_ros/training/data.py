@@ -75,9 +75,15 @@ def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
 
 
-def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True,
-                  selection: BagSelection = BagSelection(), cup_tracks: bool = False,
-                  min_frame_interval_s: float = 0.0) -> tuple[list[EpisodeData], dict]:
+def load_episodes(
+    data_dir: str | Path | list,
+    tokenizer: TokenizerConfig,
+    max_lateness_s: float,
+    progress: bool = True,
+    selection: BagSelection = BagSelection(),  # noqa: B008 (frozen: one shared default is safe)
+    cup_tracks: bool = False,
+    min_frame_interval_s: float = 0.0,
+) -> tuple[list[EpisodeData], dict]:
     """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes.
 
     ``selection``: the bags' topic names, the commands' joint order and an instruction for the whole bag.
@@ -97,31 +103,60 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
         digest.update(path.name.encode())
         for file in bag_files(path):
             digest.update(hashlib.sha256(file.read_bytes()).digest())
-        stream = make_stream(tokenizer, StreamConfig(window_s=1e6, lateness_s=max_lateness_s, clock_jump_s=max(1.0, 2 * max_lateness_s),
-                                                  min_frame_interval_s=min_frame_interval_s))
-        ep: Episode = replay(path, stream, selection.topics, selection.command_joint_names, keep_windows=False,
-                             instruction=selection.instruction)
+        stream = make_stream(
+            tokenizer,
+            StreamConfig(
+                window_s=1e6,
+                lateness_s=max_lateness_s,
+                clock_jump_s=max(1.0, 2 * max_lateness_s),
+                min_frame_interval_s=min_frame_interval_s,
+            ),
+        )
+        ep: Episode = replay(
+            path,
+            stream,
+            selection.topics,
+            selection.command_joint_names,
+            keep_windows=False,
+            instruction=selection.instruction,
+        )
         reason = unusable_reason(ep)
         diagnosis.add(ep, reason)
         if reason:
             continue
         cup_t, cup_m = cup_track(ep) if cup_tracks else (None, None)
-        target_t, target_q, source = target_track(ep.command_t_s, ep.command_positions, ep.joint_t_s, ep.joint_positions)
-        episodes.append(EpisodeData(
-            name=path.name, observations=ep.observations, t_s=np.array([o.t_s for o in ep.observations]),
-            text=ep.instruction.embeddings, instruction=ep.instruction.text,
-            target_t_s=target_t, target_positions=target_q, target_source=source, cup_t_s=cup_t, cup_m=cup_m,
-        ))
+        target_t, target_q, source = target_track(
+            ep.command_t_s, ep.command_positions, ep.joint_t_s, ep.joint_positions
+        )
+        episodes.append(
+            EpisodeData(
+                name=path.name,
+                observations=ep.observations,
+                t_s=np.array([o.t_s for o in ep.observations]),
+                text=ep.instruction.embeddings,
+                instruction=ep.instruction.text,
+                target_t_s=target_t,
+                target_positions=target_q,
+                target_source=source,
+                cup_t_s=cup_t,
+                cup_m=cup_m,
+            )
+        )
     if not episodes:
         raise diagnosis.error(", ".join(str(d) for d in dirs))
     skipped = dict(diagnosis.skipped)
     summary = {
-        "files": len(paths), "episodes": len(episodes), "skipped": skipped, "sha256": digest.hexdigest(),
+        "files": len(paths),
+        "episodes": len(episodes),
+        "skipped": skipped,
+        "sha256": digest.hexdigest(),
         "skipped_topics": dict(diagnosis.skipped_topics),
         "observations": int(sum(len(e.observations) for e in episodes)),
         "seconds": round(float(sum(e.t_s[-1] - e.t_s[0] for e in episodes)), 1),
         "instructions": sorted({e.instruction for e in episodes}),
-        "target_sources": {s: sum(e.target_source == s for e in episodes) for s in sorted({e.target_source for e in episodes})},
+        "target_sources": {
+            s: sum(e.target_source == s for e in episodes) for s in sorted({e.target_source for e in episodes})
+        },
         "episodes_with_cup_track": int(sum(e.cup_t_s is not None for e in episodes)),
     }
     return episodes, summary
@@ -148,7 +183,9 @@ def still_after_lift(ep: EpisodeData, after_s: float) -> tuple[EpisodeData, bool
     later = ep.target_t_s > t_hold
     if not later.any():
         return ep, False
-    held = np.array([np.interp(t_hold, ep.target_t_s, ep.target_positions[:, j]) for j in range(ep.target_positions.shape[1])])
+    held = np.array(
+        [np.interp(t_hold, ep.target_t_s, ep.target_positions[:, j]) for j in range(ep.target_positions.shape[1])]
+    )
     positions = ep.target_positions.copy()
     positions[later] = held
     return dataclasses.replace(ep, target_positions=positions), True
@@ -178,8 +215,9 @@ def learned_targets(config, ep: EpisodeData, anchor, end_hold_s: float = 0.0) ->
 
     offsets_s = np.asarray(config.chunk_offsets_ns, np.float64) / 1e9
     runs_to_end = len(ep.target_t_s) and ep.target_t_s[-1] >= ep.t_s[-1] - MAX_TARGET_GAP_S
-    targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s,
-                            hold_s=end_hold_s if runs_to_end else 0.0)
+    targets = chunk_targets(
+        ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s, hold_s=end_hold_s if runs_to_end else 0.0
+    )
     if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
         return None
     if config.relative_actions:
@@ -196,13 +234,19 @@ def normalisation_stats(episodes: list[EpisodeData], config=None, end_hold_s: fl
     (``learned_targets`` with ``end_hold_s``)."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
     if config is not None and config.relative_actions:
-        chunks = [learned_targets(config, e, o, end_hold_s) for e in episodes for o in [o for o in e.observations if o.kind == Kind.STATE][::10]]
+        chunks = [
+            learned_targets(config, e, o, end_hold_s)
+            for e in episodes
+            for o in [o for o in e.observations if o.kind == Kind.STATE][::10]
+        ]
         actions = np.concatenate([c[np.isfinite(c).all(1)] for c in chunks if c is not None])
     else:
         actions = np.concatenate([e.target_positions for e in episodes])
     return {
-        "state_mean": states.mean(0).astype(float).tolist(), "state_std": floored_std(states).astype(float).tolist(),
-        "action_mean": actions.mean(0).astype(float).tolist(), "action_std": floored_std(actions).astype(float).tolist(),
+        "state_mean": states.mean(0).astype(float).tolist(),
+        "state_std": floored_std(states).astype(float).tolist(),
+        "action_mean": actions.mean(0).astype(float).tolist(),
+        "action_std": floored_std(actions).astype(float).tolist(),
     }
 
 
@@ -235,9 +279,19 @@ def unscale_aux(aux: np.ndarray) -> np.ndarray:
     return np.asarray(aux) * AUX_SCALE_M + AUX_CENTER_M
 
 
-def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False, text: np.ndarray | None = None,
-                  end_hold_s: float = 0.0):
+def make_sequence(
+    config,
+    ep: EpisodeData,
+    t_end_s: float,
+    span_s: float,
+    context_s: float,
+    chunks: int,
+    rng: np.random.Generator,
+    state_noise: tuple[float, float] = (0.0, 0.0),
+    drop_states: bool = False,
+    text: np.ndarray | None = None,
+    end_hold_s: float = 0.0,
+):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
 
     ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
@@ -291,8 +345,15 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
         frame_aux = [aux_target(ep, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
     # The pinned frame once it exists, as online: a sequence that ends before the episode's first frame has none.
     pinned = ep.pinned if config.pin_first_frame and ep.pinned is not None and ep.pinned.t_s <= t_end_s else None
-    return build_sequence(config, observations, text=ep.text if text is None else text, chunks=specs, validate=False,
-                          frame_aux=frame_aux, pinned=pinned)
+    return build_sequence(
+        config,
+        observations,
+        text=ep.text if text is None else text,
+        chunks=specs,
+        validate=False,
+        frame_aux=frame_aux,
+        pinned=pinned,
+    )
 
 
 def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
@@ -308,11 +369,23 @@ def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
     return t[1:][above[1:] != above[:-1]]
 
 
-def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                    state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
-                    phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0,
-                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5, shift_px: int = 0,
-                    end_hold_s: float = 0.0):
+def sample_sequence(
+    config,
+    episodes: list[EpisodeData],
+    span_s: float,
+    context_s: float,
+    chunks: int,
+    rng: np.random.Generator,
+    state_noise: tuple[float, float] = (0.0, 0.0),
+    drop_states_p: float = 0.0,
+    phrasings: dict[str, list[np.ndarray]] | None = None,
+    swap_p: float = 0.0,
+    events: list[np.ndarray] | None = None,
+    focus_p: float = 0.0,
+    focus_s: float = 0.5,
+    shift_px: int = 0,
+    end_hold_s: float = 0.0,
+):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
     states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
     token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
@@ -351,4 +424,4 @@ def shift_images(images: np.ndarray, dy: int, dx: int) -> np.ndarray:
     _, _, h, w = images.shape
     padded = np.pad(images, ((0, 0), (0, 0), (abs(dy),) * 2, (abs(dx),) * 2), mode="edge")
     top, left = abs(dy) - dy, abs(dx) - dx
-    return np.ascontiguousarray(padded[:, :, top:top + h, left:left + w])
+    return np.ascontiguousarray(padded[:, :, top : top + h, left : left + w])
