@@ -22,7 +22,8 @@ from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.policy import PolicySession, SessionConfig, stream_config
-from vla_ros.policy.intake import ReasonThrottle, StampGaps
+from vla_ros.policy.intake import StampGaps
+from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig, TokenStream
 from vla_ros.tokens.convert import (
@@ -393,11 +394,25 @@ def test_an_instruction_with_a_control_character_is_refused_not_cut():
 
 
 def test_each_reason_has_its_own_log_throttle():
-    throttle = ReasonThrottle(2.0)
-    assert throttle.allow("late", 0.0) == (True, 0)
-    assert [throttle.allow("late", 0.1 * i)[0] for i in range(1, 10)] == [False] * 9
-    assert throttle.allow("corrupt_image", 0.5) == (True, 0)  # a rare reason is not hidden by a frequent one
-    assert throttle.allow("late", 2.5) == (True, 9)  # and the held-back count is told
+    """The policy node's refusals for timing: logged on one throttle per reason, counted by the session only."""
+    lines, now = [], [0.0]
+    log = ReasonLog(lines.append, period_s=2.0, clock=lambda: now[0])
+    log.reject("/joint_states", "late", "0", log_only=True)
+    for i in range(1, 10):
+        now[0] = 0.1 * i
+        log.reject("/joint_states", "late", str(i), log_only=True)
+    assert lines == ["rejected /joint_states: late: 0"]
+    now[0] = 0.5
+    log.reject(
+        "/camera/image_raw", "corrupt_image", "x", log_only=True
+    )  # a rare reason is not hidden by a frequent one
+    assert lines[-1] == "rejected /camera/image_raw: corrupt_image: x"
+    now[0] = 2.5
+    log.reject("/joint_states", "late", "10", log_only=True)
+    assert (
+        lines[-1] == "rejected /joint_states: late: 10 (and 9 more like it since the last report)"
+    )  # the held-back count
+    assert not log.counter and not log.recent.recent(now[0])  # log only: neither counted nor held for a status
 
 
 def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_not_late(model):

@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Callable
 
 NS = 1_000_000_000
+# Checks per second (steady clock): a stopped input is reported within its timeout plus one period.
+CHECK_RATE_HZ = 10.0
 
 
 @dataclasses.dataclass
@@ -71,6 +73,11 @@ class Watchdog:
 
     def __getitem__(self, key: str) -> InputWatch:
         return self.watches[key]
+
+    @property
+    def stopped_keys(self) -> frozenset[str]:
+        """The inputs found stopped at the last ``check``."""
+        return self._stopped
 
     # The parameter that sets each input's timeout, the same in every node that watches it.
     TIMEOUT_PARAMS = {"joint_states": "joint_state_timeout_s", "chunks": "chunk_timeout_s", "clock": "clock_timeout_s"}
