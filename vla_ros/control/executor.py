@@ -56,12 +56,10 @@ import numpy as np
 from vla_ros.chunks import ActionChunk
 from vla_ros.control.config import ControllerConfig
 from vla_ros.control.hermite import HermitePlan, pchip_slopes
+from vla_ros.timeline import EpisodeTimeline
 
 log = logging.getLogger(__name__)
 
-# Joint states stamped up to this far ahead of the controller's clock still count as "now" (message
-# stamps may lead a simulated /clock by a step); a reset moves time back by far more than this.
-STAMP_GRACE_NS = 100_000_000
 # A cycle more than this many periods after the previous one follows a stall of the loop or the process
 # (see update()): the command resumes from the last one, at rest.
 STALL_PERIODS = 3
@@ -84,9 +82,6 @@ VELOCITY_CHECK_RTOL = 1e-6
 # The path tolerance compares the measured state with every command of this last stretch of time, so a
 # servo lagging its command by up to this long is not a divergence.
 PATH_TOLERANCE_WINDOW_S = 0.25
-# An announced reset whose episode starts this much before the clock promises a backwards clock jump
-# (reset_clock_on_reset); the controller waits for it at most RESET_JUMP_WAIT_NS of the old timeline.
-RESET_JUMP_WAIT_NS = 1_000_000_000
 
 
 class Motion(enum.Enum):
@@ -150,10 +145,7 @@ class ChunkExecutor:
         self._anchor_ref: np.ndarray | None = None
         self._path_checked_ns: int | None = None
         # Episodes: the newest announced one, when it began (ROS time), and a reset waiting for its clock jump.
-        self.episode: str | None = None
-        self.episode_start_ns: int | None = None
-        self._await_jump_until_ns: int | None = None
-        self._jump_landed_ns: int | None = None
+        self.timeline = EpisodeTimeline()
         self.last_reset = ""  # reason and detail of the newest reset, for diagnostics
         self.last_rejection = ""  # detail of the newest rejection, for logs and diagnostics
         # Inputs.
@@ -176,13 +168,22 @@ class ChunkExecutor:
         self._cycles_since_output = 0  # cycles since a command was last sent (0: sent in the previous one)
         self.watchdog = "no_chunk"  # why the arm is not tracking a chunk ("" while it is)
         self._epoch_ns = 0
-        self._last_ns: int | None = None
         self.now_ns: int | None = None
         self.active_stamp_ns: int | None = None
         self._covered_until = -math.inf
         self.last_blend_horizon_s = 0.0
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+
+    @property
+    def episode(self) -> str | None:
+        """The newest announced episode (None: none announced)."""
+        return self.timeline.episode
+
+    @property
+    def episode_start_ns(self) -> int | None:
+        """Chunks and joint states stamped before this are refused (an episode's start, or a re-anchor's)."""
+        return self.timeline.start_ns
 
     # ---- configuration ---------------------------------------------------------------------------
     def _set_limits(self, cfg: ControllerConfig) -> None:
@@ -229,7 +230,7 @@ class ChunkExecutor:
             return self._reject("held", f"held: {self.held}")
         if int(chunk.stamp_ns) == 0:
             return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
-        if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
+        if self.timeline.before_episode(int(chunk.stamp_ns)):
             return self._reject(
                 "before_reset",
                 f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began",
@@ -309,7 +310,7 @@ class ChunkExecutor:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
             return self._reject("joint_state_non_finite")
-        if self.episode_start_ns is not None and int(stamp_ns) < self.episode_start_ns:
+        if self.timeline.before_episode(int(stamp_ns)):
             return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
         self.q_meas[:] = q
         self.meas_stamp_ns = int(stamp_ns)
@@ -364,17 +365,15 @@ class ChunkExecutor:
         arm is, without moving it. Returns False for an announcement already handled (a repeat, or the
         same reset as a clock jump just seen)."""
         stamp_ns = int(stamp_ns)
-        if (episode, stamp_ns) == (self.episode, self.episode_start_ns):
-            return False
-        first = self.episode is None
-        self.episode, self.episode_start_ns = episode, stamp_ns
         now = self.now_ns
-        if self._jump_landed_ns is not None and now is not None and stamp_ns <= now + STAMP_GRACE_NS:
-            self._jump_landed_ns = None  # the clock jump that came first was this reset: already re-anchored
+        news = self.timeline.announce(stamp_ns, episode, now)
+        if news is None:
+            return False
+        if self.timeline.claim_jump(now):  # the clock jump that came first was this reset: already re-anchored
             if self.motion is Motion.WAITING:
                 self._ramp = False  # not started yet: start at the arm, as after any announced reset
             return False
-        if first:
+        if news.first:
             # The current episode, learnt at start-up (transient local): only what predates it goes.
             if self.active_stamp_ns is not None and self.active_stamp_ns < stamp_ns:
                 self._drop_plan(ramp=False)
@@ -384,10 +383,10 @@ class ChunkExecutor:
         self.counters["resets"] += 1
         self.counters["resets.announced"] += 1
         self.last_reset = f"episode {episode or '?'} announced, starting at {stamp_ns * 1e-9:.3f} s"
-        if now is not None and stamp_ns + STAMP_GRACE_NS < now:
+        if news.restarts_clock:
             # Time restarts (reset_clock_on_reset): hold off until the clock has jumped back, so the
             # command never re-anchors on a joint state of the old timeline.
-            self._await_jump_until_ns = now + RESET_JUMP_WAIT_NS
+            self.timeline.expect_jump(now)
         self._drop_plan(ramp=False)
         if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
             self.meas_stamp_ns = None  # from the old episode
@@ -429,7 +428,7 @@ class ChunkExecutor:
             f"{PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
         )
         log.warning("%s: re-anchoring at the measured state", self.last_reset)
-        self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
+        self.timeline.set_start(stamp)  # chunks planned before the arm was moved are refused
         self._drop_plan(ramp=True)
 
     # ---- the control cycle -----------------------------------------------------------------------
@@ -442,28 +441,20 @@ class ChunkExecutor:
         cfg = self.config
         self.now_ns = now_ns
         self._cycles_since_output += 1
-        if self._last_ns is not None and now_ns < self._last_ns:
+        back_ns = self.timeline.observe_clock(now_ns)
+        if back_ns:
             self.counters["clock_jumps"] += 1
-            log.warning(
-                "clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9
-            )
-            announced = self._await_jump_until_ns is not None
-            if announced:
-                self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
-            else:
+            log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", back_ns * 1e-9)
+            # The announced reset's own jump is one reset, counted once; another one is a reset of its own
+            # (an episode start it leaves in the discarded future is forgotten).
+            announced = self.timeline.take_jump(now_ns)
+            if not announced:
                 self.counters["resets"] += 1
                 self.counters["resets.clock_jump"] += 1
-                self.last_reset = f"clock jumped back {(self._last_ns - now_ns) * 1e-9:.3f} s"
-                self._jump_landed_ns = now_ns
-                if self.episode_start_ns is not None and self.episode_start_ns > now_ns + STAMP_GRACE_NS:
-                    self.episode_start_ns = None  # that episode's start lies in the discarded future
+                self.last_reset = f"clock jumped back {back_ns * 1e-9:.3f} s"
             self._drop_plan(ramp=not announced)
-        elif self._await_jump_until_ns is not None and now_ns > self._await_jump_until_ns:
+        if self.timeline.expire(now_ns):
             log.warning("an episode reset announced a clock restart that did not come: re-anchoring anyway")
-            self._await_jump_until_ns = None
-        if self._jump_landed_ns is not None and now_ns - self._jump_landed_ns > RESET_JUMP_WAIT_NS:
-            self._jump_landed_ns = None  # too long ago to be the same reset as a late announcement
-        self._last_ns = now_ns
         # After a stall of the loop or the process (more than STALL_PERIODS periods since the last cycle),
         # a position-controlled arm has waited at the last command: the command resumes from there at rest
         # and accelerates at the limits, one period at a time, towards the plan at the current time (the
@@ -546,13 +537,12 @@ class ChunkExecutor:
     # ---- internals -------------------------------------------------------------------------------
     def _start(self, now_ns: int) -> bool:
         """Leave WAITING when enabled and a fresh joint state of this timeline is at hand."""
-        if not self.enabled or self.meas_stamp_ns is None or self._await_jump_until_ns is not None:
+        if not self.enabled or self.meas_stamp_ns is None or self.timeline.jump_expected:
             return False
-        if self.meas_stamp_ns > now_ns + STAMP_GRACE_NS:
+        if self.timeline.ahead(self.meas_stamp_ns, now_ns):
             return False  # from before a backwards clock jump
-        if (
-            now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9
-            or self.meas_received_ns > now_ns + STAMP_GRACE_NS
+        if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.timeline.ahead(
+            self.meas_received_ns, now_ns
         ):
             return False
         self._epoch_ns = now_ns

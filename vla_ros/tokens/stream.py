@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vla_ros.timeline import EpisodeTimeline
 from vla_ros.tokens.config import StreamConfig, TokenizerConfig
 from vla_ros.tokens.convert import (
     JointStateConverter,
@@ -143,7 +144,10 @@ class TokenStream:
         self._window_ns = round(self.config.window_s * NS)
         self._lateness_ns = round(self.config.lateness_s * NS)
         self._future_ns = round(self.config.max_future_s * NS)
-        self._jump_ns = round(self.config.clock_jump_s * NS)
+        # The receive clock going back more than clock_jump_s is a restart; an announced episode start that
+        # far before the newest stamp held is one too (stamps and receive times alike).
+        jump_ns = round(self.config.clock_jump_s * NS)
+        self.timeline = EpisodeTimeline(grace_ns=jump_ns, jump_tolerance_ns=jump_ns)
         self._frame_interval_ns = round(self.config.min_frame_interval_s * NS)
         self.stats = StreamStats()
         self.instruction: Instruction | None = None
@@ -154,7 +158,6 @@ class TokenStream:
         self._formats: dict[
             int, tuple[str, int, int]
         ] = {}  # camera -> (encoding, width, height) of its first accepted frame
-        self.episode_start_ns: int | None = None  # announced by begin_episode; older stamps are refused
         self._reset_window()
 
     # ---- state -------------------------------------------------------------------------------------
@@ -165,8 +168,12 @@ class TokenStream:
         self.epoch_ns: int | None = None
         self.newest_ns: int | None = None
         self.consumed_ns: int | None = None  # newest stamp drain() has handed out
-        self._last_now_ns: int | None = None
         self._seq = 0
+
+    @property
+    def episode_start_ns(self) -> int | None:
+        """The start of the episode ``begin_episode`` announced (older stamps are refused), or None."""
+        return self.timeline.start_ns
 
     def window(self) -> list[Observation]:
         """The observations in the window, oldest first (a copy: safe to keep)."""
@@ -225,19 +232,17 @@ class TokenStream:
 
     def _check_time(self, kind: Kind, source: str, stamp: int, now_ns: int | None) -> str | None:
         """Clock-jump handling, then the time rules; returns a rejection code or None."""
-        jumped = False
-        if now_ns is not None:
-            jumped = self._last_now_ns is not None and now_ns < self._last_now_ns - self._jump_ns
-            if not jumped:  # the highest receive time seen: small clock wobbles are not jumps
-                self._last_now_ns = now_ns if self._last_now_ns is None else max(self._last_now_ns, now_ns)
-        elif self.newest_ns is not None:
-            jumped = stamp < self.newest_ns - self._jump_ns
+        timeline = self.timeline
+        if now_ns is not None:  # the highest receive time seen: small clock wobbles are not jumps
+            jumped = timeline.observe_clock(now_ns) > 0
+        else:
+            jumped = timeline.jumped_back(stamp, self.newest_ns)
         if jumped:
             if self._announced_restart(stamp if now_ns is None else now_ns):
-                self._last_now_ns = now_ns  # begin_episode already restarted the window for this jump
+                timeline.last_now_ns = now_ns  # begin_episode already restarted the window for this jump
             else:
                 self.clock_jump(now_ns)
-        if self.episode_start_ns is not None and stamp < self.episode_start_ns:
+        if timeline.before_episode(stamp):
             return "before_reset"
         if now_ns is not None and stamp > now_ns + self._future_ns:
             return "future"
@@ -259,14 +264,13 @@ class TokenStream:
         self.generation += 1
         log.warning("clock jumped back: cleared %d observations", n)
         self._reset_window()
-        self.episode_start_ns = None
-        self._last_now_ns = now_ns
+        self.timeline.set_start(None)
+        self.timeline.last_now_ns = now_ns
 
     def _announced_restart(self, now_ns: int) -> bool:
         """True when a backwards jump of the clock to ``now_ns`` is the restart ``begin_episode`` already
         handled: the new time is in the announced episode and the window holds nothing newer than it."""
-        start = self.episode_start_ns
-        if start is None or now_ns < start - self._jump_ns:
+        if not self.timeline.contains(now_ns):
             return False
         return self.newest_ns is None or self.newest_ns <= now_ns + self._future_ns
 
@@ -286,19 +290,17 @@ class TokenStream:
         two). Returns True when the window restarted.
         """
         start_ns = int(start_ns)
-        self.episode_start_ns = start_ns
+        self.timeline.set_start(start_ns)
         self._joints.forget()  # the arm was placed anew: its next state is no jump
         # Far before what the window holds: the clock restarts (reset_clock_on_reset), everything held is old.
-        restarts_clock = self.newest_ns is not None and start_ns < self.newest_ns - self._jump_ns
+        restarts_clock = self.timeline.restarts(start_ns, self.newest_ns)
         keep = [] if restarts_clock else [o for o in self._items if o.stamp_ns >= start_ns]
         if len(keep) == len(self._items) and (self.epoch_ns is None or self.epoch_ns >= start_ns):
             return False
         self.stats.cleared += len(self._items) - len(keep)
         self.stats.episodes += 1
         self.generation += 1
-        last_now = self._last_now_ns
         self._reset_window()
-        self._last_now_ns = last_now
         if keep:  # the new episode's first observations: same stamps, times from the new epoch
             self.epoch_ns = keep[0].stamp_ns
             self._items = [dataclasses.replace(o, t_s=self.t_s(o.stamp_ns)) for o in keep]
