@@ -142,6 +142,29 @@ class FilterReport:
         )
 
 
+@dataclasses.dataclass
+class _Work:
+    """One chunk on its way through the filter's stages (``SafetyFilter.filter``)."""
+
+    chunk: ActionChunk
+    H: int  # points in
+    q_meas: np.ndarray  # (n_act,) measured state, actuated joint order
+    age_ns: int  # now - the chunk's stamp
+    tau_ns: np.ndarray | None = None  # (H,) time of each point from now
+    f: int = 0  # first point still ahead
+    order: np.ndarray | None = None  # the chunk's columns as actuated joint indices
+    Q: np.ndarray | None = None  # (H, n_act) full configurations
+    vel: np.ndarray | None = None  # (H, n_act) given velocities, or None
+    end: int = 0  # exclusive end of the prefix still considered safe
+    clamped: bool = False  # a target within the clamp tolerance was clamped onto its limit
+    scales: np.ndarray = dataclasses.field(default_factory=lambda: np.ones(0))  # stretch each prefix needs
+    s: float = 1.0  # the kept prefix's time stretch ...
+    new_tau_ns: np.ndarray | None = None  # ... and its stretched times from now
+    queries: int = 0  # exact collision pair queries
+    samples: int = 0  # configurations checked on the path
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+
+
 class SafetyFilter:
     """Limits and whole-chunk collision checking for one robot model and one configuration.
 
@@ -286,8 +309,24 @@ class SafetyFilter:
     def filter(
         self, chunk: ActionChunk, state: JointStateSample | None, now_ns: int
     ) -> tuple[ActionChunk | None, FilterReport]:
-        """Filter one chunk against the measured ``state`` at time ``now_ns`` (ROS time, integer ns)."""
-        cfg, lim = self.config, self.limits
+        """Filter one chunk against the measured ``state`` at time ``now_ns`` (ROS time, integer ns): the
+        numbered stages of the module docstring, in order."""
+        work, bad = self._admit(chunk, state, now_ns)  # 1
+        if bad is not None:
+            return None, bad
+        bad = self._drop_past_points(work)  # 2
+        if bad is not None:
+            return None, bad
+        self._check_positions(work)  # 3
+        self._check_timing(work)  # 4
+        self._check_collisions(work)  # 5, 6
+        return self._cut(work)  # 7
+
+    def _admit(
+        self, chunk: ActionChunk, state: JointStateSample | None, now_ns: int
+    ) -> tuple[_Work | None, FilterReport | None]:
+        """Stage 1: malformed input, the chunk's stamp and the joint state; the chunk's work record if it passes."""
+        cfg = self.config
         bad = self._check_structure(chunk)
         if bad is not None:
             return None, bad
@@ -310,38 +349,42 @@ class SafetyFilter:
             return None, FilterReport.reject(
                 "future_stamp", f"chunk is stamped {-age_ns / NS:.3f} s in the future (clock mismatch?)", points_in=H
             )
+        return _Work(chunk, H, q_meas, age_ns), None
+
+    def _drop_past_points(self, w: _Work) -> FilterReport | None:
+        """Stage 2: times from now, the first point still ahead, and the chunk as (H, n_act) full actuated
+        configurations (commanded columns from the chunk, the rest measured); a rejection when none is ahead."""
+        chunk, H = w.chunk, w.H
         t_ns = np.floor(np.asarray(chunk.time_from_start_s, dtype=np.float64) * 1e9 + 0.5).astype(np.int64)
-        tau_ns = t_ns - age_ns  # (H,) time of each point from now
-        future = tau_ns > 0
+        w.tau_ns = t_ns - w.age_ns  # (H,) time of each point from now
+        future = w.tau_ns > 0
         if not future.any():
-            return None, FilterReport.reject("stale_chunk", f"all {H} points lie in the past", H - 1, points_in=H)
-        f = int(np.argmax(future))  # first point the controller will still execute
-        findings: list[Finding] = []
+            return FilterReport.reject("stale_chunk", f"all {H} points lie in the past", H - 1, points_in=H)
+        w.f = f = int(np.argmax(future))  # first point the controller will still execute
         if f > 0:
-            findings.append(Finding("past_points", 0, f"{f} point(s) already in the past dropped"))
-
-        # (H, n_act) full actuated configurations: commanded columns from the chunk, the rest measured.
-        order = np.array([self._act_index[n] for n in chunk.joint_names], dtype=np.intp)
-        Q = np.repeat(q_meas[None, :], H, axis=0)
-        Q[:, order] = np.asarray(chunk.positions, dtype=np.float64)
-        vel = None
+            w.findings.append(Finding("past_points", 0, f"{f} point(s) already in the past dropped"))
+        w.order = np.array([self._act_index[n] for n in chunk.joint_names], dtype=np.intp)
+        w.Q = np.repeat(w.q_meas[None, :], H, axis=0)
+        w.Q[:, w.order] = np.asarray(chunk.positions, dtype=np.float64)
         if chunk.velocities is not None:
-            vel = np.zeros((H, len(self.joint_names)))
-            vel[:, order] = np.asarray(chunk.velocities, dtype=np.float64)
+            w.vel = np.zeros((H, len(self.joint_names)))
+            w.vel[:, w.order] = np.asarray(chunk.velocities, dtype=np.float64)
+        w.end = H
+        return None
 
-        # Position limits (commanded joints only; held joints stay where they are). Targets just past a
-        # limit (within the clamp tolerance) are clamped onto it; further past, the point is unsafe.
-        end = H  # exclusive end of the prefix still considered safe
-        cols = order
+    def _check_positions(self, w: _Work) -> None:
+        """Stage 3: position limits (commanded joints only; held joints stay where they are). Targets just past
+        a limit (within the clamp tolerance) are clamped onto it; further past, the point is unsafe."""
+        lim, Q, f, cols = self.limits, w.Q, w.f, w.order
         tol = self._clamp_tol[cols]
         low, high = lim.lower[cols], lim.upper[cols]
         sub = Q[f:, cols]
         clamp = ((sub < low) & (sub >= low - tol)) | ((sub > high) & (sub <= high + tol))
-        clamped = bool(clamp.any())
-        if clamped:
+        w.clamped = bool(clamp.any())
+        if w.clamped:
             k = f + int(np.argmax(clamp.any(axis=1)))
             Q[f:, cols] = np.where(clamp, np.clip(sub, low, high), sub)
-            findings.append(
+            w.findings.append(
                 Finding(
                     "position_clamped",
                     k,
@@ -352,7 +395,7 @@ class SafetyFilter:
         if outside.any():
             k = f + int(np.argmax(outside.any(axis=1)))
             j = cols[int(np.argmax(outside[k - f]))]
-            findings.append(
+            w.findings.append(
                 Finding(
                     "position_limit",
                     k,
@@ -361,115 +404,127 @@ class SafetyFilter:
                     "(limits minus margin)",
                 )
             )
-            end = k
+            w.end = k
 
-        # Velocity / acceleration: how much each prefix must be slowed down. The first segment starts from
-        # the measured state moved toward the first point by the tracking tolerance: servo lag and a
-        # gripper squeezing an object keep measured != commanded, and that offset is not motion the
-        # chunk asks for (the controller blends from its own command, within its limits). Likewise the
-        # acceleration at the first point counts only what no start within the tolerance explains, and only
-        # on joints standing within the tolerance of the first point.
-        scales = np.ones(0)
-        if end > f:
-            tau = tau_ns[f:end] * 1e-9
-            r_v, r_a = limit_ratios(
-                tau,
-                Q[f:end],
-                q_meas,
-                lim.velocity,
-                lim.acceleration,
-                None if vel is None else vel[f:end],
-                self._track_tol,
+    def _check_timing(self, w: _Work) -> None:
+        """Stage 4: velocity / acceleration: how much each prefix must be slowed down.
+
+        The first segment starts from the measured state moved toward the first point by the tracking
+        tolerance: servo lag and a gripper squeezing an object keep measured != commanded, and that offset
+        is not motion the chunk asks for (the controller blends from its own command, within its limits).
+        Likewise the acceleration at the first point counts only what no start within the tolerance
+        explains, and only on joints standing within the tolerance of the first point.
+        """
+        cfg, lim, f, end = self.config, self.limits, w.f, w.end
+        if end <= f:
+            return
+        tau = w.tau_ns[f:end] * 1e-9
+        r_v, r_a = limit_ratios(
+            tau,
+            w.Q[f:end],
+            w.q_meas,
+            lim.velocity,
+            lim.acceleration,
+            None if w.vel is None else w.vel[f:end],
+            self._track_tol,
+        )
+        w.scales = prefix_scales(r_v, r_a)
+        too_slow = w.scales > cfg.max_time_scale * (1.0 + LIMIT_RTOL)
+        if not too_slow.any():
+            return
+        i = int(np.argmax(too_slow))
+        k = f + i
+        if i == 0:
+            code = "unreachable_first_point"
+            detail = (
+                f"point {k} is {r_v[0]:.3g}x too fast to reach from the measured state "
+                f"(max_time_scale={cfg.max_time_scale})"
             )
-            scales = prefix_scales(r_v, r_a)
-            too_slow = scales > cfg.max_time_scale * (1.0 + LIMIT_RTOL)
-            if too_slow.any():
-                i = int(np.argmax(too_slow))
-                k = f + i
-                if i == 0:
-                    code = "unreachable_first_point"
-                    detail = (
-                        f"point {k} is {r_v[0]:.3g}x too fast to reach from the measured state "
-                        f"(max_time_scale={cfg.max_time_scale})"
-                    )
-                elif np.max(r_v[: i + 1]) > cfg.max_time_scale * (1.0 + LIMIT_RTOL):
-                    code, detail = (
-                        "velocity_limit",
-                        (
-                            f"point {k}: reaching it needs {np.max(r_v[: i + 1]):.3g}x "
-                            f"the velocity limit (max_time_scale={cfg.max_time_scale})"
-                        ),
-                    )
-                else:
-                    code, detail = (
-                        "acceleration_limit",
-                        (
-                            f"point {k}: keeping it needs {np.max(r_a[:i]):.3g}x the acceleration limit at point "
-                            f"{k - 1} "
-                            f"(max_time_scale={cfg.max_time_scale} allows {cfg.max_time_scale**2:.3g}x)"
-                        ),
-                    )
-                findings.append(Finding(code, k, detail))
-                end = k
+        elif np.max(r_v[: i + 1]) > cfg.max_time_scale * (1.0 + LIMIT_RTOL):
+            code, detail = (
+                "velocity_limit",
+                (
+                    f"point {k}: reaching it needs {np.max(r_v[: i + 1]):.3g}x "
+                    f"the velocity limit (max_time_scale={cfg.max_time_scale})"
+                ),
+            )
+        else:
+            code, detail = (
+                "acceleration_limit",
+                (
+                    f"point {k}: keeping it needs {np.max(r_a[:i]):.3g}x the acceleration limit at point "
+                    f"{k - 1} "
+                    f"(max_time_scale={cfg.max_time_scale} allows {cfg.max_time_scale**2:.3g}x)"
+                ),
+            )
+        w.findings.append(Finding(code, k, detail))
+        w.end = k
 
-        # Collisions along the executed path: the measured state, the kept future points and (with
-        # check_stopping) the stop after the last one, at the time stretch the kept prefix needs.
-        queries = samples = 0
-        s, new_tau_ns = 1.0, tau_ns
-        if end > f:
-            s, new_tau_ns = self._stretch(scales[end - f - 1], tau_ns, f, end, q_meas, Q, vel)
-            q_stop = self._stop_configuration(Q, q_meas, f, end, new_tau_ns) if cfg.check_stopping else None
-            path = np.vstack([q_meas[None, :], Q[f:end]] + ([q_stop[None, :]] if q_stop is not None else []))
-            hit = self.checker.check_path(path)
-            queries, samples = hit.exact_queries, hit.samples
-            recheck_stop = False
-            if not hit.safe:
-                k = f + hit.first_unsafe - 1
-                if k >= end:  # the stop after the last point, not the chunk itself
-                    findings.append(
-                        Finding(
-                            "stopping_distance", end - 1, f"point {end - 1}: stopping after it: {hit.describe(False)}"
-                        )
-                    )
-                    end -= 1
-                else:
-                    findings.append(Finding(hit.kind, k, f"point {k}: {hit.describe()}"))
-                    end = k
-                recheck_stop = True
-            # A shorter prefix ends at another point, maybe at another speed: check its stop on its own.
-            while recheck_stop and end > f:
-                s, new_tau_ns = self._stretch(scales[end - f - 1], tau_ns, f, end, q_meas, Q, vel)
-                q_stop = self._stop_configuration(Q, q_meas, f, end, new_tau_ns) if cfg.check_stopping else None
-                if q_stop is None:
-                    break
-                stop = self.checker.check_path(np.vstack([Q[end - 1], q_stop]))
-                queries += stop.exact_queries
-                samples += stop.samples
-                if stop.safe:
-                    break
-                findings.append(
-                    Finding("stopping_distance", end - 1, f"point {end - 1}: stopping after it: {stop.describe(False)}")
-                )
-                end -= 1
+    def _check_collisions(self, w: _Work) -> None:
+        """Stages 5 and 6: collisions along the executed path: the measured state, the kept future points and
+        (with check_stopping) the stop after the last one, at the time stretch the kept prefix needs."""
+        cfg, f = self.config, w.f
+        w.new_tau_ns = w.tau_ns
+        if w.end <= f:
+            return
+        self._stretch_kept(w)
+        q_stop = self._stop_configuration(w.Q, w.q_meas, f, w.end, w.new_tau_ns) if cfg.check_stopping else None
+        path = np.vstack([w.q_meas[None, :], w.Q[f : w.end]] + ([q_stop[None, :]] if q_stop is not None else []))
+        hit = self.checker.check_path(path)
+        w.queries, w.samples = hit.exact_queries, hit.samples
+        if hit.safe:
+            return
+        k = f + hit.first_unsafe - 1
+        if k >= w.end:  # the stop after the last point, not the chunk itself
+            w.findings.append(
+                Finding("stopping_distance", w.end - 1, f"point {w.end - 1}: stopping after it: {hit.describe(False)}")
+            )
+            w.end -= 1
+        else:
+            w.findings.append(Finding(hit.kind, k, f"point {k}: {hit.describe()}"))
+            w.end = k
+        # A shorter prefix ends at another point, maybe at another speed: check its stop on its own.
+        while w.end > f:
+            self._stretch_kept(w)
+            q_stop = self._stop_configuration(w.Q, w.q_meas, f, w.end, w.new_tau_ns) if cfg.check_stopping else None
+            if q_stop is None:
+                break
+            stop = self.checker.check_path(np.vstack([w.Q[w.end - 1], q_stop]))
+            w.queries += stop.exact_queries
+            w.samples += stop.samples
+            if stop.safe:
+                break
+            w.findings.append(
+                Finding("stopping_distance", w.end - 1, f"point {w.end - 1}: stopping after it: {stop.describe(False)}")
+            )
+            w.end -= 1
 
+    def _stretch_kept(self, w: _Work) -> None:
+        """The time stretch (and the stretched times) the kept prefix needs."""
+        w.s, w.new_tau_ns = self._stretch(w.scales[w.end - w.f - 1], w.tau_ns, w.f, w.end, w.q_meas, w.Q, w.vel)
+
+    def _cut(self, w: _Work) -> tuple[ActionChunk | None, FilterReport]:
+        """Stage 7: truncate before the first unsafe point (or reject, ``on_unsafe: reject``); stretch time for
+        what is kept. The chunk itself comes back when nothing acted."""
+        chunk, H, f, end, s, findings = w.chunk, w.H, w.f, w.end, w.s, w.findings
         unsafe = sorted((x for x in findings if x.code in POINT_REASONS), key=lambda x: x.index)
         first = unsafe[0] if unsafe else None
         findings.sort(key=lambda x: x.index)
-        work = {"exact_queries": queries, "samples": samples}
-        if end <= f or (first is not None and cfg.on_unsafe == "reject"):
+        work = {"exact_queries": w.queries, "samples": w.samples}
+        if end <= f or (first is not None and self.config.on_unsafe == "reject"):
             assert first is not None
             detail = first.detail if end > f else f"{first.detail}; no safe point left"
             return None, FilterReport("rejected", first.code, detail, first.index, 1.0, H, 0, tuple(findings), **work)
-        if f == 0 and end == H and s == 1.0 and not clamped:
+        if f == 0 and end == H and s == 1.0 and not w.clamped:
             return chunk, FilterReport("pass", points_in=H, points_out=H, **work)
         if s != 1.0:
             findings.append(
                 Finding("time_scaled", f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits")
             )
-        new_t_ns = new_tau_ns[f:end] + age_ns
+        new_t_ns = w.new_tau_ns[f:end] + w.age_ns
         out = chunk.replace(
             time_from_start_s=new_t_ns.astype(np.float64) * 1e-9,
-            positions=Q[f:end][:, order].copy(),
+            positions=w.Q[f:end][:, w.order].copy(),
             velocities=None if chunk.velocities is None else np.asarray(chunk.velocities, dtype=np.float64)[f:end] / s,
         )
         if first is None:
