@@ -53,6 +53,7 @@ from collections import Counter
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.chunks import ActionChunk
 from vla_ros.control.config import ControllerConfig
 from vla_ros.control.hermite import HermitePlan, pchip_slopes
@@ -223,40 +224,40 @@ class ChunkExecutor:
         """
         cfg = self.config
         if self.estopped:
-            return self._reject("estopped")
+            return self._reject(reasons.ESTOPPED)
         if not self.enabled:
-            return self._reject("disabled")
+            return self._reject(reasons.DISABLED)
         if self.held:
-            return self._reject("held", f"held: {self.held}")
+            return self._reject(reasons.HELD, f"held: {self.held}")
         if int(chunk.stamp_ns) == 0:
-            return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
+            return self._reject(reasons.UNSTAMPED, "header.stamp is 0: a chunk must carry its observation time")
         if self.timeline.before_episode(int(chunk.stamp_ns)):
             return self._reject(
-                "before_reset",
+                reasons.BEFORE_RESET,
                 f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began",
             )
         names = list(chunk.joint_names)
         if len(set(names)) != len(names):
-            return self._reject("duplicate_joint")
+            return self._reject(reasons.DUPLICATE_JOINT)
         if any(n not in self._index for n in names):
-            return self._reject("unknown_joint")
+            return self._reject(reasons.UNKNOWN_JOINT)
         if len(names) != len(self._index):
-            return self._reject("missing_joint")
+            return self._reject(reasons.MISSING_JOINT)
         pos = np.asarray(chunk.positions, dtype=np.float64)
         tfs = np.asarray(chunk.time_from_start_s, dtype=np.float64)
         if pos.ndim != 2 or pos.shape[1] != len(names) or pos.shape[0] == 0 or tfs.shape != (pos.shape[0],):
-            return self._reject("size_mismatch")
+            return self._reject(reasons.SIZE_MISMATCH)
         if pos.shape[0] > cfg.max_chunk_points:
-            return self._reject("too_long")
+            return self._reject(reasons.TOO_MANY_POINTS)
         if (
             not np.all(np.isfinite(tfs))
             or np.any(tfs < 0.0)
             or np.any(np.diff(tfs) <= 0.0)
             or tfs[-1] > MAX_CHUNK_SPAN_S
         ):
-            return self._reject("bad_time")
+            return self._reject(reasons.BAD_TIME)
         if not np.all(np.isfinite(pos)):
-            return self._reject("non_finite")
+            return self._reject(reasons.NON_FINITE)
         order = np.array([self._index[n] for n in names])
         mapped = np.empty_like(pos)
         mapped[:, order] = pos  # column k of the chunk is joint names[k]
@@ -264,9 +265,9 @@ class ChunkExecutor:
         if chunk.velocities is not None and cfg.use_chunk_velocities:
             v = np.asarray(chunk.velocities, dtype=np.float64)
             if v.shape != pos.shape:
-                return self._reject("size_mismatch")
+                return self._reject(reasons.SIZE_MISMATCH)
             if not np.all(np.isfinite(v)):
-                return self._reject("non_finite")
+                return self._reject(reasons.NON_FINITE)
             vel = np.empty_like(v)
             vel[:, order] = v
         reason = self._check_limits(mapped, tfs, vel)
@@ -284,7 +285,7 @@ class ChunkExecutor:
         outside = (pos < self._lower - POSITION_CHECK_TOL) | (pos > self._upper + POSITION_CHECK_TOL)  # (H, J)
         if outside.any():
             k, j = np.argwhere(outside)[0]
-            return "position_limit", (
+            return reasons.POSITION_LIMIT, (
                 f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, {self._upper[j]:.6g}]"
             )
         if pos.shape[0] > 1:
@@ -292,7 +293,7 @@ class ChunkExecutor:
             fast = np.abs(v) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
             if fast.any():
                 k, j = np.argwhere(fast)[0]
-                return "velocity_limit", (
+                return reasons.VELOCITY_LIMIT, (
                     f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
                     f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)"
                 )
@@ -301,7 +302,7 @@ class ChunkExecutor:
             if fast.any():
                 k, j = np.argwhere(fast)[0]
                 return (
-                    "velocity_limit",
+                    reasons.VELOCITY_LIMIT,
                     f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}",
                 )
         return None
@@ -309,9 +310,9 @@ class ChunkExecutor:
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
-            return self._reject("joint_state_non_finite")
+            return self._reject(reasons.JOINT_STATE_NON_FINITE)
         if self.timeline.before_episode(int(stamp_ns)):
-            return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
+            return self._reject(reasons.JOINT_STATE_BEFORE_RESET, "joint state stamped before the episode began")
         self.q_meas[:] = q
         self.meas_stamp_ns = int(stamp_ns)
         self.meas_received_ns = int(received_ns)
@@ -571,13 +572,13 @@ class ChunkExecutor:
     def _accept(self, c: _Pending, now_ns: int, t: float) -> None:
         cfg = self.config
         if self.estopped or not self.enabled or self.held:
-            self._reject("estopped" if self.estopped else "disabled" if not self.enabled else "held")
+            self._reject(reasons.ESTOPPED if self.estopped else reasons.DISABLED if not self.enabled else reasons.HELD)
         elif c.stamp_ns - now_ns > cfg.max_chunk_future_s * 1e9:
-            self._reject("stamp_in_future")
+            self._reject(reasons.FUTURE_STAMP)
         elif c.times_ns[-1] <= now_ns:
-            self._reject("expired")
+            self._reject(reasons.EXPIRED)
         elif now_ns - c.stamp_ns > cfg.max_chunk_age_s * 1e9:
-            self._reject("stale")
+            self._reject(reasons.STALE_CHUNK)
         else:
             self._build_chunk_spline(c, t)
             self._build_blend(t)

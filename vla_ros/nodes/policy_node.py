@@ -51,6 +51,7 @@ from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_li
 from vla_ros.params.spec import validate_all
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.policy.intake import ReasonThrottle
+from vla_ros.reasons import INSTRUCTION_TOO_LONG
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -256,7 +257,7 @@ class PolicyNode(Node):
                 request["instruction"], request.get("max_instruction_bytes", self._p["max_instruction_bytes"])
             )
             if reason is not None:
-                self._refuse(INSTRUCTION_PARAM, "instruction_too_long", reason)
+                self._refuse(INSTRUCTION_PARAM, INSTRUCTION_TOO_LONG, reason)
                 return SetParametersResult(successful=False, reason=reason)
         if "model" in request and request["model"] != self._p["model"]:
             try:

@@ -42,6 +42,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
@@ -263,7 +264,7 @@ class SafetyFilterNode(Node):
         if stamp != 0 and start is not None and stamp < start:
             self.rejections.reject(
                 "joint state",
-                "joint_state_before_reset",
+                reasons.JOINT_STATE_BEFORE_RESET,
                 f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began",
             )
             return
@@ -296,13 +297,13 @@ class SafetyFilterNode(Node):
             out, report = (
                 None,
                 FilterReport.reject(
-                    "too_many_points",
+                    reasons.TOO_MANY_POINTS,
                     f"{points} points > max_points={self.config.max_points} (refused before deserializing)",
                     points_in=points,
                 ),
             )
         elif filt is None:
-            code = "invalid_configuration" if self.robot is not None else "no_robot_model"
+            code = reasons.INVALID_CONFIGURATION if self.robot is not None else reasons.NO_ROBOT_MODEL
             out, report = None, FilterReport.reject(code, self._problem, points_in=points or 0)
         else:
             msg = deserialize_message(data, JointTrajectory)
@@ -317,7 +318,7 @@ class SafetyFilterNode(Node):
                     out, report = (
                         None,
                         FilterReport.reject(
-                            "before_reset",
+                            reasons.BEFORE_RESET,
                             f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began",
                             points_in=chunk.horizon,
                         ),
@@ -354,7 +355,9 @@ class SafetyFilterNode(Node):
     def _refused_states(self) -> dict[str, str]:
         """Reason code -> "code: detail" of the joint states refused within the last second (not the previous
         episode's, in flight at a reset: expected)."""
-        return self.rejections.recent.by_code(time.monotonic(), "joint_state_", exclude=("joint_state_before_reset",))
+        return self.rejections.recent.by_code(
+            time.monotonic(), "joint_state_", exclude=tuple(reasons.EXPECTED_AT_RESET)
+        )
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds

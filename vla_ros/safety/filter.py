@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.chunks import ActionChunk
 from vla_ros.safety.collision import CollisionChecker
 from vla_ros.safety.config import SafetyConfig
@@ -42,42 +43,11 @@ from vla_ros.safety.limits import JointLimitTable, resolve_limits
 from vla_ros.safety.robot import RobotModel
 from vla_ros.safety.timing import limit_ratios, prefix_scales
 
-# Reason codes (stable strings, counted on /diagnostics).
-MALFORMED_REASONS = (
-    "empty_chunk",
-    "size_mismatch",
-    "too_many_points",
-    "non_finite",
-    "unknown_joint",
-    "missing_joint",
-    "duplicate_joint",
-    "negative_time",
-    "non_increasing_time",
-    "horizon_too_long",
-)
-INPUT_REASONS = (
-    "stale_chunk",
-    "future_stamp",
-    "unstamped",
-    "before_reset",
-    "no_robot_model",
-    "invalid_configuration",
-    "no_joint_state",
-    "stale_joint_state",
-    "joint_state_incomplete",
-)
-POINT_REASONS = (
-    "unreachable_first_point",
-    "position_limit",
-    "velocity_limit",
-    "acceleration_limit",
-    "self_collision",
-    "table_collision",
-    "workspace_bounds",
-    "obstacle_collision",
-    "stopping_distance",
-)
-REASONS = MALFORMED_REASONS + INPUT_REASONS + POINT_REASONS
+# Reason codes (stable strings, counted on /diagnostics; defined in vla_ros.reasons), by kind.
+MALFORMED_REASONS = reasons.CHUNK_MALFORMED
+INPUT_REASONS = reasons.CHUNK_INPUT
+POINT_REASONS = reasons.UNSAFE_POINT
+REASONS = reasons.FILTER_REASONS
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
 # Limits hold when required/allowed <= 1 + LIMIT_RTOL (float round-off; far below any physical meaning).
@@ -204,10 +174,10 @@ class SafetyFilter:
         times = np.asarray(chunk.time_from_start_s)
         names = tuple(chunk.joint_names)
         if pos.size == 0 or (pos.ndim >= 1 and pos.shape[0] == 0):
-            return FilterReport.reject("empty_chunk", "the chunk has no points")
+            return FilterReport.reject(reasons.EMPTY_CHUNK, "the chunk has no points")
         if pos.ndim != 2 or times.ndim != 1 or times.shape[0] != pos.shape[0] or len(names) != pos.shape[1]:
             return FilterReport.reject(
-                "size_mismatch",
+                reasons.SIZE_MISMATCH,
                 f"positions {pos.shape}, times {times.shape} and {len(names)} joint names do not line up",
                 points_in=pos.shape[0] if pos.ndim else 0,
             )
@@ -215,13 +185,15 @@ class SafetyFilter:
         vel = None if chunk.velocities is None else np.asarray(chunk.velocities)
         if vel is not None and vel.shape != pos.shape:
             return FilterReport.reject(
-                "size_mismatch", f"velocities {vel.shape} do not match positions {pos.shape}", points_in=H
+                reasons.SIZE_MISMATCH, f"velocities {vel.shape} do not match positions {pos.shape}", points_in=H
             )
         if H > cfg.max_points:
-            return FilterReport.reject("too_many_points", f"{H} points > max_points={cfg.max_points}", points_in=H)
+            return FilterReport.reject(
+                reasons.TOO_MANY_POINTS, f"{H} points > max_points={cfg.max_points}", points_in=H
+            )
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
-            return FilterReport.reject("duplicate_joint", f"joint names repeat: {dup}", points_in=H)
+            return FilterReport.reject(reasons.DUPLICATE_JOINT, f"joint names repeat: {dup}", points_in=H)
         unknown = [n for n in names if n not in self.commanded_names]
         if unknown:
             why = []
@@ -233,17 +205,17 @@ class SafetyFilter:
                 else:
                     why.append(n)
             return FilterReport.reject(
-                "unknown_joint", f"unknown joint(s) {why}; expected {list(self.commanded_names)}", points_in=H
+                reasons.UNKNOWN_JOINT, f"unknown joint(s) {why}; expected {list(self.commanded_names)}", points_in=H
             )
         missing = [n for n in self.commanded_names if n not in names]
         if missing:
-            return FilterReport.reject("missing_joint", f"the chunk lacks joint(s) {missing}", points_in=H)
+            return FilterReport.reject(reasons.MISSING_JOINT, f"the chunk lacks joint(s) {missing}", points_in=H)
         try:
             pos_f = pos.astype(np.float64)
             times_f = times.astype(np.float64)
             vel_f = None if vel is None else vel.astype(np.float64)
         except (TypeError, ValueError):
-            return FilterReport.reject("non_finite", "values are not numbers", points_in=H)
+            return FilterReport.reject(reasons.NON_FINITE, "values are not numbers", points_in=H)
         bad_rows = ~np.isfinite(pos_f).all(axis=1) | ~np.isfinite(times_f)
         if vel_f is not None:
             bad_rows |= ~np.isfinite(vel_f).all(axis=1)
@@ -251,16 +223,16 @@ class SafetyFilter:
             k = int(np.argmax(bad_rows))
             cols = [names[j] for j in np.flatnonzero(~np.isfinite(pos_f[k]))]
             what = f"positions of {cols}" if cols else ("time" if not np.isfinite(times_f[k]) else "velocities")
-            return FilterReport.reject("non_finite", f"point {k}: non-finite {what}", k, points_in=H)
+            return FilterReport.reject(reasons.NON_FINITE, f"point {k}: non-finite {what}", k, points_in=H)
         if (times_f < 0.0).any():
             k = int(np.argmax(times_f < 0.0))
             return FilterReport.reject(
-                "negative_time", f"point {k}: time_from_start {times_f[k]:.9g} s < 0", k, points_in=H
+                reasons.NEGATIVE_TIME, f"point {k}: time_from_start {times_f[k]:.9g} s < 0", k, points_in=H
             )
         if (times_f > cfg.max_horizon_s).any():
             k = int(np.argmax(times_f > cfg.max_horizon_s))
             return FilterReport.reject(
-                "horizon_too_long",
+                reasons.HORIZON_TOO_LONG,
                 f"point {k}: time_from_start {times_f[k]:.6g} s > max_horizon_s={cfg.max_horizon_s}",
                 k,
                 points_in=H,
@@ -269,7 +241,7 @@ class SafetyFilter:
         if H > 1 and (np.diff(t_ns) <= 0).any():
             k = int(np.argmax(np.diff(t_ns) <= 0)) + 1
             return FilterReport.reject(
-                "non_increasing_time",
+                reasons.NON_INCREASING_TIME,
                 f"point {k}: time_from_start {times_f[k]:.9f} s is not after point {k - 1}'s {times_f[k - 1]:.9f} s",
                 k,
                 points_in=H,
@@ -281,28 +253,32 @@ class SafetyFilter:
     ) -> tuple[np.ndarray | None, FilterReport | None]:
         cfg = self.config
         if state is None:
-            return None, FilterReport.reject("no_joint_state", "no joint state received yet", points_in=H)
+            return None, FilterReport.reject(reasons.NO_JOINT_STATE, "no joint state received yet", points_in=H)
         age_s = (now_ns - int(state.stamp_ns)) / NS
         if age_s > cfg.max_state_age_s:
             return None, FilterReport.reject(
-                "stale_joint_state",
+                reasons.STALE_JOINT_STATE,
                 f"joint state is {age_s:.3f} s old > max_state_age_s={cfg.max_state_age_s}",
                 points_in=H,
             )
         if -age_s > cfg.max_future_stamp_s:
             return None, FilterReport.reject(
-                "stale_joint_state",
+                reasons.STALE_JOINT_STATE,
                 f"joint state is stamped {-age_s:.3f} s in the future (clock mismatch?)",
                 points_in=H,
             )
         by_name = dict(zip(state.names, np.asarray(state.positions, dtype=np.float64).tolist()))
         missing = [n for n in self.joint_names if n not in by_name]
         if missing:
-            return None, FilterReport.reject("joint_state_incomplete", f"joint state lacks {missing}", points_in=H)
+            return None, FilterReport.reject(
+                reasons.JOINT_STATE_INCOMPLETE, f"joint state lacks {missing}", points_in=H
+            )
         q = np.array([by_name[n] for n in self.joint_names])
         if not np.isfinite(q).all():
             bad = [n for n, v in zip(self.joint_names, q) if not math.isfinite(v)]
-            return None, FilterReport.reject("joint_state_incomplete", f"joint state has non-finite {bad}", points_in=H)
+            return None, FilterReport.reject(
+                reasons.JOINT_STATE_INCOMPLETE, f"joint state has non-finite {bad}", points_in=H
+            )
         return q, None
 
     # ---- the filter --------------------------------------------------------------------------------
@@ -333,7 +309,7 @@ class SafetyFilter:
         H = chunk.horizon
         if int(chunk.stamp_ns) == 0:
             return None, FilterReport.reject(
-                "unstamped", "header.stamp is 0: a chunk must carry its observation time", points_in=H
+                reasons.UNSTAMPED, "header.stamp is 0: a chunk must carry its observation time", points_in=H
             )
         q_meas, bad = self._measured(state, now_ns, H)
         if bad is not None:
@@ -341,13 +317,15 @@ class SafetyFilter:
         age_ns = int(now_ns) - int(chunk.stamp_ns)
         if age_ns > cfg.max_chunk_age_s * NS:
             return None, FilterReport.reject(
-                "stale_chunk",
+                reasons.STALE_CHUNK,
                 f"chunk stamp is {age_ns / NS:.3f} s old > max_chunk_age_s={cfg.max_chunk_age_s}",
                 points_in=H,
             )
         if -age_ns > cfg.max_future_stamp_s * NS:
             return None, FilterReport.reject(
-                "future_stamp", f"chunk is stamped {-age_ns / NS:.3f} s in the future (clock mismatch?)", points_in=H
+                reasons.FUTURE_STAMP,
+                f"chunk is stamped {-age_ns / NS:.3f} s in the future (clock mismatch?)",
+                points_in=H,
             )
         return _Work(chunk, H, q_meas, age_ns), None
 
@@ -359,10 +337,10 @@ class SafetyFilter:
         w.tau_ns = t_ns - w.age_ns  # (H,) time of each point from now
         future = w.tau_ns > 0
         if not future.any():
-            return FilterReport.reject("stale_chunk", f"all {H} points lie in the past", H - 1, points_in=H)
+            return FilterReport.reject(reasons.STALE_CHUNK, f"all {H} points lie in the past", H - 1, points_in=H)
         w.f = f = int(np.argmax(future))  # first point the controller will still execute
         if f > 0:
-            w.findings.append(Finding("past_points", 0, f"{f} point(s) already in the past dropped"))
+            w.findings.append(Finding(reasons.PAST_POINTS, 0, f"{f} point(s) already in the past dropped"))
         w.order = np.array([self._act_index[n] for n in chunk.joint_names], dtype=np.intp)
         w.Q = np.repeat(w.q_meas[None, :], H, axis=0)
         w.Q[:, w.order] = np.asarray(chunk.positions, dtype=np.float64)
@@ -386,7 +364,7 @@ class SafetyFilter:
             Q[f:, cols] = np.where(clamp, np.clip(sub, low, high), sub)
             w.findings.append(
                 Finding(
-                    "position_clamped",
+                    reasons.POSITION_CLAMPED,
                     k,
                     f"{int(clamp.sum())} target(s) within the clamp tolerance past a limit clamped onto it",
                 )
@@ -397,7 +375,7 @@ class SafetyFilter:
             j = cols[int(np.argmax(outside[k - f]))]
             w.findings.append(
                 Finding(
-                    "position_limit",
+                    reasons.POSITION_LIMIT,
                     k,
                     f"point {k}: {self.joint_names[j]} = {Q[k, j]:.6g} outside [{lim.lower[j]:.6g}, "
                     f"{lim.upper[j]:.6g}] "
@@ -435,14 +413,14 @@ class SafetyFilter:
         i = int(np.argmax(too_slow))
         k = f + i
         if i == 0:
-            code = "unreachable_first_point"
+            code = reasons.UNREACHABLE_FIRST_POINT
             detail = (
                 f"point {k} is {r_v[0]:.3g}x too fast to reach from the measured state "
                 f"(max_time_scale={cfg.max_time_scale})"
             )
         elif np.max(r_v[: i + 1]) > cfg.max_time_scale * (1.0 + LIMIT_RTOL):
             code, detail = (
-                "velocity_limit",
+                reasons.VELOCITY_LIMIT,
                 (
                     f"point {k}: reaching it needs {np.max(r_v[: i + 1]):.3g}x "
                     f"the velocity limit (max_time_scale={cfg.max_time_scale})"
@@ -450,7 +428,7 @@ class SafetyFilter:
             )
         else:
             code, detail = (
-                "acceleration_limit",
+                reasons.ACCELERATION_LIMIT,
                 (
                     f"point {k}: keeping it needs {np.max(r_a[:i]):.3g}x the acceleration limit at point "
                     f"{k - 1} "
@@ -477,7 +455,9 @@ class SafetyFilter:
         k = f + hit.first_unsafe - 1
         if k >= w.end:  # the stop after the last point, not the chunk itself
             w.findings.append(
-                Finding("stopping_distance", w.end - 1, f"point {w.end - 1}: stopping after it: {hit.describe(False)}")
+                Finding(
+                    reasons.STOPPING_DISTANCE, w.end - 1, f"point {w.end - 1}: stopping after it: {hit.describe(False)}"
+                )
             )
             w.end -= 1
         else:
@@ -495,7 +475,11 @@ class SafetyFilter:
             if stop.safe:
                 break
             w.findings.append(
-                Finding("stopping_distance", w.end - 1, f"point {w.end - 1}: stopping after it: {stop.describe(False)}")
+                Finding(
+                    reasons.STOPPING_DISTANCE,
+                    w.end - 1,
+                    f"point {w.end - 1}: stopping after it: {stop.describe(False)}",
+                )
             )
             w.end -= 1
 
@@ -519,7 +503,9 @@ class SafetyFilter:
             return chunk, FilterReport("pass", points_in=H, points_out=H, **work)
         if s != 1.0:
             findings.append(
-                Finding("time_scaled", f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits")
+                Finding(
+                    reasons.TIME_SCALED, f, f"times from now stretched {s:.4f}x to meet velocity/acceleration limits"
+                )
             )
         new_t_ns = w.new_tau_ns[f:end] + w.age_ns
         out = chunk.replace(

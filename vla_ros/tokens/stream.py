@@ -10,7 +10,7 @@ time order. Rules, applied to each message in this order (each rejection counted
    cleared, the jump counted, and the message starts the new timeline (unless ``begin_episode`` already
    announced that restart: one reset, not two);
 2. ``before_reset``: stamped before the start of the episode ``begin_episode`` announced;
-3. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
+3. ``future_stamp``: stamped more than ``max_future_s`` ahead of the receive clock;
 4. ``late``: stamped more than ``lateness_s`` before the newest stamp a consumer already took with ``drain()``
    (before the first drain: the newest stamp accepted, unless the stream is ``consumer_paced``, then nothing
    is late yet); within it, it is inserted in order. A consumer that inserts late observations exactly (the
@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.timeline import EpisodeTimeline
 from vla_ros.tokens.config import StreamConfig, TokenizerConfig
 from vla_ros.tokens.convert import (
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 NS = 1_000_000_000
 
 
-TIMING_REJECTIONS = frozenset({"before_reset", "future", "late", "duplicate"})
+TIMING_REJECTIONS = reasons.TIMING
 
 _HANDLERS = {
     "sensor_msgs/Image": "add_image",
@@ -243,16 +244,16 @@ class TokenStream:
             else:
                 self.clock_jump(now_ns)
         if timeline.before_episode(stamp):
-            return "before_reset"
+            return reasons.BEFORE_RESET
         if now_ns is not None and stamp > now_ns + self._future_ns:
-            return "future"
+            return reasons.FUTURE_STAMP
         reference = self.consumed_ns if self.consumed_ns is not None or self._consumer_paced else self.newest_ns
         if reference is not None and stamp < reference - self._lateness_ns:
-            return "late"
+            return reasons.LATE
         key = (stamp, int(kind), source)
         i = bisect.bisect_left(self._keys, key)
         if i < len(self._keys) and self._keys[i] == key:
-            return "duplicate"
+            return reasons.DUPLICATE
         return None
 
     def clock_jump(self, now_ns: int | None = None) -> None:
@@ -317,7 +318,9 @@ class TokenStream:
         self.stats.received += 1
         camera = self.camera_of(source) if kind == Kind.IMAGE else 0
         if camera is None:
-            self._reject("unknown_camera", f"{source}: not one of the model's camera topics {sorted(self._cameras)}")
+            self._reject(
+                reasons.UNKNOWN_CAMERA, f"{source}: not one of the model's camera topics {sorted(self._cameras)}"
+            )
             return None
         code = self._check_time(kind, source, stamp, now_ns)
         if code is not None:
@@ -464,7 +467,7 @@ class TokenStream:
         handler = _HANDLERS.get(type_name.replace("/msg/", "/"))
         if handler is None:
             self.stats.received += 1
-            self._reject("unsupported_type", f"{source}: {type_name} is not an observation type")
+            self._reject(reasons.UNSUPPORTED_TYPE, f"{source}: {type_name} is not an observation type")
             return None
         if handler == "set_instruction":
             return self.set_instruction(msg.data, now_ns)
@@ -479,7 +482,7 @@ class TokenStream:
             self._reject(err.code, str(err))
             return None
         if self._encode_text is None:
-            self._reject("no_text_encoder", "this stream has no text encoder")
+            self._reject(reasons.NO_TEXT_ENCODER, "this stream has no text encoder")
             return None
         self.stats.instructions += 1
         self.stats.accepted["text"] += 1
