@@ -140,10 +140,14 @@ class EpisodeTimeline:
         (the reading then starts the new timeline), else 0 (the highest reading is kept)."""
         last = self.last_now_ns
         if self.jumped_back(now_ns, last):
-            self.last_now_ns = now_ns
+            self.restart_clock(now_ns)
             return last - now_ns
         self.last_now_ns = now_ns if last is None else max(last, now_ns)
         return 0
+
+    def restart_clock(self, now_ns: int | None) -> None:
+        """The clock starts a new timeline at ``now_ns`` (None: no reading yet)."""
+        self.last_now_ns = now_ns
 
     # ---- one reset, not two ------------------------------------------------------------------------
     def expect_jump(self, now_ns: int) -> None:

@@ -240,7 +240,7 @@ class TokenStream:
             jumped = timeline.jumped_back(stamp, self.newest_ns)
         if jumped:
             if self._announced_restart(stamp if now_ns is None else now_ns):
-                timeline.last_now_ns = now_ns  # begin_episode already restarted the window for this jump
+                timeline.restart_clock(now_ns)  # begin_episode already restarted the window for this jump
             else:
                 self.clock_jump(now_ns)
         if timeline.before_episode(stamp):
@@ -266,7 +266,7 @@ class TokenStream:
         log.warning("clock jumped back: cleared %d observations", n)
         self._reset_window()
         self.timeline.set_start(None)
-        self.timeline.last_now_ns = now_ns
+        self.timeline.restart_clock(now_ns)
 
     def _announced_restart(self, now_ns: int) -> bool:
         """True when a backwards jump of the clock to ``now_ns`` is the restart ``begin_episode`` already
