@@ -7,7 +7,7 @@ of its phase, 10 chunks a second on the robot's /clock:
     normal  (offset 0)        --count chunks
     skewed  (offset +skew)    --count chunks: the safety filter must refuse them (future_stamp)
     ahead   (offset +ahead)   --count chunks within the filter's bound (the test starts it with a wide one)
-                              but beyond the controller's: the controller must refuse them (stamp_in_future)
+                              but beyond the controller's: the controller must refuse them (future_stamp)
     late    (offset -late)    --count chunks: stale on arrival, the filter must refuse them (stale_chunk)
     widen_refused (+skew)     asks the filter to raise max_future_stamp_s to --widen over the link (a
                               loosening: refused at run time), then --count chunks, still refused

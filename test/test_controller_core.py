@@ -484,10 +484,10 @@ def test_a_measured_state_off_every_recent_command_re_anchors_there():
         ("duplicate_joint", lambda now: chunk(now, HOME[None], names=COMMANDED_JOINTS[:6] + ("elbow_joint",))),
         ("non_finite", lambda now: chunk(now, np.where(np.arange(7) == 2, np.nan, HOME)[None])),
         ("bad_time", lambda now: ActionChunk(COMMANDED_JOINTS, now, np.array([0.1, 0.1]), np.stack([HOME, HOME]))),
-        ("too_long", lambda now: chunk(now, np.repeat(HOME[None], 300, axis=0))),
+        ("too_many_points", lambda now: chunk(now, np.repeat(HOME[None], 300, axis=0))),
         ("expired", lambda now: chunk(now - 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
-        ("stamp_in_future", lambda now: chunk(now + 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
-        ("stale", lambda now: chunk(now - 3_000_000_000, np.repeat(HOME[None], 200, axis=0))),
+        ("future_stamp", lambda now: chunk(now + 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
+        ("stale_chunk", lambda now: chunk(now - 3_000_000_000, np.repeat(HOME[None], 200, axis=0))),
         # Defence in depth: what the filter would never pass is refused, not clamped.
         (
             "position_limit",

@@ -1061,7 +1061,7 @@ def test_out_of_limit_chunks_from_the_trusted_node_are_refused_not_clamped(graph
 
 
 def test_a_100000_point_chunk_is_refused_before_it_is_deserialized(graph):
-    """The size is read from the message's bytes: the chunk is refused as too_long and never turned into
+    """The size is read from the message's bytes: the chunk is refused as too_many_points and never turned into
     Python objects (the deserialized-chunks count does not move), so it costs the loop nothing."""
     probe = graph
     q0 = held_command(probe)
@@ -1072,7 +1072,7 @@ def test_a_100000_point_chunk_is_refused_before_it_is_deserialized(graph):
     before, inputs = fresh_state(probe), fresh_inputs(probe)
     probe.pub_chunk.publish(msg)
     assert probe.spin_until(
-        lambda: count(state(probe), "rejected.too_long") == count(before, "rejected.too_long") + 1, 60
+        lambda: count(state(probe), "rejected.too_many_points") == count(before, "rejected.too_many_points") + 1, 60
     )
     assert count(fresh_inputs(probe), "chunks.deserialized") == count(inputs, "chunks.deserialized")
     assert_holds(held_command(probe), q0)

@@ -361,7 +361,7 @@ def test_recorded_sim_episode_reads_back_as_the_online_tokens(recorded_sim_episo
     # loaded machine a frame it took well after later joint states is late on replay, or one it took before
     # its clock caught up is from the future: those timing refusals are the only ones allowed. (How many
     # frames the bag holds depends on the machine: test_recorded_sim_episode_is_standard_ros2_mcap.)
-    timing = episode.stats.get("rejected.late", 0) + episode.stats.get("rejected.future", 0)
+    timing = episode.stats.get("rejected.late", 0) + episode.stats.get("rejected.future_stamp", 0)
     assert episode.stats["rejected"] == timing, episode.stats
     # The recorder and this test's node are different processes: the same messages, received at slightly
     # different instants, so the epochs differ. Compare by stamp: every observation the replay has,
@@ -379,7 +379,7 @@ def test_recorded_sim_episode_reads_back_as_the_online_tokens(recorded_sim_episo
     unexplained = {
         k: online.got[k]
         for k in replayed
-        if k not in online_by_key and online.got.get(k) not in (None, "late", "future")
+        if k not in online_by_key and online.got.get(k) not in (None, "late", "future_stamp")
     }
     assert not unexplained and len(common) >= 20, (unexplained, len(common), len(replayed), episode.stats)
     for key in common:

@@ -49,7 +49,7 @@ def reference(events, config: StreamConfig, drain_every=7):
         key = (stamp, int(kind), source)
         reference_ns = consumed if consumed is not None else newest
         if stamp > arrival + config.max_future_s * NS:
-            code = "future"
+            code = "future_stamp"
         elif reference_ns is not None and stamp < reference_ns - round(config.lateness_s * NS):
             code = "late"
         elif key in keys:
@@ -191,7 +191,7 @@ def test_future_duplicate_and_late_are_counted_separately():
     assert stream.add(Kind.IMAGE, CAM, 10 * NS, z, now_ns=10 * NS)  # same stamp, other source: kept
     assert stream.add(Kind.STATE, JOINTS, 10 * NS - NS // 20, z, now_ns=10 * NS)  # 50 ms old: inserted in order
     assert stream.add(Kind.STATE, JOINTS, 10 * NS - NS // 5, z, now_ns=10 * NS) is None  # 200 ms old: late
-    assert dict(stream.stats.rejected) == {"future": 1, "duplicate": 1, "late": 1}
+    assert dict(stream.stats.rejected) == {"future_stamp": 1, "duplicate": 1, "late": 1}
     assert [o.key for o in stream.window()] == sorted(o.key for o in stream.window())
     assert stream.stats.reordered == 2 and stream.counts_add_up()  # the frame sorts before the same-stamp state
 

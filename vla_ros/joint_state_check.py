@@ -34,14 +34,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REASONS = (
-    "joint_state_unstamped",
-    "joint_state_size",
-    "joint_state_duplicate_name",
-    "joint_state_missing_joint",
-    "joint_state_non_finite",
-    "joint_state_jump",
-)
+from vla_ros import reasons
+
+REASONS = reasons.JOINT_STATE_CHECKS  # what check() refuses, in the order it checks (codes in vla_ros.reasons)
 # A position may move this many times its velocity limit between two stamps (a servo's overshoot, contact,
 # stamps taken a little before or after the sample) ...
 JUMP_SLACK = 1.5
@@ -122,7 +117,7 @@ class JointStateCheck:
         try:
             self._indices(tuple(names))
         except JointStateRefused as err:
-            return err.code != "joint_state_missing_joint"
+            return err.code != reasons.JOINT_STATE_MISSING_JOINT
         return True
 
     def _indices(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -132,12 +127,13 @@ class JointStateCheck:
             where = {n: i for i, n in enumerate(names)}
             if len(where) != len(names):
                 repeated = sorted({n for n in names if names.count(n) > 1})
-                idx = JointStateRefused("joint_state_duplicate_name", f"joint names repeat: {repeated}")
+                idx = JointStateRefused(reasons.JOINT_STATE_DUPLICATE_NAME, f"joint names repeat: {repeated}")
             else:
                 pairs = [(k, where[j]) for k, j in enumerate(self.joints) if j in where]
                 if not pairs:
                     idx = JointStateRefused(
-                        "joint_state_missing_joint", f"names {list(names)[:8]} lack every joint of {list(self.joints)}"
+                        reasons.JOINT_STATE_MISSING_JOINT,
+                        f"names {list(names)[:8]} lack every joint of {list(self.joints)}",
                     )
                 else:
                     idx = (
@@ -155,11 +151,11 @@ class JointStateCheck:
     ) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
         if arr.shape != (len(names),):
-            raise JointStateRefused("joint_state_size", f"{arr.size} {what}s for {len(names)} names")
+            raise JointStateRefused(reasons.JOINT_STATE_SIZE, f"{arr.size} {what}s for {len(names)} names")
         out = arr[m]
         if not np.all(np.isfinite(out)):
             bad = [self.joints[k] for k, v in zip(j, out) if not np.isfinite(v)]
-            raise JointStateRefused("joint_state_non_finite", f"non-finite {what} of {bad}")
+            raise JointStateRefused(reasons.JOINT_STATE_NON_FINITE, f"non-finite {what} of {bad}")
         return out
 
     def check(
@@ -169,7 +165,7 @@ class JointStateCheck:
         the positions of ``joints`` (a copy); ``velocities`` given: also checked and merged (``velocities``)."""
         stamp = int(stamp_ns)
         if stamp == 0:
-            raise JointStateRefused("joint_state_unstamped", "header.stamp is 0")
+            raise JointStateRefused(reasons.JOINT_STATE_UNSTAMPED, "header.stamp is 0")
         names = tuple(names)
         j, m = self._indices(names)
         q = self._values(j, m, names, positions, "position")
@@ -183,7 +179,7 @@ class JointStateCheck:
         self._cand[j] = False  # a run of refused states is broken by an accepted one
         if not self._seen.all():
             missing = [self.joints[k] for k in np.flatnonzero(~self._seen)]
-            raise JointStateRefused("joint_state_missing_joint", f"no message has named {missing} yet")
+            raise JointStateRefused(reasons.JOINT_STATE_MISSING_JOINT, f"no message has named {missing} yet")
         return self._q.copy()
 
     def _check_jump(self, j: np.ndarray, q: np.ndarray, stamp: int) -> None:
@@ -205,7 +201,7 @@ class JointStateCheck:
         k = int(np.argmax(off))
         dt = max(stamp - int(self._t[j[k]]), 0) * 1e-9
         raise JointStateRefused(
-            "joint_state_jump",
+            reasons.JOINT_STATE_JUMP,
             f"{self.joints[j[k]]} moved {abs(q[k] - self._q[j[k]]):.3f} in {dt:.3f} s "
             f"(its velocity limit allows {allowed(self._t[j])[k]:.3f})",
         )

@@ -304,7 +304,7 @@ def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log, ra
         _wait(lambda: "sent" in _log_tail(big_log) or big.poll() is not None, 120, "the first oversized chunk")
         if big.poll() is not None:
             raise RuntimeError(f"the oversized-chunk sender exited: {_log_tail(big_log)}")
-        refused0 = int(rig.state.get("rejected.too_long", 0))
+        refused0 = int(rig.state.get("rejected.too_many_points", 0))
         rig.command_times, rig.recording = [], True
         figures = _measure(rig, pid, cycles, seconds * 3 + 30, raw)
         rig.recording = False
@@ -312,11 +312,11 @@ def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log, ra
         figures["max_command_gap_ms"] = round(float(gaps_ms.max()), 3)
         figures["command_gaps_over_20ms"] = int((gaps_ms > 20.0).sum())
         _wait(
-            lambda: int(rig.state.get("rejected.too_long", 0)) > refused0,
+            lambda: int(rig.state.get("rejected.too_many_points", 0)) > refused0,
             10,
             "the controller's report of a refused chunk",
         )
-        figures["oversized_refused"] = int(rig.state.get("rejected.too_long", 0)) - refused0
+        figures["oversized_refused"] = int(rig.state.get("rejected.too_many_points", 0)) - refused0
         return figures
     finally:
         _stop(big)

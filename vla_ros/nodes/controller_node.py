@@ -68,6 +68,7 @@ from std_msgs.msg import Float64MultiArray, Header
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, LoopStats, Motion
 from vla_ros.control.loop_stats import assess
@@ -314,7 +315,7 @@ class ControllerNode(Node):
         """In order, each before any work on the message: its source, its size, then its content."""
         why = self.gate.admit(graph_publishers(self, self._chunk_sub.topic_name), time.monotonic_ns())
         if why is not None:
-            self._reject("chunk", "unauthorized_source", why)
+            self._reject("chunk", reasons.UNAUTHORIZED_SOURCE, why)
             return
         self.watchdog["chunks"].seen(time.monotonic_ns(), self.get_clock().now().nanoseconds)
         limit = self.core.config.max_chunk_points
@@ -324,9 +325,11 @@ class ControllerNode(Node):
             points = None  # not plain CDR (every ROS 2 rmw sends plain CDR): deserialize, then count
         if points is not None and points > limit:
             with self._lock:
-                self.core.rejected["too_long"] += 1
+                self.core.rejected[reasons.TOO_MANY_POINTS] += 1
             self.rejections.log(
-                f"rejected chunk: too_long: {points} points > max_chunk_points={limit} (not deserialized)", "too_long"
+                f"rejected chunk: {reasons.TOO_MANY_POINTS}: {points} points > max_chunk_points={limit} "
+                "(not deserialized)",
+                reasons.TOO_MANY_POINTS,
             )
             return
         msg = deserialize_message(data, JointTrajectory)
@@ -363,7 +366,7 @@ class ControllerNode(Node):
                 strangers = [e.label for e in self._state_publishers if e.node not in self._trusted_states]
                 return (
                     (
-                        "joint_state_untrusted_source",
+                        reasons.JOINT_STATE_UNTRUSTED_SOURCE,
                         f"{', '.join(strangers)} also publishes: states refused while it does",
                     )
                     if strangers
@@ -376,7 +379,7 @@ class ControllerNode(Node):
             if node in self._trusted_states:
                 return None
             return (
-                "joint_state_untrusted_source",
+                reasons.JOINT_STATE_UNTRUSTED_SOURCE,
                 f"from {node or 'an unnamed node (gid ' + gid + ')'}, not in trusted_state_publishers",
             )
         if gid is None:
@@ -387,7 +390,7 @@ class ControllerNode(Node):
             return None
         labels = ", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group)
         self._hold_why = f"{len(group)} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"
-        return "joint_state_conflict", self._hold_why
+        return reasons.JOINT_STATE_CONFLICT, self._hold_why
 
     def _on_joint_state(self, msg: JointState, gid: str | None = None) -> None:
         if not self._state_check.concerns(msg.name):
@@ -398,7 +401,7 @@ class ControllerNode(Node):
             refused = self._source_refusal(gid, msg.name, time.monotonic_ns())
             if refused is not None:
                 code, detail = refused
-                if code == "joint_state_conflict":
+                if code == reasons.JOINT_STATE_CONFLICT:
                     self.core.set_hold(code)
                 q = None
             else:
@@ -411,12 +414,12 @@ class ControllerNode(Node):
                     detail = self.core.last_rejection
         if q is None:
             self._reject("joint state", code, detail)
-            if code == "joint_state_conflict":
+            if code == reasons.JOINT_STATE_CONFLICT:
                 self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)  # they arrive: the cause is named apart
             return
         if code is not None:  # counted by the core
             self.rejections.log(f"rejected joint state: {detail}", code)
-            if code != "joint_state_before_reset":  # the previous episode's, in flight at a reset: expected
+            if code not in reasons.EXPECTED_AT_RESET:  # the previous episode's, in flight at a reset: expected
                 self.rejections.recent.note("joint state", code, detail, time.monotonic())
             return
         self.watchdog["joint_states"].seen(time.monotonic_ns(), now_ns)
@@ -651,7 +654,7 @@ class ControllerNode(Node):
             labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
             problems.append(
                 (
-                    "joint_state_conflict",
+                    reasons.JOINT_STATE_CONFLICT,
                     f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same "
                     "joints",
                 )
@@ -660,13 +663,13 @@ class ControllerNode(Node):
             not self._trusted_states
             and not self._per_message_sources
             and len(self._state_publishers) > 1
-            and "joint_state_jump" in self._refused_states()
+            and reasons.JOINT_STATE_JUMP in self._refused_states()
         ):
             # no publisher per message (Humble, Jazzy): a state refused for a jump while two publish is a conflict
             labels = ", ".join(sorted(e.label for e in self._state_publishers))
             problems.append(
                 (
-                    "joint_state_conflict",
+                    reasons.JOINT_STATE_CONFLICT,
                     f"{len(self._state_publishers)} publishers on {self._state_sub.topic_name} ({labels}) disagree",
                 )
             )

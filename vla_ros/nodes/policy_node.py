@@ -47,6 +47,7 @@ from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.tightening import ParamChange
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
+from vla_ros.reasons import INSTRUCTION_TOO_LONG
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -225,7 +226,7 @@ class PolicyNode(Node):
         if text and text != self._p["instruction"]:
             reason = instruction_size_error(text, values["max_instruction_bytes"])
             if reason is not None:
-                self.rejections.reject(INSTRUCTION_PARAM, "instruction_too_long", reason)
+                self.rejections.reject(INSTRUCTION_PARAM, INSTRUCTION_TOO_LONG, reason)
                 raise ValueError(reason)
         if values["model"] == self._p["model"]:
             return None

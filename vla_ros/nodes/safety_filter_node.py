@@ -42,6 +42,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
@@ -66,11 +67,10 @@ from vla_ros.safety import (
     load_robot,
     load_robot_files,
 )
+from vla_ros.timeline import EpisodeTimeline
 
 # Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
 WATCHDOG_RATE_HZ = 10.0
-# Joint states stamped this far after now still count (a simulated /clock may trail the sim's stamps).
-STAMP_GRACE_NS = 100_000_000
 
 
 class SafetyFilterNode(Node):
@@ -95,8 +95,7 @@ class SafetyFilterNode(Node):
         self._modified: Counter[str] = Counter()
         self._check_ms: deque[float] = deque(maxlen=1000)
         self._last = ("", "")
-        self._episode: tuple[int, int | None] | None = None  # (start stamp, number) of the current episode
-        self._episode_start_ns: int | None = None
+        self._timeline = EpisodeTimeline()  # the current episode: inputs stamped before it are refused
         self._resets = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
         controller = self._params["controller"].strip()
@@ -241,41 +240,31 @@ class SafetyFilterNode(Node):
     # ---- inputs ------------------------------------------------------------------------------------
     def _on_episode_reset(self, msg: Header) -> None:
         stamp_ns, episode = reset_from_msg(msg)
-        if (stamp_ns, episode) == self._episode:
-            return
-        first = self._episode is None
-        now_ns = self.get_clock().now().nanoseconds
-        self._episode, self._episode_start_ns = (stamp_ns, episode), stamp_ns
+        news = self._timeline.announce(stamp_ns, episode, self.get_clock().now().nanoseconds)
+        if news is None:
+            return  # the announcement in force, again
         state = self._state
         # Drop the previous episode's joint state: stamped before the new episode began, or, when time
         # restarts (the episode begins before now), anything received so far.
-        restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
-        if state is not None and (state.stamp_ns < stamp_ns or restarted):
+        if state is not None and (state.stamp_ns < stamp_ns or news.restarts_clock):
             self._state = None
-        if not first and self._state_check is not None:
+        if not news.first and self._state_check is not None:
             self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
-        if not first:
+        if not news.first:
             self._resets += 1
             self.get_logger().info(
                 f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it "
                 "are refused"
             )
 
-    def _episode_start(self, now_ns: int) -> int | None:
-        """When the current episode began, or None; forgotten when it lies ahead of now (time restarted
-        without an announcement: every message would otherwise be refused as before the episode)."""
-        if self._episode_start_ns is not None and self._episode_start_ns > now_ns + STAMP_GRACE_NS:
-            self._episode_start_ns = None
-        return self._episode_start_ns
-
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = ns_from_time_msg(msg.header.stamp)
         names = tuple(msg.name)
-        start = self._episode_start(self.get_clock().now().nanoseconds)
+        start = self._timeline.start_by(self.get_clock().now().nanoseconds)
         if stamp != 0 and start is not None and stamp < start:
             self.rejections.reject(
                 "joint state",
-                "joint_state_before_reset",
+                reasons.JOINT_STATE_BEFORE_RESET,
                 f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began",
             )
             return
@@ -308,13 +297,13 @@ class SafetyFilterNode(Node):
             out, report = (
                 None,
                 FilterReport.reject(
-                    "too_many_points",
+                    reasons.TOO_MANY_POINTS,
                     f"{points} points > max_points={self.config.max_points} (refused before deserializing)",
                     points_in=points,
                 ),
             )
         elif filt is None:
-            code = "invalid_configuration" if self.robot is not None else "no_robot_model"
+            code = reasons.INVALID_CONFIGURATION if self.robot is not None else reasons.NO_ROBOT_MODEL
             out, report = None, FilterReport.reject(code, self._problem, points_in=points or 0)
         else:
             msg = deserialize_message(data, JointTrajectory)
@@ -324,12 +313,12 @@ class SafetyFilterNode(Node):
             except ChunkError as err:
                 out, report = None, FilterReport.reject(err.code, str(err), points_in=len(msg.points))
             else:
-                start = self._episode_start(now_ns)
+                start = self._timeline.start_by(now_ns)
                 if start is not None and 0 < stamp_ns < start:
                     out, report = (
                         None,
                         FilterReport.reject(
-                            "before_reset",
+                            reasons.BEFORE_RESET,
                             f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began",
                             points_in=chunk.horizon,
                         ),
@@ -366,14 +355,16 @@ class SafetyFilterNode(Node):
     def _refused_states(self) -> dict[str, str]:
         """Reason code -> "code: detail" of the joint states refused within the last second (not the previous
         episode's, in flight at a reset: expected)."""
-        return self.rejections.recent.by_code(time.monotonic(), "joint_state_", exclude=("joint_state_before_reset",))
+        return self.rejections.recent.by_code(
+            time.monotonic(), "joint_state_", exclude=tuple(reasons.EXPECTED_AT_RESET)
+        )
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
         stopped = self.watchdog.stopped(mono, ros)
         values = self.watchdog.values(mono, ros)
         values["resets"] = self._resets
-        values["episode"] = "" if self._episode is None else str(self._episode[1])
+        values["episode"] = str(self._timeline.episode) if self._timeline.announced else ""
         names = {name for name, _ in stopped}
         # simulated time standing still stops the controller's loop too: the clock is the cause named
         problems = [

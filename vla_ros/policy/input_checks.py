@@ -22,8 +22,8 @@ from collections import Counter
 
 import numpy as np
 
-INSTRUCTION_TOO_LONG = "instruction_too_long"
-INSTRUCTION_FLOOD = "instruction_flood"
+from vla_ros.reasons import INSTRUCTION_FLOOD, INSTRUCTION_TOO_LONG
+
 SAMPLE_STRIDE_WORDS = 61  # 8-byte words: a 640x480 rgb8 frame is sampled at 1,889 places (~15 KB)
 
 
