@@ -29,7 +29,6 @@ colour word, as ``vla-ros attention`` draws it.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import sys
@@ -734,19 +733,16 @@ def _make_node() -> PolicyNode:
     # (5 ms by default) whenever the other runs Python; the executor takes the GIL several times per message,
     # so at 5 ms it falls behind 100 Hz joint states while a tick runs. 0.5 ms bounds that wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    node = PolicyNode()
-    # The model, torch and MiniLM live as long as the process: out of the collector's view, so a full
-    # collection never walks them in the middle of the intake (and the exit does not either).
-    gc.collect()
-    gc.freeze()
-    return node
+    return PolicyNode()
 
 
 _make_node.__name__ = "PolicyNode"  # run_node names the node in its start-up error line
 
 
 def main(args: list[str] | None = None) -> int:
-    code = run_node(_make_node, args)
+    # The model, torch and MiniLM live as long as the process: frozen out of the collector's view, so a full
+    # collection never walks them in the middle of the intake (and the exit does not either).
+    code = run_node(_make_node, args, freeze_gc=True)
     # Everything the node owns is closed; skip the interpreter's teardown of torch, which
     # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
     sys.stdout.flush()
