@@ -688,7 +688,7 @@ def main(args: list[str] | None = None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # freeze: the model, torch and MiniLM live as long as the process: out of the collector's view, so a full
     # collection never walks them in the middle of the intake (and the exit does not either).
-    code = run_node(PolicyNode, args, freeze=True)
+    code = run_node(PolicyNode, args, freeze_gc=True)
     # Everything the node owns is closed; skip the interpreter's teardown of torch, which
     # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
     sys.stdout.flush()

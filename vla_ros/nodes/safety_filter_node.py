@@ -57,7 +57,7 @@ from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
 from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 from vla_ros.ros.trajectory_wire import WireError, trajectory_size
-from vla_ros.ros.watchdog import InputWatch, Watchdog
+from vla_ros.ros.watchdog import InputWatch, Watchdog, input_watches
 from vla_ros.safety import (
     ConfigError,
     FilterReport,
@@ -146,24 +146,13 @@ class SafetyFilterNode(Node):
 
     def _make_watchdog(self) -> Watchdog:
         p = self._params
-        watches = {
-            "joint_states": InputWatch(
-                f"joint states on {self.resolve_topic_name('/joint_states')}",
-                p["joint_state_timeout_s"],
-                ERROR,
-                "robot driver or simulator dead?",
-            ),
-            "chunks": InputWatch(
-                f"chunk on {self.resolve_topic_name('/vla/action_chunk')}",
-                p["chunk_timeout_s"],
-                WARN,
-                "policy dead, frozen or idle?",
-            ),
-        }
-        if self._use_sim_time:
-            watches["clock"] = InputWatch(
-                "simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?"
-            )
+        chunks = InputWatch(
+            f"chunk on {self.resolve_topic_name('/vla/action_chunk')}",
+            p["chunk_timeout_s"],
+            WARN,
+            "policy dead, frozen or idle?",
+        )
+        watches = input_watches(p, self.resolve_topic_name("/joint_states"), chunks, self._use_sim_time)
         if self._heartbeat_topic:
             watches["controller"] = InputWatch(
                 f"heartbeat on {self._heartbeat_topic}",

@@ -88,10 +88,11 @@ class StopSignals:
         os.close(self._write_fd)
 
 
-def run_node(make_node: Callable[[], object], args: list[str] | None = None, freeze: bool = False) -> int:
-    """Make the node, spin it, clean up; the exit status. With ``freeze`` everything allocated while the node
-    started (a model, torch, the node itself) is moved out of the collector's view (``gc.freeze``): it lives
-    as long as the process, and a full collection never walks it in the middle of a cycle or at exit."""
+def run_node(make_node: Callable[[], object], args: list[str] | None = None, *, freeze_gc: bool = False) -> int:
+    """Run the node ``make_node()`` builds until it is asked to stop; the exit status. ``freeze_gc``: what the
+    node allocated while it was built lives as long as the process (a model, buffers, the core), so it is
+    moved out of the collector's view (``gc.freeze``) and a full collection never has to walk it in the
+    middle of a control cycle or an intake."""
     # Signal handling needs the main thread; elsewhere (a node run inside a test) rclpy's stays.
     own_signals = threading.current_thread() is threading.main_thread()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO if own_signals else None)
@@ -103,7 +104,7 @@ def run_node(make_node: Callable[[], object], args: list[str] | None = None, fre
         except (ValueError, OSError) as err:  # ParameterError is a ValueError; a missing file an OSError
             print(f"[{getattr(make_node, '__name__', 'node')}] cannot start: {err}", file=sys.stderr)
             return 2
-        if freeze:
+        if freeze_gc:
             gc.collect()
             gc.freeze()
         if stop is not None:
