@@ -75,11 +75,10 @@ from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
 from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 from vla_ros.ros.trajectory_wire import WireError, trajectory_size
-from vla_ros.ros.watchdog import InputWatch, Watchdog, input_watches
+from vla_ros.ros.watchdog import CHECK_RATE_HZ, InputWatch, Watchdog, input_watches
 
 # Input watchdog and graph checks per second (steady clock): a stopped input is reported within its
 # timeout plus one check period; a publisher on the chunk topic is seen within one period.
-WATCHDOG_RATE_HZ = 10.0
 # The control loop says it runs on ~/heartbeat (std_msgs/Header, the cycle's ROS time) every this many
 # cycles (10 Hz at 100 Hz): the safety filter reports a stalled or dead controller from its silence.
 HEARTBEAT_CYCLES = 10
@@ -112,7 +111,7 @@ class ControllerNode(Node):
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=steady)
-        self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
+        self.create_timer(1.0 / CHECK_RATE_HZ, self._check_inputs, clock=steady)
         self._log_start(p)
         self.loop.start()  # last, so a failing constructor never leaves a loop running
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
@@ -53,11 +53,11 @@ from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_fr
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
-from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
+from vla_ros.ros.qos import incompatible_qos_events, latched_qos, sensor_qos
 from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 from vla_ros.ros.trajectory_wire import WireError, trajectory_size
-from vla_ros.ros.watchdog import InputWatch, Watchdog, input_watches
+from vla_ros.ros.watchdog import CHECK_RATE_HZ, InputWatch, Watchdog, input_watches
 from vla_ros.safety import (
     ConfigError,
     FilterReport,
@@ -70,7 +70,6 @@ from vla_ros.safety import (
 from vla_ros.timeline import EpisodeTimeline
 
 # Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
-WATCHDOG_RATE_HZ = 10.0
 
 
 class SafetyFilterNode(Node):
@@ -103,9 +102,7 @@ class SafetyFilterNode(Node):
         self.watchdog = self._make_watchdog()
         self._state_warned = False
 
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
+        latched = latched_qos()
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
         if self._params["robot_description_file"]:
             robot = load_robot_files(
@@ -137,7 +134,7 @@ class SafetyFilterNode(Node):
             )
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
-        self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
+        self.create_timer(1.0 / CHECK_RATE_HZ, self._check_inputs, clock=steady)
         self.get_logger().info(
             "safety filter up: "
             + (self._summary() if self.filter else self._problem)

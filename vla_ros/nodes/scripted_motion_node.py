@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -22,6 +21,7 @@ from vla_ros.params.scripted_motion import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import latched_qos
 from vla_ros.ros.time import duration_msg_from_s, time_msg_from_ns
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
@@ -36,9 +36,7 @@ class ScriptedMotionNode(Node):
         self._planned_episode = -1
         self._pending: dict | None = None  # status of an episode not planned yet
         self._q_stamp_s = -1.0
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
+        latched = latched_qos()
         self._pub = self.create_publisher(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", 10)
         self.create_subscription(JointState, "/joint_states", self._on_joints, 10)
         self.create_subscription(String, "/vla/episode_status", self._on_status, latched)

@@ -25,7 +25,6 @@ import time
 import numpy as np
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
@@ -38,6 +37,7 @@ from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_msg, episode_reset_qos
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import latched_qos
 from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
@@ -79,9 +79,7 @@ class SimNode(Node):
         }
         self._last_log: dict[str, float] = {}  # reason -> monotonic time of its last log line
 
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
+        latched = latched_qos()
         self.pub_description = self.create_publisher(String, "/robot_description", latched)
         self.pub_clock = self.create_publisher(Clock, "/clock", 10)
         self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
