@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.cli import print_result
 from vla_ros.evaluation.tables import outcome_summary
 
 EXAMPLE = (
@@ -292,10 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.json,
             startup_timeout_s=args.startup_timeout,
         )
-        if not args.json:
-            for k, v in summary.items():
-                print(f"{k:>28}: {v}")
-        print(json.dumps(summary))
+        print_result(summary, args.json, 28)
         return 0
     summary = evaluate(
         str(resolve_model_dir(args.model)),
@@ -317,8 +315,5 @@ def main(argv: list[str] | None = None) -> int:
         ),
         workers=args.workers,
     )
-    if not args.json:
-        for k, v in summary.items():
-            print(f"{k:>24}: {v}")
-    print(json.dumps(summary))
+    print_result(summary, args.json, 24)
     return 0
