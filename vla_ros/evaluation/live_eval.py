@@ -325,13 +325,9 @@ def evaluate_live(
     extra_launch_args: tuple[str, ...] = (),
 ) -> dict:
     """Run ``episodes`` through the launched graph; the summary dict (see the module docstring)."""
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color))
+    jobs = [(ep_seed, instruction, color) for ep_seed, color, instruction in eval_episodes(episodes, seed, templates)]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()

@@ -105,14 +105,13 @@ def evaluate(
 
     from tqdm import tqdm
 
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
     load_start = os.getloadavg()
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color, i < videos, out))
+    jobs = [
+        (ep_seed, instruction, color, i < videos, out)
+        for i, (ep_seed, color, instruction) in enumerate(eval_episodes(episodes, seed, templates))
+    ]
     results = []
     t0 = time.time()
     bar = tqdm(total=episodes, desc="evaluating", unit="ep", disable=not progress)
