@@ -222,9 +222,7 @@ def run_faults(
     recovery end as simulator stamps, then as wall s)."""
     from tqdm import tqdm
 
-    from vla_ros.cameras import sim_launch_args
-    from vla_ros.evaluation.live_eval import LiveGraph
-    from vla_ros.model.io import resolve_model_dir
+    from vla_ros.evaluation.live_eval import LiveGraph, vla_launch_args
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
     from vla_ros.urdf_limits import read_joint_limits
 
@@ -232,30 +230,13 @@ def run_faults(
     if unknown:
         raise ValueError(f"unknown faults {unknown}; known: {list(FAULTS)}")
     load_start = os.getloadavg()
-    args = [
-        "policy:=vla",
-        f"model:={model}",
-        f"real_time_factor:={real_time_factor}",
-        *sim_launch_args(resolve_model_dir(model)),
-    ]
+    args = [*vla_launch_args(model), f"real_time_factor:={real_time_factor}"]
     results: dict[str, dict] = {}
     with LiveGraph(args, log_path) as graph:
         w = Witness()
         d = w.driver
         try:
-            ready = d.spin_until(
-                lambda: (
-                    d.now_ns() > 0
-                    and d.status is not None
-                    and w.urdf is not None
-                    and (d.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
-                    and d.values("safety_filter", "filter") is not None
-                    and d.values("controller", "loop") is not None
-                ),
-                startup_timeout_s,
-            )
-            if not ready:
-                raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
+            d.wait_until_up(graph, startup_timeout_s, also=lambda: w.urdf is not None)
             limits = {
                 name: lim.velocity for name, lim in read_joint_limits(w.urdf).items() if math.isfinite(lim.velocity)
             }

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vla_ros.cli import print_result
 from vla_ros.model.check import compare_with_full_pass, record_stream
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.io import export_to_folder, load_config, load_model, save_model
@@ -403,10 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump(samples, f)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:>26}: {v}")
-    print(json.dumps(result))
+    print_result(result, args.json, 26)
     return 0
 
 

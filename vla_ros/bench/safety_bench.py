@@ -15,13 +15,13 @@ reported when that folder exists.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from vla_ros.chunks import ActionChunk
+from vla_ros.cli import print_result
 from vla_ros.safety import JointStateSample, SafetyConfig, SafetyFilter, load_robot, load_robot_files
 from vla_ros.sim import HOME_Q, default_urdf_path
 
@@ -141,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for key, value in res.items():
             result[f"fr3_{key}"] = value
-    if not args.json:
-        for key, value in result.items():
-            print(f"{key:>36}: {value}")
-    print(json.dumps(result))
+    print_result(result, args.json, 36)
     return 0
 
 

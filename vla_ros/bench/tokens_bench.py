@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from vla_ros.cli import print_result
+
 NS = 1_000_000_000
 
 
@@ -181,8 +183,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump(result.pop("raw"), f)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:>32}: {v}")
-    print(json.dumps(result))
+    print_result(result, args.json, 32)
     return 0

@@ -124,16 +124,14 @@ def run(model_dir, episodes: int, seed: int = 0, templates=None, driver_factory=
     import torch
 
     from vla_ros.evaluation.closed_loop import ClosedLoop
-    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, eval_episodes
 
     torch.set_num_threads(threads)
     beliefs = CupBeliefs(model_dir)
     loop = ClosedLoop(model_dir, backend="onnx", threads=threads)
     rows = []
     try:
-        for i in range(episodes):
-            ep_seed = EVAL_SEED_START + seed + i
-            color, instruction = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
+        for ep_seed, color, instruction in eval_episodes(episodes, seed, templates or HELDOUT_TEMPLATES):
             hook = FirstClose(beliefs, loop, driver_factory)
             r = loop.run_episode(ep_seed, instruction, color, hook=hook)
             rows.append({"seed": ep_seed, "color": color, "success": r.success, **(hook.record or {})})

@@ -215,7 +215,7 @@ def run(
     from vla_ros.model.io import load_model
     from vla_ros.sim import ArmSim
     from vla_ros.sim.expert import PickExpert
-    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, eval_episodes
 
     torch.manual_seed(0)
     model = load_model(model_dir).eval()
@@ -223,9 +223,8 @@ def run(
     session = _session(model)
     sim = ArmSim()
     ratios, per_layer, panels = [], [], []
-    for e in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + e
-        color, instruction_text = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
+    tasks = eval_episodes(episodes, seed, templates or HELDOUT_TEMPLATES)
+    for e, (ep_seed, color, instruction_text) in enumerate(tasks):
         sim.reset(ep_seed)
         instruction = _episode_session(session, instruction_text)
         words = list(instruction.tokens)

@@ -38,6 +38,14 @@ from vla_ros.evaluation.tables import success_breakdown, verdict_shares
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
 
+def vla_launch_args(model: str | Path) -> list[str]:
+    """``sim.launch.xml`` arguments for the learned policy on ``model`` (a folder or a name under models/),
+    with what the simulation needs for that model (its cameras)."""
+    from vla_ros.model.io import resolve_model_dir
+
+    return ["policy:=vla", f"model:={model}", *sim_launch_args(resolve_model_dir(model))]
+
+
 class LiveGraph:
     """The launch file in its own process group (stopped with SIGINT, as Ctrl-C stops ``ros2 launch``)."""
 
@@ -159,6 +167,24 @@ class Driver:
             if predicate():
                 return True
         return False
+
+    def wait_until_up(self, graph: LiveGraph, startup_timeout_s: float, also=lambda: True) -> None:
+        """Spin until the graph is up: simulated time moves, the sim reports its episode, the policy has its
+        model, the filter and the controller report (and ``also()`` holds); RuntimeError with the tail of the
+        graph's log when that takes longer than ``startup_timeout_s`` wall seconds."""
+        ready = self.spin_until(
+            lambda: (
+                self.now_ns() > 0
+                and self.status is not None
+                and (self.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
+                and self.values("safety_filter", "filter") is not None
+                and self.values("controller", "loop") is not None
+                and also()
+            ),
+            startup_timeout_s,
+        )
+        if not ready:
+            raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
 
     def values(self, prefix: str, concern: str) -> dict | None:
         """The newest values of the status ``<prefix>: <concern>`` (None before the first report)."""
@@ -299,43 +325,24 @@ def evaluate_live(
     extra_launch_args: tuple[str, ...] = (),
 ) -> dict:
     """Run ``episodes`` through the launched graph; the summary dict (see the module docstring)."""
-    from vla_ros.model.io import resolve_model_dir
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color))
+    jobs = [(ep_seed, instruction, color) for ep_seed, color, instruction in eval_episodes(episodes, seed, templates)]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
     t0 = time.time()
     args = [
-        "policy:=vla",
-        f"model:={model}",
+        *vla_launch_args(model),
         f"backend:={backend}",
         f"real_time_factor:={real_time_factor}",
         f"seed:={jobs[0][0] if jobs else 0}",
-        *sim_launch_args(resolve_model_dir(model)),
         *extra_launch_args,
     ]
     with LiveGraph(args, out / "graph.log" if out is not None else None) as graph:
         driver = Driver()
         try:
-            # Up: simulated time moves, the policy has its model, the filter and the controller report.
-            ready = driver.spin_until(
-                lambda: (
-                    driver.now_ns() > 0
-                    and driver.status is not None
-                    and (driver.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
-                    and driver.values("safety_filter", "filter") is not None
-                    and driver.values("controller", "loop") is not None
-                ),
-                startup_timeout_s,
-            )
-            if not ready:
-                raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
+            driver.wait_until_up(graph, startup_timeout_s)
             names = ["policy: policy", "safety_filter: filter"]
             before = driver.fresh_snapshot(names)
             driver.period_err_p99.clear()

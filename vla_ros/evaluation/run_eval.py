@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.cli import print_result
 from vla_ros.evaluation.tables import outcome_summary
 
 EXAMPLE = (
@@ -104,14 +105,13 @@ def evaluate(
 
     from tqdm import tqdm
 
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
     load_start = os.getloadavg()
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color, i < videos, out))
+    jobs = [
+        (ep_seed, instruction, color, i < videos, out)
+        for i, (ep_seed, color, instruction) in enumerate(eval_episodes(episodes, seed, templates))
+    ]
     results = []
     t0 = time.time()
     bar = tqdm(total=episodes, desc="evaluating", unit="ep", disable=not progress)
@@ -292,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.json,
             startup_timeout_s=args.startup_timeout,
         )
-        if not args.json:
-            for k, v in summary.items():
-                print(f"{k:>28}: {v}")
-        print(json.dumps(summary))
+        print_result(summary, args.json, 28)
         return 0
     summary = evaluate(
         str(resolve_model_dir(args.model)),
@@ -317,8 +314,5 @@ def main(argv: list[str] | None = None) -> int:
         ),
         workers=args.workers,
     )
-    if not args.json:
-        for k, v in summary.items():
-            print(f"{k:>24}: {v}")
-    print(json.dumps(summary))
+    print_result(summary, args.json, 24)
     return 0

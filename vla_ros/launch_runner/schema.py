@@ -26,10 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from .errors import LaunchError
-from .substitutions import has_substitutions, parse_template, unescape
+from .substitutions import has_substitutions, parse_bool, parse_template, unescape
 from .xmlfile import Element
 
 
@@ -142,12 +140,8 @@ REFUSED = {
 def coerce_literal(kind: Kind, text: str) -> Any:
     """A typed literal as upstream coerces it (``launch.utilities.type_utils``); ValueError if it is not."""
     if kind in (Kind.BOOL, Kind.BOOL_OR_SUBST):
-        value = {"1": "true", "0": "false"}.get(text, text)
-        try:
-            loaded = yaml.safe_load(value) if value else None
-        except yaml.YAMLError:
-            loaded = None
-        if isinstance(loaded, bool):
+        loaded = parse_bool(text)
+        if loaded is not None:
             return loaded
         raise ValueError(f"expected a boolean (true/false/1/0), got {text!r}")
     if kind is Kind.INT:

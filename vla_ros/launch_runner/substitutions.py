@@ -234,16 +234,21 @@ def check_arity(name: str, count: int) -> None:
         raise LaunchError(f"substitution '$({name})' expects {expected} argument(s), got {count}")
 
 
-def to_bool(value: str, what: str) -> bool:
-    """Boolean coercion of launch's typed substitutions: YAML booleans, plus '1'/'0'."""
-    text = value.strip()
+def parse_bool(text: str) -> bool | None:
+    """Launch's booleans: YAML's (true, False, yes, on, ...) plus '1'/'0'; None for any other text."""
     if text in ("1", "0"):
         return text == "1"
     try:
         loaded = yaml.safe_load(text) if text else None
     except yaml.YAMLError:
         loaded = None
-    if isinstance(loaded, bool):
+    return loaded if isinstance(loaded, bool) else None
+
+
+def to_bool(value: str, what: str) -> bool:
+    """Boolean coercion of launch's typed substitutions (``parse_bool`` of the stripped text)."""
+    loaded = parse_bool(value.strip())
+    if loaded is not None:
         return loaded
     raise LaunchError(f"{what}: expected a boolean (true/false/1/0), got {value!r}")
 

@@ -370,20 +370,25 @@ class ExpertTakeover:
             self.takeover, self.takeover_closing = (tcp - cup).round(4).tolist(), bool(closing and not near)
         return near or closing
 
+    def _take_over(self, resume_descent: bool = False) -> None:
+        """The expert goes on from the arm's last command, moving as the last two commands did."""
+        sim = self.sim
+        dt = 1.0 / sim.config.joint_state_rate_hz
+        self.expert.take_over(
+            sim.tcp_position(),
+            sim.cup_positions()[self.color],
+            sim.joint_positions(),
+            self.last,
+            (self.last - self.prev) / dt,
+            resume_descent=resume_descent,
+        )
+
     def execute(self, q_policy):
         sim, handback = self.sim, False
-        dt = 1.0 / sim.config.joint_state_rate_hz
         if self.config.near_cup_m > 0:
             if not self.expert_driving and self._near_cup(q_policy):
                 self.expert_driving, self.expert_segments = True, 1
-                self.expert.take_over(
-                    sim.tcp_position(),
-                    sim.cup_positions()[self.color],
-                    sim.joint_positions(),
-                    self.last,
-                    (self.last - self.prev) / dt,
-                    resume_descent=True,
-                )
+                self._take_over(resume_descent=True)
         elif sim.time_s >= self.switch_at_s:
             self.expert_driving = not self.expert_driving
             handback = not self.expert_driving
@@ -392,13 +397,7 @@ class ExpertTakeover:
             )
             if self.expert_driving:
                 self.expert_segments += 1
-                self.expert.take_over(
-                    sim.tcp_position(),
-                    sim.cup_positions()[self.color],
-                    sim.joint_positions(),
-                    self.last,
-                    (self.last - self.prev) / dt,
-                )
+                self._take_over()
         if self.expert_driving:
             q = self.expert.command(
                 sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions()

@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
             return 2
         print(f"vla_ros demo: learned policy {model.name}, instruction {args.instruction!r}")
-        from vla_ros.cameras import sim_launch_args
+        from vla_ros.evaluation.live_eval import vla_launch_args
 
-        cmd += ["policy:=vla", f"model:={model}", f"instruction:={args.instruction}", *sim_launch_args(model)]
+        cmd += [*vla_launch_args(model), f"instruction:={args.instruction}"]
     launch = subprocess.Popen(cmd, start_new_session=True)
     try:
         record = _watch(args)
