@@ -285,7 +285,7 @@ class PolicyNode(Node):
             "publish_horizon",
             "chunk_smoothing_degree",
             "temporal_ensemble_s",
-            "max_observation_age_s",
+            "max_state_age_s",
             "max_image_age_s",
             "frozen_camera_s",
             "shape_chunks",
