@@ -183,17 +183,10 @@ class SafetyConfig:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0.0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
 
-        # The joint limits' settings, validated (and the overrides parsed) where the controller's are too.
+        # The joint limits' settings (the fields of the same names), validated and parsed as the controller's.
+        limits = {f.name: getattr(self, f.name) for f in dataclasses.fields(JointLimitSettings)}
         object.__setattr__(
-            self,
-            "_limits",
-            JointLimitSettings(
-                velocity_scale=self.velocity_scale,
-                acceleration_scale=self.acceleration_scale,
-                default_acceleration_rad_s2=self.default_acceleration_rad_s2,
-                default_acceleration_m_s2=self.default_acceleration_m_s2,
-                limit_overrides=tuple(self.limit_overrides),
-            ),
+            self, "_limits", JointLimitSettings(**{**limits, "limit_overrides": tuple(self.limit_overrides)})
         )
         for name in (
             "max_chunk_age_s",
