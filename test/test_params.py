@@ -671,3 +671,7 @@ def test_each_parameter_is_declared_once_with_its_field_and_its_tightening_rule(
     # One concept, one name: the filter and the controller share these.
     shared = {s.name for s in safety_filter.PARAMS} & {s.name for s in controller.PARAMS}
     assert {"max_future_stamp_s", "velocity_scale", "default_acceleration_rad_s2", "limit_overrides"} <= shared
+    for specs in (safety_filter.PARAMS, controller.PARAMS):  # the shared spec checks each line in both
+        overrides = next(s for s in specs if s.name == "limit_overrides")
+        assert overrides.validate(["elbow_joint: velocity=1.5", ""]) is None
+        assert "must look like" in overrides.validate(["elbow_joint velocity=1.5"])

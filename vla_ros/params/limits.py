@@ -23,14 +23,14 @@ def lines(value) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
-def check_lines(parse):
-    """A ``ParamSpec.check`` parsing each line with ``parse(line)`` (or ``parse(line, index)``); the reason is
-    the first ConfigError."""
+def check_lines(parse, indexed: bool = False):
+    """A ``ParamSpec.check`` parsing each line with ``parse(line)`` (``parse(line, index)`` when ``indexed``);
+    the reason is the first ConfigError."""
 
     def check(value) -> str | None:
         for i, line in enumerate(lines(value)):
             try:
-                parse(line) if parse is LimitOverride.parse else parse(line, i)
+                parse(line, i) if indexed else parse(line)
             except ConfigError as err:
                 return str(err)
         return None

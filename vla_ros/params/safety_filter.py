@@ -296,7 +296,7 @@ PARAMS = [
         [""],
         "static obstacles: 'box center=x,y,z size=sx,sy,sz [rpy=r,p,y]', 'sphere center=.. radius=r', "
         "'plane normal=nx,ny,nz offset=d' (solid where normal . x <= d)",
-        check=check_lines(Obstacle.parse),
+        check=check_lines(Obstacle.parse, indexed=True),
         field=True,
         to_field=lines,
         tighten=_obstacles_rule,
