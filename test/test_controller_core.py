@@ -120,7 +120,7 @@ def test_config_reasons_quote_the_values_at_fault():
 
 
 def test_limits_come_from_the_urdf_and_acceleration_from_the_config():
-    cfg = make_config(max_acceleration=8.0, max_acceleration_prismatic=0.5, velocity_scale=0.5)
+    cfg = make_config(default_acceleration_rad_s2=8.0, default_acceleration_m_s2=0.5, velocity_scale=0.5)
     assert cfg.velocity_limits == (1.0, 1.0, 1.25, 1.5, 1.5, 1.5, 0.05)  # URDF <limit velocity> x 0.5
     assert cfg.acceleration_limits == (8.0,) * 6 + (0.5,)  # the finger is prismatic
     assert cfg.position_lower[1] == -1.9 and cfg.position_upper[6] == 0.04

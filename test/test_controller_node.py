@@ -351,7 +351,7 @@ def start_private_controller(log_path, name: str, prefix: str, *ros_args: str) -
         [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", f"__node:={name}",
          "-p", "use_sim_time:=true", "-r", f"/clock:={prefix}/clock", "-r", f"/joint_states:={prefix}/joint_states",
          "-r", f"/vla/safe_action_chunk:={prefix}/chunk", "-p", f"position_controller:={prefix.lstrip('/')}_forward",
-         "-p", f"trusted_publishers:=[/{name}_probe]", "-p", "diagnostics_rate_hz:=5.0", *ros_args],
+         "-p", f"trusted_publishers:=[/{name}_probe]", "-p", "diagnostics_period_s:=0.2", *ros_args],
         stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)  # fmt: skip
 
 
@@ -372,6 +372,9 @@ def test_the_config_file_sets_every_parameter_to_a_valid_value():
     from vla_ros.ros.params import validate_all
 
     values = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"]
+    limits = yaml.safe_load((REPO / "config" / "limits.yaml").read_text())["/**"]["ros__parameters"]
+    assert not set(values) & set(limits), "the joint limits are set in config/limits.yaml alone"
+    values.update(limits)
     assert set(values) == {p.name for p in PARAMS}
     assert validate_all(PARAMS, values) == []
     assert {k: v for k, v in values.items()} == {p.name: p.default for p in PARAMS}  # the file shows the defaults
@@ -521,7 +524,7 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
         mode: subprocess.Popen(
             [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", f"__node:=controller_{mode}",
              "-r", f"/joint_states:=/{mode}_test/joint_states", "-r", f"/vla/safe_action_chunk:=/{mode}_test/chunk",
-             "-p", f"position_controller:={mode}_test_forward", "-p", "diagnostics_rate_hz:=5.0",
+             "-p", f"position_controller:={mode}_test_forward", "-p", "diagnostics_period_s:=0.2",
              "-p", f"allow_runtime_loosening:={'true' if mode == 'loose' else 'false'}"],
             stdout=open(logs[mode], "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
         for mode in ("strict", "loose")
@@ -547,7 +550,7 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
 
         # The loosenings, each refused with a reason naming the parameter, and read back unchanged.
         for name, loose, was in (
-            ("max_acceleration", 200.0, 10.0),
+            ("default_acceleration_rad_s2", 200.0, 10.0),
             ("velocity_scale", 1.0, None),
             ("joint_state_timeout_s", 5.0, 0.5),
             ("chunk_timeout_s", 10.0, 0.5),
@@ -564,23 +567,24 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
             value = read(name)
             assert (value.bool_value if isinstance(was, bool) else value.double_value) == was, name
         # Tightening is taken, logged old -> new and reported on /diagnostics.
-        assert set_("strict", "max_acceleration", 8.0).successful
-        assert read("max_acceleration").double_value == 8.0
-        assert rig.spin_until(lambda: any("max_acceleration: 10 -> 8" in d["_message"] for d in diag["strict"]), 30), (
-            diag["strict"][-1:]
-        )
-        assert "parameter max_acceleration: 10 -> 8" in logs["strict"].read_text()
+        assert set_("strict", "default_acceleration_rad_s2", 8.0).successful
+        assert read("default_acceleration_rad_s2").double_value == 8.0
+        assert rig.spin_until(
+            lambda: any("default_acceleration_rad_s2: 10 -> 8" in d["_message"] for d in diag["strict"]), 30
+        ), diag["strict"][-1:]
+        assert "parameter default_acceleration_rad_s2: 10 -> 8" in logs["strict"].read_text()
         # The opt-in allows loosening, and says so.
-        assert set_("loose", "max_acceleration", 200.0).successful
+        assert set_("loose", "default_acceleration_rad_s2", 200.0).successful
         assert rig.spin_until(
             lambda: any(
-                "max_acceleration: 10 -> 200 (loosened)" in d["_message"] and d["_level"] == DiagnosticStatus.WARN
+                "default_acceleration_rad_s2: 10 -> 200 (loosened)" in d["_message"]
+                and d["_level"] == DiagnosticStatus.WARN
                 for d in diag["loose"]
             ),
             30,
         ), diag["loose"][-1:]
         assert (
-            "parameter max_acceleration: 10 -> 200 (loosened) (allowed by allow_runtime_loosening)"
+            "parameter default_acceleration_rad_s2: 10 -> 200 (loosened) (allowed by allow_runtime_loosening)"
             in logs["loose"].read_text()
         )
         # A change that is invalid as a whole configuration is refused before anything takes effect.

@@ -94,3 +94,29 @@ def test_sensor_qos_reaches_every_joint_state_subscriber_and_the_controller_chec
     isaac = resolve("isaac_sim.launch.xml", "sensor_qos:=best_effort")
     assert all(n["params"]["sensor_qos"] == "best_effort" for n in isaac.values())
     assert all(n["params"]["sensor_qos"] == "reliable" for n in resolve("robot.launch.xml").values())
+
+
+def test_the_filter_the_controller_and_the_policy_read_one_joint_limits_file(tmp_path):
+    """robot.launch.xml gives the filter and the controller the same limits file (before their own, so a
+    node's own file may still set one), and points the policy's chunk shaping at it; limits_config swaps it."""
+    limits = tmp_path / "limits.yaml"
+    limits.write_text((REPO / "config" / "limits.yaml").read_text())
+    for args, expected in (((), REPO / "config" / "limits.yaml"), ((f"limits_config:={limits}",), limits)):
+        proc = subprocess.run(
+            [*RUNNER, str(REPO / "launch" / "robot.launch.xml"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        files = {}
+        for line in proc.stdout.splitlines():
+            if line.startswith("/"):
+                parts = line.split()
+                files[parts[0].rsplit("/", 1)[-1]] = [parts[i + 1] for i, t in enumerate(parts) if t == "--params-file"]
+        for exe, own in (("safety_filter_node", "safety_filter.yaml"), ("controller_node", "controller.yaml")):
+            paths = [p.rsplit("/", 1)[-1] for p in files[exe]]
+            assert files[exe][paths.index("limits.yaml")] == str(expected), files[exe]
+            assert paths.index("limits.yaml") < paths.index(own)
+        assert resolve("robot.launch.xml", *args)["policy_node"]["params"]["limits_file"] == str(expected)

@@ -304,8 +304,8 @@ def test_safety_filter_workspace_is_set_at_run_time_on_a_real_process(ros):
         )
         short = set_value("workspace_min_m", [0.0, 0.0])
         assert not short.successful and short.reason == "workspace_min_m needs 3 values (x, y, z), got [0.0, 0.0]"
-        not_int = set_value("max_points", 2.5)
-        assert not not_int.successful and not_int.reason == "max_points expects int (an integer), got double 2.5"
+        not_int = set_value("max_chunk_points", 2.5)
+        assert not not_int.successful and not_int.reason == "max_chunk_points expects int (an integer), got double 2.5"
         got = probe.call(get_client, GetParameters.Request(names=["workspace_min_m"])).values[0]
         assert list(got.double_array_value) == [-0.5, -0.6, -0.05]  # refusals changed nothing
         desc = probe.call(describe, DescribeParameters.Request(names=["workspace_max_m"])).descriptors[0]
@@ -568,3 +568,110 @@ def test_a_tiny_tightening_is_refused_though_the_tightening_rules_alone_would_ta
         assert [node.get_parameter(n).value for n in names] == [base[n] for n in names]
     finally:
         node.destroy_node()
+
+
+# ---- old names, one declaration per parameter ----------------------------------------------------------
+class _WarnRecorder:
+    """A node logger that keeps the warnings (rclpy's own writes to the console, out of the test's reach)."""
+
+    def __init__(self, logger):
+        self._logger, self.warnings = logger, []
+
+    def warning(self, message, *args, **kw):
+        self.warnings.append(message)
+
+    def __getattr__(self, name):
+        return getattr(self._logger, name)
+
+
+class _RecordingNode(Node):
+    def get_logger(self):
+        if not hasattr(self, "_recorder"):
+            self._recorder = _WarnRecorder(super().get_logger())
+        return self._recorder
+
+
+def test_an_old_parameter_name_still_works_with_a_deprecation_warning(ros):
+    """A renamed parameter's old name, given at start-up or set at run time, sets the new one, with a warning
+    naming both; the new name wins where both are given; the run-time checks (the guard's tightening) see the
+    new name."""
+    from vla_ros.params import controller
+    from vla_ros.ros.param_guard import ParamGuard
+
+    specs = [s for s in controller.PARAMS if s.name in ("max_future_stamp_s", "diagnostics_period_s")]
+    old = [Parameter("max_chunk_future_s", value=0.3), Parameter("diagnostics_rate_hz", value=4.0)]
+    node = _RecordingNode("old_names", parameter_overrides=old)
+    changes = []
+    guard = ParamGuard(node, specs)  # the rules from the specs: max_future_stamp_s may only be lowered
+    values = declare_parameters(node, specs, on_change=lambda n, v: (changes.append((n, v)), guard.on_change(n, v)))
+    guard.install(values, build=dict, apply=lambda *a: None, allow_loosening=False)
+    assert values == {"max_future_stamp_s": 0.3, "diagnostics_period_s": 0.25}  # a rate in Hz became a period
+    warned = node.get_logger().warnings
+    assert any("max_chunk_future_s" in w and "max_future_stamp_s" in w and "deprecated" in w for w in warned), warned
+    assert any("diagnostics_rate_hz" in w and "diagnostics_period_s" in w for w in warned), warned
+    assert not node.has_parameter("max_chunk_future_s") and node.get_parameter("max_future_stamp_s").value == 0.3
+    if hasattr(node, "add_pre_set_parameters_callback"):  # Jazzy and later
+        warned.clear()
+        ok = node.set_parameters([Parameter("max_chunk_future_s", Parameter.Type.DOUBLE, 0.2)])[0]
+        assert ok.successful, ok.reason
+        assert node.get_parameter("max_future_stamp_s").value == 0.2 and changes == [("max_future_stamp_s", 0.2)]
+        assert any("max_chunk_future_s" in w and "max_future_stamp_s" in w for w in warned), warned
+        looser = node.set_parameters([Parameter("max_chunk_future_s", Parameter.Type.DOUBLE, 0.4)])[0]
+        assert not looser.successful and looser.reason.startswith("max_future_stamp_s"), looser.reason
+        assert node.get_parameter("max_future_stamp_s").value == 0.2
+    node.destroy_node()
+    both = [Parameter("max_chunk_future_s", value=0.3), Parameter("max_future_stamp_s", value=0.1)]
+    node = _RecordingNode("old_and_new", parameter_overrides=both)
+    assert declare_parameters(node, specs)["max_future_stamp_s"] == 0.1  # the new name wins
+    node.destroy_node()
+
+
+def test_old_names_in_parameter_files_and_the_wildcard_section(tmp_path):
+    """values_from_yaml reads files as a node does: /** sections first, then the node's own; old names used
+    for the new ones (with the warning) unless those are given too."""
+    from vla_ros.params import controller
+    from vla_ros.params.spec import values_from_yaml
+
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("/**:\n  ros__parameters:\n    velocity_scale: 0.5\n    max_acceleration: 6.0\n")
+    own = tmp_path / "controller.yaml"
+    own.write_text("/**/controller:\n  ros__parameters:\n    velocity_scale: 0.8\n    diagnostics_rate_hz: 2.0\n")
+    warned = []
+    values = values_from_yaml(controller.PARAMS, [own, limits], "controller", warn=warned.append)
+    assert values["velocity_scale"] == 0.8  # the node's own section beats /** whatever the file order
+    assert values["default_acceleration_rad_s2"] == 6.0 and values["diagnostics_period_s"] == 0.5
+    assert "max_acceleration" not in values and "diagnostics_rate_hz" not in values
+    assert len(warned) == 2 and all("deprecated" in w for w in warned)
+
+
+def test_each_parameter_is_declared_once_with_its_field_and_its_tightening_rule():
+    """The configurations and the tightening tables are built from the specs: every SafetyConfig field has
+    exactly one parameter; the controller's fields name ControllerConfig's (or its URDF builder's); each
+    node's tightening table is its specs' rules; no node keeps a parameter under two names."""
+    import dataclasses
+    import inspect
+
+    from vla_ros.control import ControllerConfig
+    from vla_ros.params import controller, safety_filter
+    from vla_ros.params.spec import renamed
+    from vla_ros.safety import SafetyConfig
+
+    fields = [s.field_name for s in safety_filter.PARAMS if s.field_name]
+    assert sorted(fields) == sorted(f.name for f in dataclasses.fields(SafetyConfig))
+    builder = set(inspect.signature(ControllerConfig.from_urdf).parameters)
+    config_fields = {f.name for f in dataclasses.fields(ControllerConfig)}
+    for s in controller.PARAMS:
+        if s.field_name:
+            assert s.field_name in builder | config_fields, s.name
+    assert safety_filter.tightening_rules().keys() == {s.name for s in safety_filter.PARAMS if s.tighten}
+    assert controller.TIGHTENING_RULES.keys() == {s.name for s in controller.PARAMS if s.tighten}
+    for node, specs in node_tables().items():
+        names = {s.name for s in specs}
+        assert not names & set(renamed(specs)), node  # an old name is no parameter of its own
+    # One concept, one name: the filter and the controller share these.
+    shared = {s.name for s in safety_filter.PARAMS} & {s.name for s in controller.PARAMS}
+    assert {"max_future_stamp_s", "velocity_scale", "default_acceleration_rad_s2", "limit_overrides"} <= shared
+    for specs in (safety_filter.PARAMS, controller.PARAMS):  # the shared spec checks each line in both
+        overrides = next(s for s in specs if s.name == "limit_overrides")
+        assert overrides.validate(["elbow_joint: velocity=1.5", ""]) is None
+        assert "must look like" in overrides.validate(["elbow_joint velocity=1.5"])

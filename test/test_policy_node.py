@@ -80,14 +80,14 @@ def graph(tmp_path_factory):
         probe.rec, probe.config = rec, config
         logs = [tmp / "policy.log", tmp / "policy_nomodel.log", tmp / "policy_silent.log"]
         nodes = [
-            # max_observation_age_s 5 s: a busy machine delays observations by more than the default 0.5 s of
+            # max_state_age_s 5 s: a busy machine delays observations by more than the default 0.5 s of
             # simulated time, and the node would (rightly) skip those ticks; nothing here is about freshness
             start_node(
                 "policy",
                 f"model:={tmp / 'tiny'}",
                 f"rate_hz:={RATE_HZ}",
                 "threads:=1",
-                "max_observation_age_s:=5.0",
+                "max_state_age_s:=5.0",
                 log_path=logs[0],
             ),
             start_node(
@@ -335,7 +335,11 @@ def test_chunks_leave_inside_the_safety_filters_limits_and_shaping_can_be_switch
     from vla_ros.sim import default_urdf_path
 
     config = filter_params.config_from_params(
-        values_from_yaml(filter_params.PARAMS, REPO / "config" / "safety_filter.yaml", "safety_filter")
+        values_from_yaml(
+            filter_params.PARAMS,
+            [REPO / "config" / "limits.yaml", REPO / "config" / "safety_filter.yaml"],
+            "safety_filter",
+        )
     )
     flt = SafetyFilter(load_robot(default_urdf_path().read_text()), config)
     graph.pub_instruction.publish(String(data="pick up the red cup"))

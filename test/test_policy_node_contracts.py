@@ -440,7 +440,11 @@ def test_the_table_lift_raises_every_point_that_comes_near_the_table_and_no_othe
 
     urdf = default_urdf_path().read_text()
     filter_config = filter_params.config_from_params(
-        values_from_yaml(filter_params.PARAMS, repo / "config" / "safety_filter.yaml", "safety_filter")
+        values_from_yaml(
+            filter_params.PARAMS,
+            [repo / "config" / "limits.yaml", repo / "config" / "safety_filter.yaml"],
+            "safety_filter",
+        )
     )
     checker = SafetyFilter(load_robot(urdf), filter_config).checker
     names = list(checker.robot.joint_names)

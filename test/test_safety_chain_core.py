@@ -133,7 +133,7 @@ def _filter_values(**changes):
         ("max_chunk_age_s", 2.0, 0.2),
         ("max_state_age_s", 1.0, 0.1),
         ("max_horizon_s", 300.0, 10.0),
-        ("max_points", 5000, 500),
+        ("max_chunk_points", 5000, 500),
         ("tracking_tolerance_rad", 0.3, 0.01),
         ("table_height_m", -0.5, 0.01),
         ("chunk_timeout_s", 5.0, 0.3),
@@ -182,8 +182,8 @@ def test_the_controller_refuses_looser_limits_and_timeouts():
     rules = controller_params.TIGHTENING_RULES
     base = default_values(controller_params.PARAMS)
     for name, loose in (
-        ("max_acceleration", 200.0),
-        ("max_acceleration_prismatic", 5.0),
+        ("default_acceleration_rad_s2", 200.0),
+        ("default_acceleration_m_s2", 5.0),
         ("chunk_timeout_s", 5.0),
         ("joint_state_timeout_s", 2.0),
         ("max_chunk_age_s", 10.0),
@@ -194,7 +194,7 @@ def test_the_controller_refuses_looser_limits_and_timeouts():
         assert list(loosenings(rules, base, {**base, name: loose})) == [name], name
     assert loosenings(rules, {**base, "velocity_scale": 0.5}, {**base, "velocity_scale": 0.9}) != {}
     for name, tight in (
-        ("max_acceleration", 5.0),
+        ("default_acceleration_rad_s2", 5.0),
         ("velocity_scale", 0.5),
         ("path_tolerance_rad", 0.1),
         ("blend_mode", "freeze"),
@@ -296,3 +296,41 @@ def test_each_rejection_reason_has_its_own_log_throttle():
     log.reject("chunk", "unauthorized_source", "from /stranger")
     assert lines[-1].endswith("(and 49 more like it since the last report)")
     assert log.counter == {"unauthorized_source": 51, "joint_state_non_finite": 1}
+
+
+# ---- one source of joint limits --------------------------------------------------------------------------
+def test_the_filter_the_controller_and_the_policys_shaping_read_the_same_limits_file(tmp_path):
+    """config/limits.yaml (scales, default accelerations, per-joint overrides) is read by the filter, the
+    controller and the policy's chunk shaping alike: an override there tightens all three the same way."""
+    from pathlib import Path
+
+    import yaml
+
+    from vla_ros.params import policy as policy_params
+    from vla_ros.params.spec import values_from_yaml
+    from vla_ros.safety.limits import resolve_limits
+
+    repo = Path(__file__).resolve().parents[1]
+    limits = yaml.safe_load((repo / "config" / "limits.yaml").read_text())
+    limits["/**"]["ros__parameters"].update(
+        velocity_scale=0.5, limit_overrides=["elbow_joint: upper=2.0 velocity=1.5 acceleration=6.0"]
+    )
+    path = tmp_path / "limits.yaml"
+    path.write_text(yaml.safe_dump(limits))
+    filter_p = values_from_yaml(filter_params.PARAMS, [path, repo / "config" / "safety_filter.yaml"], "safety_filter")
+    control_p = values_from_yaml(controller_params.PARAMS, [path, repo / "config" / "controller.yaml"], "controller")
+    table = resolve_limits(load_robot_files(bundled_urdf_path()), filter_params.config_from_params(filter_p))
+    ctrl = controller_params.config_from_params(control_p)
+    elbow = list(COMMANDED_JOINTS).index("elbow_joint")
+    i = list(table.names).index("elbow_joint")
+    assert ctrl.velocity_limits[elbow] == table.velocity[i] == 0.75  # min(URDF, override) x scale
+    assert ctrl.acceleration_limits[elbow] == table.acceleration[i] == 6.0
+    assert ctrl.position_upper[elbow] == 2.0 and table.hard_upper[i] > 2.0  # the override, not the URDF
+    assert ctrl.urdf_velocity_limits[elbow] == 2.5  # joint-state jumps are still judged by the robot's own
+    policy_p = {**default_values(policy_params.PARAMS), "limits_file": str(path)}
+    policy_p["safety_params_file"] = str(repo / "config" / "safety_filter.yaml")
+    shaped = policy_params.shaping_limits_from_params(policy_p, bundled_urdf_path(), list(COMMANDED_JOINTS))
+    assert shaped.velocity[elbow] == 0.75 and shaped.acceleration[elbow] == 6.0
+    # An override that would loosen the URDF stops the controller as it stops the filter.
+    with pytest.raises(ValueError, match="would loosen the URDF velocity limit"):
+        controller_params.config_from_params({**control_p, "limit_overrides": ["elbow_joint: velocity=9.0"]})

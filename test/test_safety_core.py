@@ -565,8 +565,11 @@ def test_config_file_matches_the_parameter_table_and_the_bench():
     from vla_ros.bench.safety_bench import SIM_CONFIG
     from vla_ros.params.safety_filter import PARAMS, config_from_params
 
-    values = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "safety_filter.yaml").read_text())
-    values = values["/**/safety_filter"]["ros__parameters"]
+    config = Path(__file__).resolve().parents[1] / "config"
+    values = yaml.safe_load((config / "safety_filter.yaml").read_text())["/**/safety_filter"]["ros__parameters"]
+    limits = yaml.safe_load((config / "limits.yaml").read_text())["/**"]["ros__parameters"]
+    assert not set(values) & set(limits), "the joint limits are set in config/limits.yaml alone"
+    values.update(limits)
     specs = {s.name: s for s in PARAMS}
     assert set(values) == set(specs), set(values) ^ set(specs)
     for name, value in values.items():

@@ -372,7 +372,7 @@ def run(
         "-p", f"position_controller:={PREFIX.lstrip('/')}_forward",
         "-p", f"rate_hz:={rate_hz}",
         "-p", f"loop_stats_window:={cycles}",
-        "-p", "diagnostics_rate_hz:=2.0",
+        "-p", "diagnostics_period_s:=0.5",
         "-p", f"realtime_priority:={realtime_priority}",
         "-p", f"loop_mode:={loop_mode}",
         "-p", f"trusted_publishers:=[/{RIG_NODE_NAME},/{BIG_NODE_NAME}]",  # they play the safety filter

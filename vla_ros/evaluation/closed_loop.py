@@ -15,7 +15,7 @@ simulation's clock so a run is deterministic per seed and independent of the mac
 ``vla-ros eval --live`` measures the same episodes through the launched processes instead (``live_eval``).
 Success: the named cup's bottom is 5 cm above the table. Lifting another cup ends the episode as a failure.
 Parameters come from the same YAML files the nodes load (``config/policy.yaml``, ``config/safety_filter.yaml``,
-``config/controller.yaml``), so evaluation runs the shipped configuration.
+``config/controller.yaml``, ``config/limits.yaml``), so evaluation runs the shipped configuration.
 """
 
 from __future__ import annotations
@@ -154,9 +154,13 @@ class ClosedLoop:
         self.rate_hz, self.tick_on_frame = float(policy_p["rate_hz"]), bool(policy_p["tick_on_frame"])
         if not (self.rate_hz > 0 or self.tick_on_frame):
             raise ValueError(f"the policy never ticks: rate_hz={self.rate_hz} and tick_on_frame is false")
-        safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
+        limits_yaml = share / "config" / "limits.yaml"  # the joint limits the filter, controller and policy share
+        safety_p = values_from_yaml(
+            safety_filter.PARAMS, [limits_yaml, share / "config" / "safety_filter.yaml"], "safety_filter"
+        )
         safety_config = safety_filter.config_from_params(safety_p)
         policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
+        policy_p["limits_file"] = str(limits_yaml)
         limits = None
         if policy_p["shape_chunks"]:
             from vla_ros.model.io import load_config
@@ -171,7 +175,9 @@ class ClosedLoop:
             config=policy.session_config_from_params(policy_p, limits),
         )
         self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
-        control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
+        control_p = values_from_yaml(
+            controller.PARAMS, [limits_yaml, share / "config" / "controller.yaml"], "controller"
+        )
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)

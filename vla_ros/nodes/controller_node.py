@@ -110,7 +110,7 @@ class ControllerNode(Node):
         )
         # Diagnostics run on the steady clock, so they keep coming (and say so) while simulated time stands still.
         steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics, clock=steady)
+        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
         self.create_timer(1.0 / CHECK_RATE_HZ, self._check_inputs, clock=steady)
         self._log_start(p)
         self.loop.start()  # last, so a failing constructor never leaves a loop running
@@ -144,8 +144,7 @@ class ControllerNode(Node):
         self._foreign_reported = False
         self._unnamed_before: set[str] = set()
         # joint states: the checks every node makes, with a jump bounded by the robot's own (URDF) velocity limits
-        velocity_limits = [v / p["velocity_scale"] for v in self.core.config.velocity_limits]
-        self._state_check = JointStateCheck(self._joints, velocity_limits)
+        self._state_check = JointStateCheck(self._joints, list(self.core.config.urdf_velocity_limits))
         # Who publishes the joint states: per message where rclpy says it (StateSources), else from the graph.
         self._state_sources = StateSources(self._joints, STATE_CONFLICT_WINDOW_S)
         self._trusted_states = resolve_trusted(p["trusted_state_publishers"], self.get_namespace())

@@ -1,11 +1,16 @@
-"""controller_node's parameters and the core configuration they build. No rclpy import."""
+"""controller_node's parameters and the core configuration they build. No rclpy import.
+
+Each parameter says which ``ControllerConfig`` field it sets (``field``) and which way a run-time change is
+stricter (``tighten``); the joint limits' parameters are ``vla_ros.params.limits``'s, shared with the safety
+filter."""
 
 from __future__ import annotations
 
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control import BLEND_MODES, ControllerConfig, bundled_urdf_path
-from vla_ros.params.spec import ParamSpec
-from vla_ros.params.tightening import LOWER, LOWER_NONZERO, OFF
+from vla_ros.params import limits
+from vla_ros.params.spec import ParamSpec, build_config, with_old_names
+from vla_ros.params.tightening import LOWER, LOWER_NONZERO, OFF, rules_from_specs
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
@@ -15,7 +20,6 @@ TRAJECTORY_STAMPS = ("now", "zero")
 
 
 # Why the lower bounds: values below them mean nothing (the safety filter's table says the same of its own).
-_SCALE_REASON = "below 1 % of the URDF limits the arm barely moves (to stop it, use ~/enable)"
 _CHUNK_TIMEOUT_REASON = (
     "chunks come at the policy's rate (10 Hz shipped): under two of its periods the watchdog "
     "warns between any two chunks"
@@ -28,6 +32,22 @@ _CLOCK_TIMEOUT_REASON = (
     "/clock comes every few ms in simulation (the sim: 200 Hz; Isaac: each rendered frame): "
     "under 50 ms a busy simulator reads as dead"
 )
+
+
+# The controller's former names of the joint limits' parameters (it shares the filter's names now).
+_OLD_LIMIT_NAMES = {
+    "default_acceleration_rad_s2": ("max_acceleration",),
+    "default_acceleration_m_s2": ("max_acceleration_prismatic",),
+}
+
+
+def _period_from_rate(rate_hz):
+    """diagnostics_rate_hz (the old name) as a period; a rate of 0 or less stays, for the range check to refuse."""
+    return (
+        1.0 / rate_hz
+        if isinstance(rate_hz, (int, float)) and not isinstance(rate_hz, bool) and rate_hz > 0
+        else rate_hz
+    )
 
 
 def _check_trusted(names) -> str | None:
@@ -53,6 +73,7 @@ PARAMS = [
         min_value=10.0,
         max_value=1000.0,
         min_reason="slower, a control period is longer than the chunks' point spacing (20 Hz shipped)",
+        field=True,
     ),
     ParamSpec(
         "joints",
@@ -101,34 +122,14 @@ PARAMS = [
         "URDF giving position and velocity limits; empty = the bundled vla_arm.urdf",
         read_only=True,
     ),
-    ParamSpec(
-        "velocity_scale",
-        1.0,
-        "fraction of the URDF velocity limits the command may use",
-        min_value=0.01,
-        max_value=1.0,
-        min_reason=_SCALE_REASON,
-    ),
-    ParamSpec(
-        "max_acceleration",
-        10.0,
-        "acceleration limit of revolute joints, rad/s^2 (blends, stops, velocity change per period)",
-        min_value=0.1,
-        max_value=200.0,
-    ),
-    ParamSpec(
-        "max_acceleration_prismatic",
-        1.0,
-        "acceleration limit of prismatic joints (gripper), m/s^2",
-        min_value=0.01,
-        max_value=50.0,
-    ),
+    *(with_old_names(s, *_OLD_LIMIT_NAMES.get(s.name, ())) for s in limits.PARAMS),
     ParamSpec(
         "blend_mode",
         "crossfade",
         "how a new chunk takes over: crossfade (mix over the horizon) or freeze (keep freeze_periods of the old "
         "plan, then one cubic)",
         choices=BLEND_MODES,
+        field=True,
     ),
     ParamSpec(
         "blend_horizon_s",
@@ -137,6 +138,7 @@ PARAMS = [
         min_value=0.01,
         max_value=2.0,
         min_reason="one control period at 100 Hz is the shortest take-over",
+        field=True,
     ),
     ParamSpec(
         "freeze_periods",
@@ -144,6 +146,7 @@ PARAMS = [
         "blend_mode freeze: control periods of the old plan kept unchanged",
         min_value=0,
         max_value=50,
+        field=True,
     ),
     ParamSpec(
         "chunk_timeout_s",
@@ -154,14 +157,18 @@ PARAMS = [
         min_value=0.2,
         max_value=60.0,
         min_reason=_CHUNK_TIMEOUT_REASON,
+        tighten=LOWER,
     ),
     ParamSpec(
-        "max_chunk_future_s",
+        "max_future_stamp_s",
         0.5,
         "reject chunks stamped further ahead of the node's clock",
         min_value=0.001,
         max_value=10.0,
         min_reason=_CLOCK_SYNC_REASON,
+        field="max_chunk_future_s",
+        tighten=LOWER,
+        old_names=("max_chunk_future_s",),
     ),
     ParamSpec(
         "joint_state_timeout_s",
@@ -170,12 +177,16 @@ PARAMS = [
         min_value=0.02,
         max_value=10.0,
         min_reason=_JOINT_STATE_TIMEOUT_REASON,
+        field=True,
+        tighten=LOWER,
     ),
     ParamSpec(
         "use_chunk_velocities",
         False,
         "use a chunk's velocities as spline tangents when it has them; default: monotone cubic slopes, which keep "
         "the path between waypoints",
+        field=True,
+        tighten=OFF,
     ),
     ParamSpec(
         "max_chunk_points",
@@ -184,16 +195,19 @@ PARAMS = [
         read_only=True,
         min_value=1,
         max_value=10000,
+        field=True,
     ),
     ParamSpec("start_enabled", True, "send commands from the start; false: wait for ~/enable", read_only=True),
     ParamSpec(
-        "diagnostics_rate_hz",
+        "diagnostics_period_s",
         1.0,
-        "/diagnostics rate",
+        "period of /diagnostics (wall time)",
         read_only=True,
         min_value=0.1,
         max_value=10.0,
-        min_reason="a status less often than every 10 s reads as a dead node",
+        min_reason="more often than 10 Hz the status floods /diagnostics",
+        old_names=("diagnostics_rate_hz",),
+        from_old=_period_from_rate,
     ),
     ParamSpec(
         "loop_stats_window",
@@ -278,6 +292,8 @@ PARAMS = [
         min_value=0.02,
         max_value=60.0,
         min_reason="under two control periods at 100 Hz every chunk is stale before it can be executed",
+        field=True,
+        tighten=LOWER,
     ),
     ParamSpec(
         "path_tolerance_rad",
@@ -291,6 +307,8 @@ PARAMS = [
         max_value=3.2,
         min_positive=0.001,
         min_reason="under 1 mrad encoder noise and quantization drop the plan with the arm at rest (0 = not checked)",
+        field=True,
+        tighten=LOWER_NONZERO,
     ),
     ParamSpec(
         "path_tolerance_m",
@@ -300,6 +318,8 @@ PARAMS = [
         max_value=1.0,
         min_positive=0.001,
         min_reason="under 1 mm a gripper's encoder noise drops the plan with the arm at rest (0 = not checked)",
+        field=True,
+        tighten=LOWER_NONZERO,
     ),
     ParamSpec(
         "clock_timeout_s",
@@ -308,6 +328,7 @@ PARAMS = [
         min_value=0.05,
         max_value=60.0,
         min_reason=_CLOCK_TIMEOUT_REASON,
+        tighten=LOWER,
     ),
     ParamSpec(
         "trusted_publishers",
@@ -341,45 +362,12 @@ PARAMS = [
     ),
 ]
 
-# Parameters that map one-to-one onto ControllerConfig fields.
-_CONFIG_FIELDS = (
-    "rate_hz",
-    "blend_mode",
-    "blend_horizon_s",
-    "freeze_periods",
-    "max_chunk_age_s",
-    "max_chunk_future_s",
-    "joint_state_timeout_s",
-    "use_chunk_velocities",
-    "max_chunk_points",
-    "path_tolerance_rad",
-    "path_tolerance_m",
-)
-
 # Runtime changes that would loosen a limit or a timeout are refused unless allow_runtime_loosening.
-TIGHTENING_RULES = {
-    "velocity_scale": LOWER,
-    "max_acceleration": LOWER,
-    "max_acceleration_prismatic": LOWER,
-    "chunk_timeout_s": LOWER,
-    "max_chunk_age_s": LOWER,
-    "max_chunk_future_s": LOWER,
-    "joint_state_timeout_s": LOWER,
-    "clock_timeout_s": LOWER,
-    "path_tolerance_rad": LOWER_NONZERO,
-    "path_tolerance_m": LOWER_NONZERO,
-    "use_chunk_velocities": OFF,
-}
+TIGHTENING_RULES = rules_from_specs(PARAMS)
 
 
 def config_from_params(p: dict) -> ControllerConfig:
-    """ControllerConfig from parameter values (limits from the URDF). Raises ValueError with the reason."""
+    """ControllerConfig from parameter values (limits from the URDF, tightened by the joint limits' settings).
+    Raises ValueError with the reason."""
     urdf = p["robot_description_file"] or bundled_urdf_path()
-    return ControllerConfig.from_urdf(
-        urdf,
-        list(p["joints"]),
-        velocity_scale=p["velocity_scale"],
-        max_acceleration=p["max_acceleration"],
-        max_acceleration_prismatic=p["max_acceleration_prismatic"],
-        **{k: p[k] for k in _CONFIG_FIELDS},
-    )
+    return build_config(ControllerConfig.from_urdf, PARAMS, p, urdf, list(p["joints"]))

@@ -3,7 +3,7 @@ configuration they build. No rclpy import."""
 
 from __future__ import annotations
 
-from vla_ros.params.spec import ParamSpec
+from vla_ros.params.spec import ParamSpec, build_config
 
 DEFAULT_MODEL = "vla_cups"
 
@@ -72,7 +72,13 @@ PARAMS = [
         min_reason="encoding one takes tens of milliseconds: a shorter interval bounds nothing (0 says so)",
     ),
     ParamSpec(
-        "publish_horizon", 0, "chunk points to publish (0 = the model's whole chunk)", min_value=0, max_value=1000
+        "publish_horizon",
+        0,
+        "chunk points to publish (0 = the model's whole chunk)",
+        min_value=0,
+        max_value=1000,
+        field=True,
+        to_field=int,
     ),
     ParamSpec(
         "chunk_smoothing_degree",
@@ -81,6 +87,8 @@ PARAMS = [
         "point-to-point noise the safety filter would read as acceleration",
         min_value=0,
         max_value=8,
+        field=True,
+        to_field=int,
     ),
     ParamSpec(
         "temporal_ensemble_s",
@@ -92,15 +100,20 @@ PARAMS = [
         min_positive=0.05,
         min_reason="with a shorter time constant a chunk decoded one tick (0.1 s) earlier weighs under exp(-2): "
         "the average is the newest decode alone, which 0 says",
+        field=True,
+        to_field=float,
     ),
     ParamSpec(
-        "max_observation_age_s",
+        "max_state_age_s",
         0.5,
         "newest joint state older than this on the node's clock at a tick: no chunk",
         min_value=0.02,
         max_value=60.0,
         min_reason="joint states come at 100 Hz (ros2_control, the sim): under two of their periods a fresh one is "
         "refused",
+        field=True,
+        to_field=float,
+        old_names=("max_observation_age_s",),
     ),
     ParamSpec(
         "image_transport",
@@ -124,9 +137,18 @@ PARAMS = [
         read_only=True,
         min_value=0,
         max_value=8192,
+        field=True,
+        to_field=int,
     ),
     ParamSpec(
-        "input_height", 0, "required camera height in pixels (0 = any)", read_only=True, min_value=0, max_value=8192
+        "input_height",
+        0,
+        "required camera height in pixels (0 = any)",
+        read_only=True,
+        min_value=0,
+        max_value=8192,
+        field=True,
+        to_field=int,
     ),
     ParamSpec(
         "diagnostics_period_s",
@@ -161,6 +183,8 @@ PARAMS = [
         min_value=0.05,
         max_value=60.0,
         min_reason="camera frames come at 30 Hz (33 ms apart) plus transport: under 50 ms a fresh frame is refused",
+        field=True,
+        to_field=float,
     ),
     ParamSpec(
         "frozen_camera_s",
@@ -176,6 +200,8 @@ PARAMS = [
         min_positive=0.1,
         min_reason="a 30 Hz driver may send a frame twice when its sensor is late: over fewer than 3 frames a live "
         "camera would pass for frozen",
+        field=True,
+        to_field=float,
     ),
     ParamSpec(
         "source_timeout_s",
@@ -194,6 +220,8 @@ PARAMS = [
         read_only=True,
         min_value=64,
         max_value=2**31 - 1,
+        field=True,
+        to_field=int,
     ),
     ParamSpec(
         "shape_chunks",
@@ -254,8 +282,15 @@ PARAMS = [
     ParamSpec(
         "safety_params_file",
         "",
-        "shape_chunks: the safety filter's parameter file (its limit overrides, margins and tracking tolerances); "
+        "shape_chunks: the safety filter's parameter file (its margins, clearances and tracking tolerances); "
         "empty = the package's config/safety_filter.yaml",
+        read_only=True,
+    ),
+    ParamSpec(
+        "limits_file",
+        "",
+        "shape_chunks: the joint limits' file the filter and the controller read (scales, default accelerations, "
+        "per-joint overrides); empty = the package's config/limits.yaml",
         read_only=True,
     ),
 ]
@@ -266,44 +301,40 @@ def session_config_from_params(p: dict, chunk_limits=None):
     when ``shape_chunks`` is on."""
     from vla_ros.policy.session import SessionConfig
 
-    return SessionConfig(
-        publish_horizon=int(p["publish_horizon"]),
-        chunk_smoothing_degree=int(p["chunk_smoothing_degree"]),
-        max_state_age_s=float(p["max_observation_age_s"]),
-        max_image_age_s=float(p["max_image_age_s"]),
-        input_width=int(p["input_width"]),
-        input_height=int(p["input_height"]),
-        max_input_pixels=int(p["max_input_pixels"]),
-        chunk_limits=chunk_limits if p["shape_chunks"] else None,
-        temporal_ensemble_s=float(p["temporal_ensemble_s"]),
-        frozen_camera_s=float(p["frozen_camera_s"]),
-    )
+    return build_config(SessionConfig, PARAMS, p, chunk_limits=chunk_limits if p["shape_chunks"] else None)
 
 
 def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_dir=None):
     """The safety filter's limits for ``joint_names`` (``policy.shaping.ChunkLimits``): the URDF's (``urdf``:
-    path, XML text or element), resolved with the filter's parameter file (``safety_params_file``, else
-    ``share_dir``/config/safety_filter.yaml); relative mesh paths resolve against ``base_dir``. Raises
-    ValueError (a file that cannot be read, limits that do not fit) saying what is wrong."""
+    path, XML text or element), resolved with the joint limits' file the filter reads too (``limits_file``, else
+    ``share_dir``/config/limits.yaml) and the filter's parameter file (``safety_params_file``, else
+    ``share_dir``/config/safety_filter.yaml), which wins where both set a value, as on the filter's command
+    line; relative mesh paths resolve against ``base_dir``. Raises ValueError (a file that cannot be read,
+    limits that do not fit) saying what is wrong."""
     from pathlib import Path
 
     import yaml
 
     from vla_ros.params import safety_filter
+    from vla_ros.params.limits import LIMITS_FILE
     from vla_ros.params.spec import values_from_yaml
     from vla_ros.policy.shaping import chunk_limits
 
-    if p["safety_params_file"]:
-        path = Path(p["safety_params_file"])
-    else:
+    def path(name: str, default: str) -> Path:
+        if p[name]:
+            return Path(p[name])
         from vla_ros.launch_runner.packages import find_package_share
 
-        path = Path(share_dir or find_package_share("vla_ros")) / "config" / "safety_filter.yaml"
+        return Path(share_dir or find_package_share("vla_ros")) / "config" / default
+
+    paths = [path("limits_file", LIMITS_FILE), path("safety_params_file", "safety_filter.yaml")]
     try:
-        values = values_from_yaml(safety_filter.PARAMS, path, "safety_filter")
+        values = values_from_yaml(safety_filter.PARAMS, paths, "safety_filter")
         config = safety_filter.config_from_params(values)
     except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"cannot read the safety filter's parameters from {path}: {err}") from err
+        raise ValueError(
+            f"cannot read the safety filter's parameters from {' and '.join(map(str, paths))}: {err}"
+        ) from err
     margin = float(p["shaping_table_margin_m"]) if p["shaping_table_lift"] else None
     return chunk_limits(
         urdf,

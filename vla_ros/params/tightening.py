@@ -13,7 +13,8 @@ Each parameter that bounds a check has a rule saying which direction is stricter
 - ``LOWER_NONZERO``: smaller is stricter and 0 means "not checked" (the loosest value);
 - or a function ``(old, new, old_values, new_values) -> reason | None`` for values that are sets or boxes.
 
-Parameters without a rule (blend shape, diagnostics rate...) change freely.
+Parameters without a rule (blend shape, diagnostics rate...) change freely. Each rule is declared with its
+parameter (``ParamSpec(..., tighten=LOWER)``); ``rules_from_specs`` gathers a node's table.
 
 The rules only say which way is stricter, never that a value means something: every value first passes its
 own spec (``ParamSpec.validate``: ``min_value``, and for a parameter whose 0 means off, ``min_positive``),
@@ -34,6 +35,14 @@ OFF = "off"
 LOWER_NONZERO = "lower_nonzero"
 
 Rule = str | Callable[[Any, Any, Mapping[str, Any], Mapping[str, Any]], "str | None"]
+
+
+def rules_from_specs(specs, **rules: Rule) -> dict[str, Rule]:
+    """A node's table: each parameter's ``ParamSpec.tighten`` rule, by name; ``rules`` add or replace some (a
+    rule that needs what is known only at run time, such as the robot's limits)."""
+    table = {s.name: s.tighten for s in specs if s.tighten is not None}
+    table.update(rules)
+    return table
 
 
 def _fmt(value: Any) -> str:

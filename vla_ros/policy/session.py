@@ -457,7 +457,7 @@ class PolicySession:
         if state_age > c.max_state_age_s:
             return (
                 "stale_joint_states",
-                f"newest joint state is {state_age:.3f} s old (max_observation_age_s {c.max_state_age_s}): no chunk",
+                f"newest joint state is {state_age:.3f} s old (max_state_age_s {c.max_state_age_s}): no chunk",
             )
         for camera, name in enumerate(self.cameras):
             image_age = ages[camera]

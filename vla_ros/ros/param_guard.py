@@ -23,16 +23,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vla_ros.params.spec import ParamSpec
-from vla_ros.params.tightening import ParamChange, Rule, changes_between, loosenings
+from vla_ros.params.tightening import ParamChange, Rule, changes_between, loosenings, rules_from_specs
 
 HISTORY = 20  # accepted changes kept for diagnostics
 
 
 class ParamGuard:
-    def __init__(self, node, specs: Sequence[ParamSpec], rules: Mapping[str, Rule]) -> None:
+    def __init__(self, node, specs: Sequence[ParamSpec], rules: Mapping[str, Rule] | None = None) -> None:
+        """``rules``: the tightening table (default: the specs' own ``tighten`` rules)."""
         self._node = node
         self._specs = {s.name: s for s in specs}
-        self.rules = rules
+        self.rules = rules if rules is not None else rules_from_specs(specs)
         self.values: dict[str, Any] = {}
         self.allow_loosening = False
         self.history: deque[ParamChange] = deque(maxlen=HISTORY)
