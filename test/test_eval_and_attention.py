@@ -519,7 +519,7 @@ def test_an_aux_head_that_always_says_one_point_is_off_by_that_points_distance_t
     the prediction spread is 0 and the error of each layout is the distance from that point to the named
     cup; a model without a frame head reports no frame-head figure."""
     from vla_ros.sim.tasks import EVAL_SEED_START
-    from vla_ros.training.data import scale_aux
+    from vla_ros.tasks.cups import scale_aux
 
     torch.manual_seed(0)
     model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3))

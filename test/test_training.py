@@ -16,17 +16,24 @@ from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.sim.tasks import episode_task
-from vla_ros.tokens import Kind, TokenizerConfig
-from vla_ros.tools import collect
-from vla_ros.training.data import (
+from vla_ros.tasks import get_task
+from vla_ros.tasks.cups import (
     AUX_CENTER_M,
     AUX_DIM,
     AUX_SCALE_M,
+    CupsOptions,
     aux_target,
+    named_color,
+    view_batch,
+    view_loss,
+    vision_warmup,
+)
+from vla_ros.tokens import Kind, TokenizerConfig
+from vla_ros.tools import collect
+from vla_ros.training.data import (
     gripper_events,
     load_episodes,
     make_sequence,
-    named_color,
     sample_sequence,
     shift_images,
 )
@@ -39,9 +46,9 @@ from vla_ros.training.train import (
     subnormals_flushed,
     task_model_config,
     train,
-    view_batch,
-    vision_warmup,
 )
+
+CUPS = get_task("cups")
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +67,9 @@ def cup_config(**changes):
 
 # Short sequences and few validation batches: a tiny run of the real loop.
 SMALL = dict(span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, threads=1)
+# A few rendered views and a short vision warm-up (the cup task's options).
+VIEWS16 = dict(views=16, view_batch=4, vision_warmup_steps=5)
+VIEWS8 = dict(views=8, view_batch=4, vision_warmup_steps=4)
 
 
 def loss_vs_mean_action(folder, episodes) -> float:
@@ -86,7 +96,12 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     kept = len(list(demos.glob("*.mcap")))
     config = cup_config()
     tc = TrainConfig(
-        task="cups", steps=200, warmup_steps=5, lr=3e-3, views=48, view_batch=8, vision_warmup_steps=100, **SMALL
+        task="cups",
+        task_options=dict(views=48, view_batch=8, vision_warmup_steps=100),
+        steps=200,
+        warmup_steps=5,
+        lr=3e-3,
+        **SMALL,
     )
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
@@ -106,7 +121,7 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     assert len(saved["state_mean"]) == 14 and len(saved["action_std"]) == 7  # normalisation from the data
     # both backends load the folder and agree on a chunk
     episodes, _ = load_episodes(
-        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
     )
     seq_obs = episodes[0].observations[:60]
     # it learned: on sequences of the demonstrations the tiny model beats the mean action (0.48-0.70 over
@@ -132,7 +147,7 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     assert len(rows) == 6 * config.chunk_length
     cup_m = rows * AUX_SCALE_M + AUX_CENTER_M
     assert (
-        np.abs(cup_m - ep.cup_m[-1]).max() < 0.05
+        np.abs(cup_m - ep.track[-1]).max() < 0.05
     )  # at the end of the episode: the lifted cup (others are >= 11 cm away)
     assert cup_m[:, 2].min() > 0.045 + 0.03  # ... lifted
     # ... and every camera frame of the window carries the named cup's position at its own time
@@ -152,7 +167,9 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     assert np.isfinite(history["view_loss"]).all()
     # --init continues from the folder: its normalisation kept, no vision warm-up, and it goes on from where
     # the first run ended rather than from a fresh model (which answers the mean action: ratio about 1)
-    tc2 = TrainConfig(task="cups", steps=10, warmup_steps=2, views=48, view_batch=8, **{**SMALL, "val_every": 5})
+    tc2 = TrainConfig(
+        task="cups", task_options=dict(views=48, view_batch=8), steps=10, warmup_steps=2, **{**SMALL, "val_every": 5}
+    )
     report2 = train(demos, tmp_path / "tuned", tc2, device="cpu", progress=False, init=out)
     tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert report2["vision_warmup_steps"] == 0 and report2["init"] == str(out)
@@ -167,7 +184,7 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
     Measured on a 2-core AVX-512 EPYC, seeds 0-2: held-out ratios 0.013-0.044 with the default kernels,
     0.010-0.024 with DNNL_MAX_CPU_ISA=AVX2, 0.010-0.025 with SSE41; a stem that did not learn stays near 1."""
     from vla_ros.sim import HOME_Q
-    from vla_ros.training.views import Views, render_views
+    from vla_ros.tasks.cup_views import Views, render_views
 
     config = task_model_config("cups")
     assert config.stem_channels == (16, 32) and (config.image_height, config.image_width) == (72, 96)
@@ -176,17 +193,18 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
     seen = Views(rendered.frames[:100], rendered.cups_m[:100], rendered.instructions)
     unseen = Views(rendered.frames[100:], rendered.cups_m[100:], rendered.instructions)
     held_out = view_batch(unseen, 160, np.random.default_rng(123), "cpu")  # each unseen layout, several colours
-    tc = TrainConfig(task="cups", view_batch=8, vision_warmup_steps=150)
+    options, tc = CupsOptions(view_batch=8, vision_warmup_steps=150), TrainConfig()
     ratios = []
     for seed in (0, 1, 2):
         torch.manual_seed(seed)
         model = VLATransformer(config)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(seen.frames.mean(0)))
         with torch.no_grad():
-            before = float(model.view_loss(*held_out))
-        losses = vision_warmup(model, seen, tc, np.random.default_rng(seed), "cpu", progress=False)
+            before = float(view_loss(model, *held_out))
+        rng = np.random.default_rng(seed)
+        losses = vision_warmup(model, seen, options, tc.lr, tc.weight_decay, rng, "cpu", progress=False)
         with torch.no_grad():
-            after = float(model.view_loss(*held_out))
+            after = float(view_loss(model, *held_out))
         assert len(losses) == 150 and np.isfinite(losses).all()
         assert model.patch_encoder.keypoint_temperature.item() > 0.0
         ratios.append(after / before)
@@ -201,7 +219,7 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     import onnx
 
     config = cup_config(cameras=("camera", "wrist_camera"), max_frame_rate_hz=15.0)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
@@ -215,7 +233,7 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
             TokenizerConfig.from_model_config(saved),
             config.max_lateness_s,
             progress=False,
-            cup_tracks=True,
+            task=CUPS,
             min_frame_interval_s=interval,
             selection=BagSelection(Topics().with_cameras(config.cameras)),
         )
@@ -253,13 +271,13 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     from vla_ros.model.io import load_model
 
     config = cup_config(pin_first_frame=True)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
     assert saved["pin_first_frame"] is True and report["steps"] == 20
     episodes, _ = load_episodes(
-        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
     )
     ep = episodes[0]
     first = next(o for o in ep.observations if o.kind == Kind.IMAGE)
@@ -297,12 +315,12 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
     from vla_ros.training.data import learned_targets, normalisation_stats
 
     config = cup_config(relative_actions=True)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert saved["relative_actions"] is True
     episodes, _ = load_episodes(
-        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
     )
     ep, absolute = episodes[0], cup_config()
     n, checked = len(config.joint_names), 0
@@ -341,7 +359,7 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
 def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
     """The schedule counts steps, never seconds: two runs with one seed on one machine write identical
     weights (views, warm-up and main loop included)."""
-    tc = TrainConfig(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS8, steps=6, warmup_steps=2, **SMALL)
     files = []
     for run in ("a", "b"):
         torch.manual_seed(123)  # train() seeds torch itself: what ran before does not matter
@@ -359,9 +377,7 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     from vla_ros.model.io import check_onnx, load_model, read_config_json
 
     # validation every 2 steps: the checkpoint at step 3 validates its weights, the one at step 6 reuses step 6's
-    base = dict(
-        task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 2}
-    )
+    base = dict(task="cups", task_options=VIEWS8, steps=6, warmup_steps=2, **{**SMALL, "val_every": 2})
     plain = train(
         demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
     )
@@ -422,9 +438,7 @@ def test_with_a_weight_average_the_average_is_saved_and_training_itself_is_uncha
     weights are another, averaged set, repeatable run to run."""
     from safetensors.numpy import load_file
 
-    base = dict(
-        task="cups", steps=12, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 6}
-    )
+    base = dict(task="cups", task_options=VIEWS8, steps=12, warmup_steps=2, **{**SMALL, "val_every": 6})
     plain = train(
         demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
     )
@@ -492,7 +506,7 @@ def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tm
         device="cpu",
         progress=False,
     )
-    assert report["task"] == "none" and report["data"]["episodes_with_cup_track"] == 0
+    assert report["task"] == "none" and "episodes_with_cup_track" not in report["data"]
     assert report["stopped_by_time_limit"] and report["steps"] == 0 and report["steps_planned"] == 50
     history = json.loads((tmp_path / "model" / "train_report.json").read_text())["history"]
     assert "view_loss" not in history and "warmup_view_loss" not in history
@@ -552,8 +566,8 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     from vla_ros.sim import HOME_Q
     from vla_ros.sim.arm_sim import ArmSim, SimConfig
     from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
-    from vla_ros.training.train import SIM_CAMERA_CROP
-    from vla_ros.training.views import VIEW_SEED_OFFSET, render_views
+    from vla_ros.tasks.cup_views import VIEW_SEED_OFFSET, render_views
+    from vla_ros.tasks.cups import SIM_CAMERA_CROP
 
     tok = TokenizerConfig.from_model_config(ModelConfig(crop=SIM_CAMERA_CROP).to_dict())
     views = render_views(6, tok, np.array([HOME_Q]), progress=False)
@@ -588,7 +602,7 @@ def test_grasp_views_put_the_gripper_over_a_cup_of_their_own_layout():
     from vla_ros.sim.arm_sim import ArmSim, SimConfig
     from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M
     from vla_ros.sim.tasks import COLORS
-    from vla_ros.training.views import GRASP_VIEW_XY_M, grasp_pose
+    from vla_ros.tasks.cup_views import GRASP_VIEW_XY_M, grasp_pose
 
     rng = np.random.default_rng(3)
     sim = ArmSim(SimConfig())
@@ -613,20 +627,21 @@ def test_phrasing_swap_gives_a_sequence_another_phrasing_of_its_own_colour(demos
         TokenizerConfig.from_model_config(config.to_dict()),
         config.max_lateness_s,
         progress=False,
-        cup_tracks=True,
+        task=CUPS,
     )
     marks = {
         c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)]
         for i, c in enumerate(("red", "green", "blue"))
     }
+    phrasings = lambda text: marks.get(named_color(text) or "", [])  # noqa: E731  (as the cup task's)
     rng = np.random.default_rng(0)
     for _ in range(12):
-        seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=1.0)
+        seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=phrasings, swap_p=1.0)
         value = float(seq.text[0, 0])
         colors = {c for c, pool in marks.items() if any(float(m[0, 0]) == value for m in pool)}
         assert len(colors) == 1 and seq.text.shape == (3, 384), value
         assert any(np.array_equal(seq.text, ep.text) for ep in episodes) is False
-    own = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=0.0)
+    own = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=phrasings, swap_p=0.0)
     assert any(np.array_equal(own.text, ep.text) for ep in episodes)
 
 
@@ -670,7 +685,7 @@ def test_image_shift_moves_every_frame_of_a_sequence_by_one_offset(demos):
     filled from the edge; everything else in the sequence is what the same draw gives unshifted."""
     config = cup_config()
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
-    episodes, _ = load_episodes(demos, tokenizer, config.max_lateness_s, cup_tracks=True)
+    episodes, _ = load_episodes(demos, tokenizer, config.max_lateness_s, task=CUPS)
     frames = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     moved = shift_images(frames, 1, -2)  # one row down, two columns left
     assert np.array_equal(moved[:, :, 1:, :3], frames[:, :, :3, 2:])
@@ -731,11 +746,12 @@ def test_end_hold_gives_targets_past_the_end_only_where_the_commands_run_to_the_
 
 
 def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_nothing_else():
-    """TrainConfig.still_after_lift_s: the named cup rises LIFT_HEIGHT_M above its start at 3.0 s; with 0.25 s
+    """CupsOptions.still_after_lift_s: the named cup rises LIFT_HEIGHT_M above its start at 3.0 s; with 0.25 s
     every target later than 3.25 s is the track's value at 3.25 s (interpolated between commands), every
     earlier one and the times stay as recorded; an episode with no lift, or no cup track, is unchanged."""
     from vla_ros.sim.arm_sim import LIFT_HEIGHT_M
-    from vla_ros.training.data import EpisodeData, still_after_lift
+    from vla_ros.tasks.cups import still_after_lift
+    from vla_ros.training.data import EpisodeData
 
     t_s = np.arange(0.0, 4.0, 0.02)
     q = np.stack([np.sin(t_s + j) for j in range(8)], axis=1)
@@ -743,7 +759,7 @@ def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_not
     rise = np.clip(cup_t - 2.5, 0.0, None) * 2 * LIFT_HEIGHT_M  # the cup leaves the table at 2.5 s, lifted at 3.0 s
     cup = np.stack([np.full_like(cup_t, 0.4), np.zeros_like(cup_t), 0.045 + rise], axis=1)
     demo = EpisodeData(
-        "demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup
+        "demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, track_t_s=cup_t, track=cup
     )
     held, changed = still_after_lift(demo, 0.25)
     assert changed and held.target_t_s is demo.target_t_s
@@ -762,8 +778,8 @@ def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_not
         "pick up the red cup",
         t_s.copy(),
         q,
-        cup_t_s=cup_t,
-        cup_m=cup * [1, 1, 0] + [0, 0, 0.045],
+        track_t_s=cup_t,
+        track=cup * [1, 1, 0] + [0, 0, 0.045],
     )
     no_track = EpisodeData("other task", [], t_s, np.zeros((1, 384)), "wave", t_s.copy(), q)
     late = still_after_lift(demo, 2.0)  # the recording ends 1 s past the lift
@@ -777,13 +793,15 @@ def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_not
 
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="grasp_views"):
-        TrainConfig(grasp_views=1.5)
+        TrainConfig(task="cups", task_options=dict(grasp_views=1.5))
     with pytest.raises(ValueError, match="phrasing_swap_p"):
-        TrainConfig(phrasing_swap_p=-0.5)
+        TrainConfig(task="cups", task_options=dict(phrasing_swap_p=-0.5))
     with pytest.raises(ValueError, match="vision_warmup_steps"):
-        TrainConfig(vision_warmup_steps=-1)
+        TrainConfig(task="cups", task_options=dict(vision_warmup_steps=-1))
     with pytest.raises(ValueError, match="view_batch"):
-        TrainConfig(view_batch=0)
+        TrainConfig(task="cups", task_options=dict(view_batch=0))
+    with pytest.raises(ValueError, match="grasp_views needs task 'cups', got task 'none'"):
+        TrainConfig(task_options=dict(grasp_views=0.5))
     with pytest.raises(ValueError, match="minutes must be > 0 or None"):
         TrainConfig(minutes=0.0)
     with pytest.raises(ValueError, match="task must be one of"):
@@ -813,9 +831,9 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     assert "vla-ros train: end_hold_s must be in [0, 10] seconds (0 = off), got -1.0" in capsys.readouterr().err
     for hold in (-0.5, 10.5, float("nan")):
         with pytest.raises(ValueError, match="still_after_lift_s must be in"):
-            TrainConfig(task="cups", still_after_lift_s=hold)
+            TrainConfig(task="cups", task_options=dict(still_after_lift_s=hold))
     with pytest.raises(ValueError, match="still_after_lift_s needs task 'cups'"):
-        TrainConfig(still_after_lift_s=0.3)
+        TrainConfig(task_options=dict(still_after_lift_s=0.3))
     assert main(["--data", "nowhere", "--out", "nowhere", "--still-after-lift", "0.3"]) == 2
     assert (
         "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'"
@@ -837,7 +855,7 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
 
 def test_views_and_the_view_loss_refuse_what_they_cannot_use():
     from vla_ros.sim import HOME_Q
-    from vla_ros.training.views import render_views
+    from vla_ros.tasks.cup_views import render_views
 
     tok = TokenizerConfig.from_model_config(tiny_config().to_dict())
     with pytest.raises(ValueError, match="at least one arm pose"):
@@ -849,8 +867,11 @@ def test_views_and_the_view_loss_refuse_what_they_cannot_use():
     config = tiny_config(aux_dim=AUX_DIM)  # an aux head but no frame head
     images = torch.zeros(2, 3, config.image_height, config.image_width)
     with pytest.raises(ValueError, match="needs a frame head"):
-        VLATransformer(config).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
-    loss = VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)).view_loss(
-        images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM)
+        view_loss(VLATransformer(config), images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+    loss = view_loss(
+        VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)),
+        images,
+        torch.zeros(2, 384),
+        torch.zeros(2, AUX_DIM),
     )
     assert loss.ndim == 0 and float(loss) > 0.0

@@ -102,7 +102,7 @@ def test_the_options_select_another_robots_topics_joints_and_instruction(tmp_pat
     torch.manual_seed(0)
     config = tiny_config(chunk_length=4, chunk_rate_hz=10.0, joint_names=JOINTS)
     tc = TrainConfig(
-        minutes=1.0, steps=3, span_s=0.5, context_s=0.3, chunks=2, val_fraction=0.0, warmup_steps=1, threads=1, views=0
+        minutes=1.0, steps=3, span_s=0.5, context_s=0.3, chunks=2, val_fraction=0.0, warmup_steps=1, threads=1
     )
     report = train(
         tmp_path / "bags",

@@ -47,7 +47,7 @@ class CupBeliefs:
         from vla_ros.model.io import load_model
 
         self.model = load_model(model_dir).eval()
-        if self.model.aux_head is None or self.model.frame_aux_head is None:
+        if getattr(self.model, "aux_head", None) is None or self.model.frame_aux_head is None:
             raise ValueError(f"{model_dir}: the model has no cup heads (trained without --task cups)")
 
     def __call__(self, session) -> dict[str, np.ndarray]:

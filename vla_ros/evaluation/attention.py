@@ -82,7 +82,7 @@ def word_heat(att: np.ndarray, tokens, color: str | None) -> np.ndarray:
 def live_overlay(model, config, window, instruction, rgb: np.ndarray, pinned=None) -> np.ndarray:
     """The heat map of the colour word the instruction names (``named_color``) over the crop of ``rgb``,
     the newest camera frame of ``window``, as the model sees it: what the policy node publishes."""
-    from vla_ros.training.data import named_color
+    from vla_ros.tasks.cups import named_color
 
     att = frame_attention(model, config, window, instruction, pinned)  # (layers, H, L, P)
     heat = word_heat(att, instruction.tokens, named_color(instruction.text))
@@ -147,7 +147,7 @@ def cup_estimates(model, window, text_embeddings, pinned=None) -> tuple[np.ndarr
 
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
     from vla_ros.model.timeline import ACTION
-    from vla_ros.training.data import unscale_aux
+    from vla_ros.tasks.cups import unscale_aux
 
     seq = build_sequence(
         model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned
@@ -256,7 +256,7 @@ def run(
                         panels.append((rgb, att.mean(axis=(0, 1)), words, color, instruction_text))
             sim.step()
     rest_error = None
-    if model.aux_head is not None:
+    if getattr(model, "aux_head", None) is not None:
         seeds = [EVAL_SEED_START + seed + e for e in range(rest_layouts)]
         rest_error = named_cup_error_at_rest(model, session, sim, seeds, templates or HELDOUT_TEMPLATES)
     sim.close()

@@ -78,14 +78,15 @@ class ModelConfig:
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.
         state_mean / state_std: normalisation of state tokens (len state_dim); None = identity.
         action_mean / action_std: normalisation of action targets (len action_dim); None = identity.
-        aux_dim: width of the auxiliary head trained beside the actions (0 = none). Training uses it to
-            predict where the named cup is from every action token, which teaches the policy to ground the
-            colour word in the image long before the action loss alone would; it is not used online.
+        aux_dim: width of the auxiliary target a task's heads predict beside the actions (0 = none). A config
+            with one is the cup task's (``vla_ros.tasks.cups``: where the named cup is, from every action
+            token, which teaches the policy to ground the colour word in the image long before the action
+            loss alone would); it is not used online.
         aux_loss_weight: weight of the auxiliary loss next to the action loss.
         frame_aux_loss_weight: weight of a second auxiliary loss, per camera frame: a small head on the
             frame's instruction-conditioned keypoints (``PatchEncoder``) predicts the same aux target (0 =
             no such head). The gradient reaches the vision stem in two layers instead of through the
-            whole Transformer, so the stem learns to find the named cup; not used online either.
+            whole Transformer, so the stem learns to find what the target names; not used online either.
         relative_actions: False = a chunk's points are joint positions; True = offsets from the joint
             positions of the newest joint state at or before the chunk's anchor (``state_reference``), added
             back when the chunk is decoded. Offsets span a fraction of the positions' range, so the same

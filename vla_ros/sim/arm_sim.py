@@ -206,7 +206,7 @@ class ArmSim:
 
     def place_arm(self, q: np.ndarray) -> None:
         """Put the commanded joints at ``q`` (clipped to the limits), kinematically: no physics step, for
-        rendering a pose (the training views of ``training.views``), not for control."""
+        rendering a pose (the training views of ``tasks.cup_views``), not for control."""
         self._set_arm(np.clip(np.asarray(q, float), self.limits.lower, self.limits.upper))
         mujoco.mj_forward(self.model, self.data)
 

@@ -1,10 +1,10 @@
-"""Rendered training views: many cup layouts for the vision stem, beyond the few hundred of the episodes.
+"""The cup task's rendered training views: many cup layouts for the vision stem, beyond the few hundred of the
+episodes (``tasks.cups``).
 
 A few hundred demonstrations show the camera a few hundred cup layouts, and a stem trained on them learns
 those layouts rather than how to find a cup of a colour (its error on held-out episodes stalls at
-4-5 cm while its training loss keeps falling). Rendering costs milliseconds, so training adds still views: a fresh
-layout
-from a training seed, the arm placed in a pose taken from the demonstrations (so it occludes and
+4-5 cm while its training loss keeps falling). Rendering costs milliseconds, so training adds still views: a
+fresh layout from a training seed, the arm placed in a pose taken from the demonstrations (so it occludes and
 distracts as it does there), the frame tokenized exactly as online (``preprocess_image``), and every
 cup's position as the label. The frame head (``ModelConfig.frame_aux_loss_weight``) learns "where is the
 <colour> cup" on them, with the instruction vector of a training phrasing naming that colour.
