@@ -104,9 +104,8 @@ def test_parameter_tables_import_no_rclpy_and_no_node():
 
     code = (
         "import sys; import vla_ros.params as p; p.node_tables(); import vla_ros.params.safety_filter as s; "
-        "s.config_from_params({x.name: x.default for x in s.PARAMS}); "
-        "bad = [m for m in sys.modules if m == 'rclpy' or m.startswith('rclpy.') or m.startswith('vla_ros.nodes')]; "
-        "print(bad); sys.exit(1 if bad else 0)"
+        "s.config_from_params({x.name: x.default for x in s.PARAMS}); bad = [m for m in sys.modules if m == 'rclpy' "
+        "or m.startswith('rclpy.') or m.startswith('vla_ros.nodes')]; print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -356,8 +355,8 @@ def test_min_positive_keeps_zero_as_off_and_refuses_what_lies_between():
         and tol.validate(3.2) is None
     )
     assert tol.validate(1e-300) == (
-        "tol_rad=1e-300 is between 0 and the smallest value that works, 0.001 "
-        "(allowed: 0, or [0.001, 3.2]): under 1 mrad noise trips it"
+        "tol_rad=1e-300 is between 0 and the smallest value that works, 0.001 (allowed: 0, or [0.001, 3.2]): under 1 "
+        "mrad noise trips it"
     )
     assert (
         tol.validate(-0.1)

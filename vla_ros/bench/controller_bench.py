@@ -464,8 +464,8 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench controller",
-        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line "
-        "of output is a JSON object.",
+        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line of "
+        "output is a JSON object.",
         epilog="example: vla-ros bench controller --seconds 20 --json\n"
         "         vla-ros bench controller --load torch --json\n"
         "         vla-ros bench controller --oversized --load torch --json\n"

@@ -338,10 +338,9 @@ def _run_one(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench faults",
-        description="Faults injected into the launched graph (sim, policy, safety filter, controller): per fault "
-        "the largest "
-        "measured joint velocity over its limit, the longest command gap and the seconds until /diagnostics named the "
-        "cause; the last line of output is a JSON object.",
+        description="Faults injected into the launched graph (sim, policy, safety filter, controller): per fault the "
+        "largest measured joint velocity over its limit, the longest command gap and the seconds until /diagnostics "
+        "named the cause; the last line of output is a JSON object.",
         epilog="example: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=42 vla-ros bench faults --json",
     )
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, from {','.join(FAULTS)}")

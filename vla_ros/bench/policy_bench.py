@@ -349,8 +349,8 @@ def resolve_model(spec: str | None, seed: int) -> VLATransformer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench policy",
-        description="Streaming KV-cache policy vs full recompute, cached vs uncached chunk decode, torch vs "
-        "ONNX Runtime, and the measured streaming error; the last line of output is a JSON object.",
+        description="Streaming KV-cache policy vs full recompute, cached vs uncached chunk decode, torch vs ONNX "
+        "Runtime, and the measured streaming error; the last line of output is a JSON object.",
         epilog="example: vla-ros bench policy --json",
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
@@ -370,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         "--threads",
         type=int,
         default=1,
-        help="intra-op threads for torch and ONNX Runtime (default 1, as the node on a shared "
-        "CPU; 0 = the libraries' defaults)",
+        help="intra-op threads for torch and ONNX Runtime (default 1, as the node on a shared CPU; 0 = the libraries' "
+        "defaults)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-check", action="store_true", help="skip the exactness comparisons")

@@ -27,8 +27,8 @@ from vla_ros.evaluation.tables import outcome_summary
 EXAMPLE = (
     "examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
     "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
-    "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json"
-    "   # choose between runs"
+    "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json   # choose "
+    "between runs"
 )
 
 
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--instructions",
         default=None,
-        help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training "
-        "list, to choose between runs) or a file of templates with {color}, one per line",
+        help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training list, "
+        "to choose between runs) or a file of templates with {color}, one per line",
     )
     parser.add_argument(
         "--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)"
@@ -225,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="S",
-        help="run each episode S simulated seconds past the lift "
-        "(success still counts the lift); the summary's held_after_lift says how many named cups are still up then",
+        help="run each episode S simulated seconds past the lift (success still counts the lift); the summary's "
+        "held_after_lift says how many named cups are still up then",
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)"
@@ -234,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--live",
         action="store_true",
-        help="run the episodes through the launched graph (sim, policy, "
-        "safety filter and controller processes, DDS, simulated time) instead of in process",
+        help="run the episodes through the launched graph (sim, policy, safety filter and controller processes, DDS, "
+        "simulated time) instead of in process",
     )
     parser.add_argument(
         "--real-time-factor", type=float, default=1.0, help="--live: simulated seconds per wall second (default 1)"
@@ -256,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.error(
             "--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, "
-            "--shape-chunks, "
-            "--policy-rate, --temporal-ensemble and --hold do not apply"
+            "--shape-chunks, --policy-rate, --temporal-ensemble and --hold do not apply"
         )
     if not 0.0 <= args.hold <= 5.0:  # NaN fails too
         parser.error(f"--hold must be in [0, 5] simulated seconds, got {args.hold}")

@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         "--screen-episodes",
         type=int,
         default=0,
-        help="run every candidate on this many of the --episodes first; only the best --finalists run "
-        "the rest (default 0: every candidate runs all of them)",
+        help="run every candidate on this many of the --episodes first; only the best --finalists run the rest "
+        "(default 0: every candidate runs all of them)",
     )
     parser.add_argument("--finalists", type=int, default=2, help="candidates that go on after screening (default 2)")
     parser.add_argument(

@@ -284,8 +284,8 @@ class _Resolver:
             path = self.resolve_path(el, "file", scope)
             if not path.is_file():
                 hint = (
-                    " (relative paths are relative to the working directory, as under ros2 launch: "
-                    "write $(dirname)/...)"
+                    " (relative paths are relative to the working directory, as under ros2 launch: write "
+                    "$(dirname)/...)"
                     if not os.path.isabs(el.attrib["file"]) and "$(" not in el.attrib["file"]
                     else ""
                 )

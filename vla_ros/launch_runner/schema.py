@@ -130,8 +130,8 @@ REFUSED = {
     "ros_timer": "a timer on ROS time needs launch_ros's own node; use <timer> (wall time) or ros2 launch",
     "set_ros_log_dir": "not supported here; set ROS_LOG_DIR in the environment (<set_env>)",
     "set_use_sim_time": (
-        "it sets use_sim_time on launch's own internal node only, never on the nodes it starts "
-        "(and its XML form fails at run time under ros2 launch); give the nodes "
+        "it sets use_sim_time on launch's own internal node only, never on the nodes it starts (and its XML form fails "
+        "at run time under ros2 launch); give the nodes "
         '<set_parameter name="use_sim_time" value="true"/> instead'
     ),
 }

@@ -47,8 +47,8 @@ def parity(model, onnx_path, device: str = "cpu") -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros export-onnx",
-        description="Export a model folder's streaming step to model.onnx (KV cache as explicit inputs/outputs) "
-        "and check it against torch with ONNX Runtime.",
+        description="Export a model folder's streaming step to model.onnx (KV cache as explicit inputs/outputs) and "
+        "check it against torch with ONNX Runtime.",
         epilog="example: vla-ros export-onnx models/vla_cups",
     )
     parser.add_argument("folder", help="model folder with config.json and model.safetensors")

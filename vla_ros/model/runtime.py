@@ -377,8 +377,8 @@ class StreamingPolicy:
             reference = state_reference(self._raw, anchor.key, len(self.config.joint_names))
             if reference is None:
                 raise PolicyNotReady(
-                    "no joint state at or before the newest observation: a state-relative "
-                    "chunk (relative_actions) cannot be decoded"
+                    "no joint state at or before the newest observation: a state-relative chunk (relative_actions) "
+                    "cannot be decoded"
                 )
             positions = positions + reference
         return PolicyChunk(
@@ -488,8 +488,8 @@ class StreamingPolicy:
         while self._start + cut < self._end and self._order[self._start + cut] == self._order[self._start + cut - 1]:
             cut += 1
         log.warning(
-            "KV cache full (capacity %d tokens): evicting %d tokens early; outputs are not exact "
-            "until they would have aged out. Raise max_cache_tokens or check the input rates.",
+            "KV cache full (capacity %d tokens): evicting %d tokens early; outputs are not exact until they would have "
+            "aged out. Raise max_cache_tokens or check the input rates.",
             self.capacity,
             cut,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control import BLEND_MODES, ControllerConfig, bundled_urdf_path
-from vla_ros.params import limits
+from vla_ros.params import common, limits
 from vla_ros.params.spec import ParamSpec, build_config, with_old_names
 from vla_ros.params.tightening import LOWER, LOWER_NONZERO, OFF, rules_from_specs
 
@@ -17,21 +17,6 @@ LOOP_MODES = ("auto", "inline", "thread", "timer")
 SENSOR_QOS = ("reliable", "best_effort")
 CONTROLLER_CHECKS = ("auto", "require", "disabled")  # not "off": YAML reads off as false
 TRAJECTORY_STAMPS = ("now", "zero")
-
-
-# Why the lower bounds: values below them mean nothing (the safety filter's table says the same of its own).
-_CHUNK_TIMEOUT_REASON = (
-    "chunks come at the policy's rate (10 Hz shipped): under two of its periods the watchdog "
-    "warns between any two chunks"
-)
-_CLOCK_SYNC_REASON = "the clocks of two hosts agree to a millisecond at best (NTP, PTP)"
-_JOINT_STATE_TIMEOUT_REASON = (
-    "joint states come at 100 Hz (ros2_control, the sim): under two of their periods a live source times out"
-)
-_CLOCK_TIMEOUT_REASON = (
-    "/clock comes every few ms in simulation (the sim: 200 Hz; Isaac: each rendered frame): "
-    "under 50 ms a busy simulator reads as dead"
-)
 
 
 # The controller's former names of the joint limits' parameters (it shares the filter's names now).
@@ -78,8 +63,8 @@ PARAMS = [
     ParamSpec(
         "joints",
         list(COMMANDED_JOINTS),
-        "controlled joints in output order (the forward controller's array order); chunks and joint states are "
-        "matched by name",
+        "controlled joints in output order (the forward controller's array order); chunks and joint states are matched "
+        "by name",
         read_only=True,
         check=_check_joints,
     ),
@@ -126,8 +111,8 @@ PARAMS = [
     ParamSpec(
         "blend_mode",
         "crossfade",
-        "how a new chunk takes over: crossfade (mix over the horizon) or freeze (keep freeze_periods of the old "
-        "plan, then one cubic)",
+        "how a new chunk takes over: crossfade (mix over the horizon) or freeze (keep freeze_periods of the old plan, "
+        "then one cubic)",
         choices=BLEND_MODES,
         field=True,
     ),
@@ -152,11 +137,10 @@ PARAMS = [
         "chunk_timeout_s",
         0.5,
         "no new chunk from a trusted publisher for this long (wall or ROS time) is reported at WARN: the policy or "
-        "filter is dead, "
-        "frozen or refusing everything (the running chunk still ends with a stop)",
+        "filter is dead, frozen or refusing everything (the running chunk still ends with a stop)",
         min_value=0.2,
         max_value=60.0,
-        min_reason=_CHUNK_TIMEOUT_REASON,
+        min_reason=common.CHUNK_TIMEOUT_REASON,
         tighten=LOWER,
     ),
     ParamSpec(
@@ -165,7 +149,7 @@ PARAMS = [
         "reject chunks stamped further ahead of the node's clock",
         min_value=0.001,
         max_value=10.0,
-        min_reason=_CLOCK_SYNC_REASON,
+        min_reason=common.CLOCK_SYNC_REASON,
         field="max_chunk_future_s",
         tighten=LOWER,
         old_names=("max_chunk_future_s",),
@@ -176,15 +160,15 @@ PARAMS = [
         "stop when no joint state arrived for this long",
         min_value=0.02,
         max_value=10.0,
-        min_reason=_JOINT_STATE_TIMEOUT_REASON,
+        min_reason=common.JOINT_STATE_TIMEOUT_REASON,
         field=True,
         tighten=LOWER,
     ),
     ParamSpec(
         "use_chunk_velocities",
         False,
-        "use a chunk's velocities as spline tangents when it has them; default: monotone cubic slopes, which keep "
-        "the path between waypoints",
+        "use a chunk's velocities as spline tangents when it has them; default: monotone cubic slopes, which keep the "
+        "path between waypoints",
         field=True,
         tighten=OFF,
     ),
@@ -220,11 +204,10 @@ PARAMS = [
     ParamSpec(
         "loop_mode",
         "auto",
-        "auto: inline on wall time, timer on simulated time; inline: one thread runs the cycles at absolute "
-        "deadlines on the "
-        "monotonic clock and serves callbacks in between (wall time only); thread: the cycles in their own thread "
-        "beside "
-        "the executor's (wall time only); timer: an rclpy timer on the executor, driven by the node's clock",
+        "auto: inline on wall time, timer on simulated time; inline: one thread runs the cycles at absolute deadlines "
+        "on the monotonic clock and serves callbacks in between (wall time only); thread: the cycles in their own "
+        "thread beside the executor's (wall time only); timer: an rclpy timer on the executor, driven by the node's "
+        "clock",
         read_only=True,
         choices=LOOP_MODES,
     ),
@@ -240,9 +223,8 @@ PARAMS = [
     ParamSpec(
         "realtime_priority",
         0,
-        "SCHED_FIFO priority of the thread running the loop (inline and timer modes: the one thread; thread mode: "
-        "the loop "
-        "thread, with the executor's one step below it; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio "
+        "SCHED_FIFO priority of the thread running the loop (inline and timer modes: the one thread; thread mode: the "
+        "loop thread, with the executor's one step below it; 0 = normal scheduling; needs CAP_SYS_NICE or an rtprio "
         "limit, else a warning)",
         read_only=True,
         min_value=0,
@@ -273,8 +255,8 @@ PARAMS = [
         read_only=True,
         min_value=0.5,
         max_value=120.0,
-        min_reason="a first service call waits for DDS discovery, commonly a few hundred ms: a shorter wait gives "
-        "up on a controller that is there",
+        min_reason="a first service call waits for DDS discovery, commonly a few hundred ms: a shorter wait gives up "
+        "on a controller that is there",
     ),
     ParamSpec(
         "trajectory_stamp",
@@ -298,11 +280,9 @@ PARAMS = [
     ParamSpec(
         "path_tolerance_rad",
         0.3,
-        "revolute joints: a measured position further than this from every command of the last 0.25 s drops the "
-        "plan and "
-        "re-anchors at the measured state, ramping the command there at the limits (the arm was reset or moved by "
-        "someone else); "
-        "0 = not checked",
+        "revolute joints: a measured position further than this from every command of the last 0.25 s drops the plan "
+        "and re-anchors at the measured state, ramping the command there at the limits (the arm was reset or moved by "
+        "someone else); 0 = not checked",
         min_value=0.0,
         max_value=3.2,
         min_positive=0.001,
@@ -321,43 +301,31 @@ PARAMS = [
         field=True,
         tighten=LOWER_NONZERO,
     ),
-    ParamSpec(
-        "clock_timeout_s",
-        0.5,
-        "on simulated time: /clock silent for this long (wall time) is reported at ERROR (simulator dead?)",
-        min_value=0.05,
-        max_value=60.0,
-        min_reason=_CLOCK_TIMEOUT_REASON,
-        tighten=LOWER,
-    ),
+    common.CLOCK_TIMEOUT,
     ParamSpec(
         "trusted_publishers",
         ["safety_filter"],
-        "nodes whose chunks are executed (fully qualified, or relative to the controller's namespace); a chunk "
-        "that can have come "
-        "from any other publisher is refused as unauthorized_source",
+        "nodes whose chunks are executed (fully qualified, or relative to the controller's namespace); a chunk that "
+        "can have come from any other publisher is refused as unauthorized_source",
         read_only=True,
         check=_check_trusted,
     ),
     ParamSpec(
         "trusted_state_publishers",
         [""],
-        "nodes whose /joint_states are used when several publish the same joints (fully qualified, or relative to "
-        "the controller's "
-        "namespace); states from any other publisher are refused as joint_state_untrusted_source. Empty: every "
-        "publisher is used, "
-        "publishers naming disjoint joints (an arm driver, a gripper driver) are merged by name, and two naming "
-        "the same joint are a "
-        "conflict: the arm holds until one stops (ERROR on /diagnostics). Per message on Kilted and later (rclpy "
-        "passes each message's "
-        "publisher); on Humble and Jazzy a set list refuses every state while a publisher not on it is on the topic",
+        "nodes whose /joint_states are used when several publish the same joints (fully qualified, or relative to the "
+        "controller's namespace); states from any other publisher are refused as joint_state_untrusted_source. Empty: "
+        "every publisher is used, publishers naming disjoint joints (an arm driver, a gripper driver) are merged by "
+        "name, and two naming the same joint are a conflict: the arm holds until one stops (ERROR on /diagnostics). "
+        "Per message on Kilted and later (rclpy passes each message's publisher); on Humble and Jazzy a set list "
+        "refuses every state while a publisher not on it is on the topic",
         read_only=True,
     ),
     ParamSpec(
         "allow_runtime_loosening",
         False,
-        "allow runtime parameter changes that loosen a limit or a timeout (logged at WARN); false: only tightening "
-        "is accepted",
+        "allow runtime parameter changes that loosen a limit or a timeout (logged at WARN); false: only tightening is "
+        "accepted",
         read_only=True,
     ),
 ]

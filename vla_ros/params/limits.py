@@ -130,8 +130,8 @@ PARAMS = [
     ParamSpec(
         "limit_overrides",
         [""],
-        "tighter limits per joint: 'joint: lower=.. upper=.. velocity=.. acceleration=..' (never looser than the "
-        "URDF; config/limits.yaml)",
+        "tighter limits per joint: 'joint: lower=.. upper=.. velocity=.. acceleration=..' (never looser than the URDF; "
+        "config/limits.yaml)",
         check=check_lines(LimitOverride.parse),
         field=True,
         to_field=lines,

@@ -3,6 +3,7 @@ configuration they build. No rclpy import."""
 
 from __future__ import annotations
 
+from vla_ros.params import common
 from vla_ros.params.spec import ParamSpec, build_config
 
 DEFAULT_MODEL = "vla_cups"
@@ -18,8 +19,8 @@ PARAMS = [
     ParamSpec(
         "model",
         DEFAULT_MODEL,
-        "model folder, or a name under the package's models/ (changeable: the new model is loaded and checked "
-        "first; one that fails is refused with the reason and the running one stays)",
+        "model folder, or a name under the package's models/ (changeable: the new model is loaded and checked first; "
+        "one that fails is refused with the reason and the running one stays)",
         check=_check_model,
     ),
     ParamSpec(
@@ -42,8 +43,8 @@ PARAMS = [
         min_value=0.0,
         max_value=200.0,
         min_positive=0.5,
-        min_reason="ticks more than 2 s apart leave the arm standing between chunks (the shipped model's chunks "
-        "cover 0.8 s); 0 ticks on camera frames only",
+        min_reason="ticks more than 2 s apart leave the arm standing between chunks (the shipped model's chunks cover "
+        "0.8 s); 0 ticks on camera frames only",
     ),
     ParamSpec("tick_on_frame", False, "also tick whenever a camera frame is accepted"),
     ParamSpec("instruction", "", "task in words; also settable on /vla/instruction (the newest wins)"),
@@ -64,8 +65,8 @@ PARAMS = [
         0.5,
         "a new instruction is encoded at most this often (wall time); one arriving sooner waits and a newer one "
         "replaces it (the replaced one refused as instruction_flood, counted and WARN): a flood costs one encoding "
-        "per interval and the newest wins; encoding runs beside the ticks, never before one (0 = each as soon as "
-        "the encoder is free)",
+        "per interval and the newest wins; encoding runs beside the ticks, never before one (0 = each as soon as the "
+        "encoder is free)",
         min_value=0.0,
         max_value=10.0,
         min_positive=0.05,
@@ -98,8 +99,8 @@ PARAMS = [
         min_value=0.0,
         max_value=10.0,
         min_positive=0.05,
-        min_reason="with a shorter time constant a chunk decoded one tick (0.1 s) earlier weighs under exp(-2): "
-        "the average is the newest decode alone, which 0 says",
+        min_reason="with a shorter time constant a chunk decoded one tick (0.1 s) earlier weighs under exp(-2): the "
+        "average is the newest decode alone, which 0 says",
         field=True,
         to_field=float,
     ),
@@ -109,8 +110,7 @@ PARAMS = [
         "newest joint state older than this on the node's clock at a tick: no chunk",
         min_value=0.02,
         max_value=60.0,
-        min_reason="joint states come at 100 Hz (ros2_control, the sim): under two of their periods a fresh one is "
-        "refused",
+        min_reason=common.STATE_PERIODS_REASON,
         field=True,
         to_field=float,
         old_names=("max_observation_age_s",),
@@ -162,10 +162,10 @@ PARAMS = [
     ParamSpec(
         "debug_attention",
         False,
-        "publish ~/attention_overlay (rgb8): the newest frame as the model crops it, with the heat map of its "
-        "patches' attention to the instruction's colour word (all words when it names none); one full pass with "
-        "attention weights after a chunk (backend onnx: the folder's torch weights are loaded for it); the topic "
-        "exists only while this is true",
+        "publish ~/attention_overlay (rgb8): the newest frame as the model crops it, with the heat map of its patches' "
+        "attention to the instruction's colour word (all words when it names none); one full pass with attention "
+        "weights after a chunk (backend onnx: the folder's torch weights are loaded for it); the topic exists only "
+        "while this is true",
     ),
     ParamSpec(
         "debug_attention_rate_hz",
@@ -178,8 +178,8 @@ PARAMS = [
     ParamSpec(
         "max_image_age_s",
         0.3,
-        "newest camera frame older than this on the node's clock at a tick: no chunk (a policy without a recent "
-        "image does not move the arm)",
+        "newest camera frame older than this on the node's clock at a tick: no chunk (a policy without a recent image "
+        "does not move the arm)",
         min_value=0.05,
         max_value=60.0,
         min_reason="camera frames come at 30 Hz (33 ms apart) plus transport: under 50 ms a fresh frame is refused",
@@ -189,12 +189,12 @@ PARAMS = [
     ParamSpec(
         "frozen_camera_s",
         1.0,
-        "a camera whose frames stay byte for byte the same over this long of their stamps, fresh as the stamps "
-        "are, while the joint states show the arm moving (a joint 0.02 rad or m from where it was), is frozen: "
-        "WARN on /diagnostics ('camera frozen: N identical frames over X s') and, as for a stale image, no chunk "
-        "(a policy whose eyes are frozen does not move the arm); the frames are still accepted and the first "
-        "different one ends it. A still arm may rightly give one picture (a simulator without sensor noise). "
-        "Stamps, not wall time: what the driver claims is new, the same in the sim and in a bag replay (0 = off)",
+        "a camera whose frames stay byte for byte the same over this long of their stamps, fresh as the stamps are, "
+        "while the joint states show the arm moving (a joint 0.02 rad or m from where it was), is frozen: WARN on "
+        "/diagnostics ('camera frozen: N identical frames over X s') and, as for a stale image, no chunk (a policy "
+        "whose eyes are frozen does not move the arm); the frames are still accepted and the first different one ends "
+        "it. A still arm may rightly give one picture (a simulator without sensor noise). Stamps, not wall time: what "
+        "the driver claims is new, the same in the sim and in a bag replay (0 = off)",
         min_value=0.0,
         max_value=60.0,
         min_positive=0.1,
@@ -210,8 +210,8 @@ PARAMS = [
         "(ERROR) and in the log at once",
         min_value=0.1,
         max_value=60.0,
-        min_reason="camera frames come at 30 Hz (33 ms apart): under three of their periods a live camera is "
-        "reported dead",
+        min_reason="camera frames come at 30 Hz (33 ms apart): under three of their periods a live camera is reported "
+        "dead",
     ),
     ParamSpec(
         "max_input_pixels",
@@ -226,17 +226,16 @@ PARAMS = [
     ParamSpec(
         "shape_chunks",
         True,
-        "shape every chunk into the safety filter's limits before publishing (policy.shaping): targets clipped "
-        "into the position limits, points that would bring a link within the filter's table clearance raised "
-        "straight up (shaping_table_lift), and with shaping_retime also slowed into the velocity and acceleration "
-        "limits; the filter still checks every chunk. Until the robot's limits are known chunks go out as decoded "
-        "(WARN)",
+        "shape every chunk into the safety filter's limits before publishing (policy.shaping): targets clipped into "
+        "the position limits, points that would bring a link within the filter's table clearance raised straight up "
+        "(shaping_table_lift), and with shaping_retime also slowed into the velocity and acceleration limits; the "
+        "filter still checks every chunk. Until the robot's limits are known chunks go out as decoded (WARN)",
     ),
     ParamSpec(
         "shaping_latency_s",
         0.05,
-        "shape_chunks: the filter sees a chunk this long after its stamp (inference plus transport; 0 = none "
-        "allowed for)",
+        "shape_chunks: the filter sees a chunk this long after its stamp (inference plus transport; 0 = none allowed "
+        "for)",
         min_value=0.0,
         max_value=1.0,
         min_positive=0.001,
@@ -262,9 +261,9 @@ PARAMS = [
     ParamSpec(
         "shaping_reach",
         True,
-        "shape_chunks: pull the first point within reach of the measured state (the tracking tolerance plus what "
-        "the velocity limit covers by its time): one regression error on the first point is no motion to slow the "
-        "chunk for",
+        "shape_chunks: pull the first point within reach of the measured state (the tracking tolerance plus what the "
+        "velocity limit covers by its time): one regression error on the first point is no motion to slow the chunk "
+        "for",
     ),
     ParamSpec(
         "shaping_retime",
@@ -282,8 +281,8 @@ PARAMS = [
     ParamSpec(
         "safety_params_file",
         "",
-        "shape_chunks: the safety filter's parameter file (its margins, clearances and tracking tolerances); "
-        "empty = the package's config/safety_filter.yaml",
+        "shape_chunks: the safety filter's parameter file (its margins, clearances and tracking tolerances); empty = "
+        "the package's config/safety_filter.yaml",
         read_only=True,
     ),
     ParamSpec(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_ros.params import limits
+from vla_ros.params import common, limits
 from vla_ros.params.limits import check_lines, lines  # noqa: F401  (lines re-exported for the node)
 from vla_ros.params.spec import ParamSpec, build_config
 from vla_ros.params.tightening import HIGHER, LOWER, ON, rules_from_specs
@@ -18,9 +18,7 @@ from vla_ros.safety.config import MODES
 # Why the lower bounds: values below them mean nothing (the controller's table says the same of its own).
 _MM = "under 1 mm it is below the accuracy of the collision meshes and of the forward kinematics"
 _MRAD = "under 1 mrad it is below the joints' encoder resolution and noise"
-_STATE_PERIODS = (
-    "joint states come at 100 Hz (ros2_control, the sim): under two of their periods a fresh one is refused"
-)
+_STATE_PERIODS = common.STATE_PERIODS_REASON
 
 
 def _xyz(name: str):
@@ -135,8 +133,8 @@ PARAMS = [
     ParamSpec(
         "tracking_tolerance_m",
         0.03,
-        "measured-to-first-point offset of prismatic joints not counted as motion (a gripper closed "
-        "on an object; 0 = every offset counts)",
+        "measured-to-first-point offset of prismatic joints not counted as motion (a gripper closed on an object; 0 = "
+        "every offset counts)",
         min_value=0.0,
         max_value=0.1,
         min_positive=0.001,
@@ -194,9 +192,8 @@ PARAMS = [
         "chunks stamped earlier than this are stale",
         min_value=0.02,
         max_value=10.0,
-        min_reason="a chunk's stamp is its newest observation, and joint states come 10 ms apart: under 20 ms "
-        "chunks planned "
-        "from the freshest state are refused",
+        min_reason="a chunk's stamp is its newest observation, and joint states come 10 ms apart: under 20 ms chunks "
+        "planned from the freshest state are refused",
         field=True,
         tighten=LOWER,
     ),
@@ -294,8 +291,8 @@ PARAMS = [
     ParamSpec(
         "obstacles",
         [""],
-        "static obstacles: 'box center=x,y,z size=sx,sy,sz [rpy=r,p,y]', 'sphere center=.. radius=r', "
-        "'plane normal=nx,ny,nz offset=d' (solid where normal . x <= d)",
+        "static obstacles: 'box center=x,y,z size=sx,sy,sz [rpy=r,p,y]', 'sphere center=.. radius=r', 'plane "
+        "normal=nx,ny,nz offset=d' (solid where normal . x <= d)",
         check=check_lines(Obstacle.parse, indexed=True),
         field=True,
         to_field=lines,
@@ -327,9 +324,8 @@ PARAMS = [
     ParamSpec(
         "allow_runtime_loosening",
         False,
-        "allow runtime parameter changes that weaken a check (logged at WARN); false: disabling a check, lowering "
-        "a clearance or "
-        "margin, raising a scale, limit or tolerance, or removing an obstacle is refused",
+        "allow runtime parameter changes that weaken a check (logged at WARN); false: disabling a check, lowering a "
+        "clearance or margin, raising a scale, limit or tolerance, or removing an obstacle is refused",
         read_only=True,
     ),
     ParamSpec(
@@ -338,8 +334,7 @@ PARAMS = [
         "joint states silent for this long (wall or ROS time) are reported at ERROR",
         min_value=0.02,
         max_value=60.0,
-        min_reason="joint states come at 100 Hz (ros2_control, the sim): under two of their periods a live source "
-        "times out",
+        min_reason=common.JOINT_STATE_TIMEOUT_REASON,
         tighten=LOWER,
     ),
     ParamSpec(
@@ -348,27 +343,16 @@ PARAMS = [
         "no chunk from the policy for this long (wall or ROS time) is reported at WARN (policy dead or frozen?)",
         min_value=0.2,
         max_value=60.0,
-        min_reason="chunks come at the policy's rate (10 Hz shipped): under two of its periods the watchdog warns "
-        "between any two chunks",
+        min_reason=common.CHUNK_TIMEOUT_REASON,
         tighten=LOWER,
     ),
-    ParamSpec(
-        "clock_timeout_s",
-        0.5,
-        "on simulated time: /clock silent for this long (wall time) is reported at ERROR (simulator dead?)",
-        min_value=0.05,
-        max_value=60.0,
-        min_reason="/clock comes every few ms in simulation (the sim: 200 Hz; Isaac: each rendered frame): under "
-        "50 ms a busy simulator reads as dead",
-        tighten=LOWER,
-    ),
+    common.CLOCK_TIMEOUT,
     ParamSpec(
         "controller",
         "controller",
-        "the controller whose heartbeat (<controller>/heartbeat, 10 Hz from its control loop) is watched: "
-        "silent for controller_timeout_s (wall time) is reported at ERROR (controller stalled or dead: the arm "
-        "gets no commands); "
-        "relative names are taken in the filter's namespace; '' = not watched",
+        "the controller whose heartbeat (<controller>/heartbeat, 10 Hz from its control loop) is watched: silent for "
+        "controller_timeout_s (wall time) is reported at ERROR (controller stalled or dead: the arm gets no "
+        "commands); relative names are taken in the filter's namespace; '' = not watched",
         read_only=True,
     ),
     ParamSpec(

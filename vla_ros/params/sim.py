@@ -22,8 +22,8 @@ PARAMS = [
         min_value=0.0,
         max_value=100.0,
         min_positive=0.01,
-        min_reason="slower than 1/100 of real time /clock (200 Hz simulated) comes 0.5 s of wall time apart or "
-        "more, and the nodes' clock watchdogs (clock_timeout_s 0.5 s) report the simulator dead",
+        min_reason="slower than 1/100 of real time /clock (200 Hz simulated) comes 0.5 s of wall time apart or more, "
+        "and the nodes' clock watchdogs (clock_timeout_s 0.5 s) report the simulator dead",
     ),
     ParamSpec(
         "physics_rate_hz",
@@ -68,8 +68,8 @@ PARAMS = [
     ParamSpec(
         "wrist_camera",
         False,
-        "also render the camera on the hand: /wrist_camera/image_raw + camera_info (frame "
-        "wrist_camera_optical_frame), same size and rate; off saves one render per frame when no model reads it",
+        "also render the camera on the hand: /wrist_camera/image_raw + camera_info (frame wrist_camera_optical_frame), "
+        "same size and rate; off saves one render per frame when no model reads it",
         read_only=True,
     ),
     ParamSpec("publish_clock", True, "publish /clock (turn off when another node owns simulated time)", read_only=True),
@@ -102,12 +102,12 @@ PARAMS = [
     ParamSpec(
         "reset_hold_s",
         0.5,
-        "after ~/reset, for this long (simulated) position commands more than 0.05 rad/m from the reset pose "
-        "are refused until one within it arrives (commands sent before the reset must not yank the arm back); 0 = off",
+        "after ~/reset, for this long (simulated) position commands more than 0.05 rad/m from the reset pose are "
+        "refused until one within it arrives (commands sent before the reset must not yank the arm back); 0 = off",
         min_value=0.0,
         max_value=60.0,
         min_positive=0.02,
-        min_reason="shorter than two periods of the 100 Hz controller it ends before the commands sent just before "
-        "the reset arrive",
+        min_reason="shorter than two periods of the 100 Hz controller it ends before the commands sent just before the "
+        "reset arrive",
     ),
 ]

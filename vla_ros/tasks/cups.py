@@ -143,14 +143,14 @@ class CupsOptions:
     phrasing_swap_p: float = _option(
         0.0,
         "--phrasing-swap",
-        "task cups: share of training sequences whose instruction is another training phrasing of the same "
-        "request (default {default})",
+        "task cups: share of training sequences whose instruction is another training phrasing of the same request "
+        "(default {default})",
     )
     still_after_lift_s: float | None = _option(
         None,
         "--still-after-lift",
-        "task cups: chunk targets from S seconds after each demonstration's lift on hold the command of that "
-        "instant, so the policy holds a lifted cup still (default: off)",
+        "task cups: chunk targets from S seconds after each demonstration's lift on hold the command of that instant, "
+        "so the policy holds a lifted cup still (default: off)",
         metavar="S",
     )
 
@@ -290,8 +290,8 @@ class CupsTraining(TaskTraining):
 class Cups(Task):
     name = "cups"
     help = (
-        "the sim's cup task adds the named cup's position as an auxiliary target, rendered views and the sim "
-        "camera's crop"
+        "the sim's cup task adds the named cup's position as an auxiliary target, rendered views and the sim camera's "
+        "crop"
     )
     options = CupsOptions
     loss_names = ("aux_loss", "frame_aux_loss")

@@ -473,17 +473,16 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="M",
-        help="with --policy: the expert takes over once the policy's tool comes down within M "
-        "metres of the named cup (or it starts closing) and finishes the grasp (default 0: "
-        "alternating segments)",
+        help="with --policy: the expert takes over once the policy's tool comes down within M metres of the named cup "
+        "(or it starts closing) and finishes the grasp (default 0: alternating segments)",
     )
     parser.add_argument(
         "--grasp-roll",
         type=float,
         default=0.0,
         metavar="RAD",
-        help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
-        "reach, 1.5708 along it (default 0)",
+        help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the reach, 1.5708 along "
+        "it (default 0)",
     )
     parser.add_argument(
         "--hold-after-lift",
@@ -496,8 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--still-hold",
         action="store_true",
-        help="the expert lifts straight up from where the fingers closed and holds there (default: "
-        "its lift and hold aim at the held cup, and the hand creeps after a cup held off-centre)",
+        help="the expert lifts straight up from where the fingers closed and holds there (default: its lift and hold "
+        "aim at the held cup, and the hand creeps after a cup held off-centre)",
     )
     parser.add_argument(
         "--grasp-pause",

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.policy == "scripted":
         print(
-            "vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), "
-            "not the learned policy."
+            "vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), not the "
+            "learned policy."
         )
         cmd += [f"target_color:={args.color}", "policy:=scripted"]
     else:

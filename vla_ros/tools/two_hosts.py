@@ -398,8 +398,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="vla-ros demo-two-hosts",
         description="The learned pick demo with the policy on a simulated GPU host and sim, safety filter and "
-        "controller on a simulated robot computer (network namespaces, needs root), then on one host "
-        "for comparison.",
+        "controller on a simulated robot computer (network namespaces, needs root), then on one host for comparison.",
         epilog="example: sudo .venv/bin/vla-ros demo-two-hosts --color red --seed 0 --out runs/two-hosts",
     )
     parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
@@ -419,8 +418,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--discovery",
         default="subnet",
         choices=["subnet", "static"],
-        help="subnet: multicast discovery (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET); "
-        "static: ROS_STATIC_PEERS = the other host, no multicast",
+        help="subnet: multicast discovery (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET); static: ROS_STATIC_PEERS = the other "
+        "host, no multicast",
     )
     parser.add_argument(
         "--sensor-qos",

@@ -315,8 +315,8 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
 
 def _warn_stopped(tc: TrainConfig, warmup_run: int, warmup_planned: int, steps: int) -> None:
     log.warning(
-        "stopped by the %.1f-minute limit after %d of %d warm-up steps and %d of %d steps: the learning "
-        "rate had not finished its schedule",
+        "stopped by the %.1f-minute limit after %d of %d warm-up steps and %d of %d steps: the learning rate had not "
+        "finished its schedule",
         tc.minutes,
         warmup_run,
         warmup_planned,
@@ -671,8 +671,8 @@ def tool_points(tc: TrainConfig, config):
         return None
     if config.relative_actions:
         raise ValueError(
-            "tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) "
-            "targets are offsets"
+            "tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) targets are "
+            "offsets"
         )
     from vla_ros.sim.scene import default_urdf_path
     from vla_ros.training.tool_points import ToolPoints
@@ -763,40 +763,40 @@ TRAIN_OPTIONS = (
         "grasp_focus_p",
         float,
         "P",
-        "share of training sequences that end within 0.5 s of the last joint (the gripper) being commanded shut "
-        "or open (default {default})",
+        "share of training sequences that end within 0.5 s of the last joint (the gripper) being commanded shut or "
+        "open (default {default})",
     ),
     (
         "--ema",
         "ema_decay",
         float,
         "DECAY",
-        "save an exponential moving average of the weights with this decay per step, e.g. 0.998 (default "
-        "{default}: off, the last weights)",
+        "save an exponential moving average of the weights with this decay per step, e.g. 0.998 (default {default}: "
+        "off, the last weights)",
     ),
     (
         "--image-shift",
         "image_shift_px",
         int,
         "PX",
-        "shift each training sequence's frames by a random offset of up to PX pixels each way (augmentation; "
-        "default {default}: off)",
+        "shift each training sequence's frames by a random offset of up to PX pixels each way (augmentation; default "
+        "{default}: off)",
     ),
     (
         "--tool-loss",
         "tool_loss_weight",
         float,
         "W",
-        "also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared distance in "
-        "units of 5 cm) with weight W, e.g. 0.1 (default {default}: off)",
+        "also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared distance in units of "
+        "5 cm) with weight W, e.g. 0.1 (default {default}: off)",
     ),
     (
         "--end-hold",
         "end_hold_s",
         float,
         "S",
-        "chunk targets past the end of each recording: its last command, held S seconds (0 = none: those points "
-        "carry no loss; TrainConfig.end_hold_s)",
+        "chunk targets past the end of each recording: its last command, held S seconds (0 = none: those points carry "
+        "no loss; TrainConfig.end_hold_s)",
     ),
     ("--seed", "seed", int, None, None),
     ("--threads", "threads", int, None, "torch CPU threads (0 = default)"),
@@ -822,8 +822,8 @@ MODEL_OPTIONS = (
         "the frame rate",
         dict(
             type=float,
-            help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with two "
-            "30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz",
+            help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with two 30 Hz "
+            "cameras: the tokens, and the step cost, of one camera at 30 Hz",
         ),
         None,
     ),
@@ -908,8 +908,8 @@ def _parser() -> argparse.ArgumentParser:
         "--data",
         required=True,
         nargs="+",
-        help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 "
-        "bag record)",
+        help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 bag "
+        "record)",
     )
     parser.add_argument("--init", default=None, help="model folder to continue training from (fine-tuning)")
     parser.add_argument("--out", required=True, help="model folder to write, e.g. models/vla_cups")
@@ -932,8 +932,8 @@ def _parser() -> argparse.ArgumentParser:
         "--checkpoints",
         default="",
         metavar="STEPS",
-        help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
-        "e.g. 3600,4200,4800 (candidates for `vla-ros select`)",
+        help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, e.g. "
+        "3600,4200,4800 (candidates for `vla-ros select`)",
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
     robot = parser.add_argument_group("your own robot's bags (defaults: the simulated arm's names)")
