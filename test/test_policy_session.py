@@ -289,7 +289,7 @@ def test_no_chunk_without_a_recent_joint_state(model):
     session = make_session(model, max_state_age_s=0.05)
     feed(session, 0, NS)
     r = session.tick(NS + 100 * MS)  # nothing for 100 ms
-    assert r.chunk is None and r.skip == "stale_joint_states" and "0.1" in r.detail
+    assert r.chunk is None and r.skip == "stale_joint_state" and "0.1" in r.detail
 
 
 def test_a_new_episode_restarts_the_window_and_refuses_older_stamps(model):

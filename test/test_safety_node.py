@@ -243,7 +243,7 @@ def test_a_huge_chunk_is_refused_before_it_is_deserialized(graph):
     status, kv = _statuses(graph.rec, "chunk rejected")[-1]
     assert (
         kv["reason"] == "too_many_points"
-        and "100000 points > max_points=1000 (refused before deserializing)" in kv["detail"]
+        and "100000 points > max_chunk_points=1000 (refused before deserializing)" in kv["detail"]
     )
 
 

@@ -27,7 +27,7 @@ def _reason(code: str, meaning: str) -> str:
 EMPTY_CHUNK = _reason("empty_chunk", "the chunk has no points")
 SIZE_MISMATCH = _reason("size_mismatch", "positions, times, velocities and joint names do not line up")
 TOO_MANY_POINTS = _reason(
-    "too_many_points", "more points than max_points (filter) or max_chunk_points (controller), counted before decoding"
+    "too_many_points", "more points than max_chunk_points (filter and controller), counted before decoding"
 )
 NON_FINITE = _reason("non_finite", "a position, time or velocity is NaN or infinite (or not a number)")
 UNKNOWN_JOINT = _reason("unknown_joint", "a joint the robot does not command (a mimic or passive joint, a typo)")
@@ -88,6 +88,17 @@ UNSUPPORTED_TYPE = _reason("unsupported_type", "a message type that is not an ob
 NO_TEXT_ENCODER = _reason("no_text_encoder", "an instruction for a stream without a text encoder")
 INSTRUCTION_TOO_LONG = _reason("instruction_too_long", "an instruction longer than the bound (bytes or characters)")
 INSTRUCTION_FLOOD = _reason("instruction_flood", "an instruction replaced by a newer one before it was encoded")
+
+# ---- why the policy decodes no chunk at a tick (its status and ``skipped.<code>``; also NO_JOINT_STATE,
+# STALE_JOINT_STATE above) --------------------------------------------------------------------------------------
+NO_INSTRUCTION = _reason("no_instruction", "no instruction in force")
+NO_OBSERVATIONS = _reason("no_observations", "no observation yet")
+NO_IMAGE = _reason("no_image", "no frame of a camera in the window")
+STALE_IMAGE = _reason("stale_image", "a camera's newest frame is older than max_image_age_s")
+FROZEN_CAMERA = _reason("frozen_camera", "a camera repeats one picture while the arm moves (frozen_camera_s)")
+MODEL_INPUT_ERROR = _reason("model_input_error", "an observation the model cannot take")
+NON_FINITE_OUTPUT = _reason("non_finite_output", "the model produced NaN or infinity")
+TICK_ERROR = _reason("tick_error", "an unexpected error in the policy's tick")
 
 # ---- what the filter did to a chunk it passed (findings, not refusals) -------------------------------------
 PAST_POINTS = "past_points"  # points already in the past, dropped

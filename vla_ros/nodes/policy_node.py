@@ -47,7 +47,7 @@ from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.tightening import ParamChange
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
-from vla_ros.reasons import INSTRUCTION_TOO_LONG
+from vla_ros.reasons import INSTRUCTION_TOO_LONG, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT, TICK_ERROR
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -454,7 +454,7 @@ class PolicyNode(Node):
                 self._tick()
             except Exception as err:  # noqa: BLE001 - the tick thread must outlive one bad tick; say why
                 self._count("tick_errors")
-                self._status = ("tick_error", f"tick failed: {type(err).__name__}: {err}")
+                self._status = (TICK_ERROR, f"tick failed: {type(err).__name__}: {err}")
                 self.get_logger().error(self._status[1], throttle_duration_sec=2.0)
 
     def _tick(self) -> None:
@@ -470,7 +470,7 @@ class PolicyNode(Node):
             session.wait_for_state(self._due_ns, min(period, MAX_ALIGN_WAIT_S))
         result = session.tick(self._now_ns())
         if result.chunk is None:
-            if result.skip == "model_input_error":
+            if result.skip == MODEL_INPUT_ERROR:
                 self.get_logger().error(f"tick failed: {result.detail}", throttle_duration_sec=2.0)
             self._status = (result.skip, result.detail)
             self._report_if_changed()
@@ -591,7 +591,7 @@ class PolicyNode(Node):
             if shaping not in ("on", "off"):
                 return WARN, f"publishing chunks as decoded, not shaped into the filter's limits: {shaping}"
             return OK, message
-        return (ERROR if code in ("tick_error", "model_input_error", "non_finite_output") else WARN), message
+        return (ERROR if code in (TICK_ERROR, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT) else WARN), message
 
     def _inputs_status(self) -> tuple[bytes, str, dict, tuple]:
         """The inputs' own content: WARN while inputs were refused in the last REFUSAL_HOLD_S (wall) or a camera

@@ -284,7 +284,7 @@ class SafetyFilterNode(Node):
                 None,
                 FilterReport.reject(
                     reasons.TOO_MANY_POINTS,
-                    f"{points} points > max_points={self.config.max_points} (refused before deserializing)",
+                    f"{points} points > max_chunk_points={self.config.max_points} (refused before deserializing)",
                     points_in=points,
                 ),
             )

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.cameras import image_topic
 from vla_ros.chunks import ActionChunk, TemporalEnsemble, smooth_positions
 from vla_ros.policy.input_checks import RepeatedFrames
@@ -404,9 +405,9 @@ class PolicySession:
                 return self._skip(result, *reason)
             chunk = policy.select_action(new)
         except ValueError as err:  # an observation the model cannot take: no chunk, say why
-            return self._skip(result, "model_input_error", str(err))
+            return self._skip(result, reasons.MODEL_INPUT_ERROR, str(err))
         except PolicyNotReady as err:  # a state-relative model with no joint state in its window
-            return self._skip(result, "no_joint_states", str(err))
+            return self._skip(result, reasons.NO_JOINT_STATE, str(err))
         result.infer_ms = (time.perf_counter() - t0) * 1e3
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
@@ -424,7 +425,7 @@ class PolicySession:
             positions=positions[:horizon],
         )
         if not np.all(np.isfinite(out.positions)):
-            return self._skip(result, "non_finite_output", "the model produced NaN/Inf: no chunk")
+            return self._skip(result, reasons.NON_FINITE_OUTPUT, "the model produced NaN/Inf: no chunk")
         with self._lock:
             result.anchor_arrival = self._arrival.get(policy.newest_key)
         result.chunk = out
@@ -448,29 +449,29 @@ class PolicySession:
         """Why no chunk may be decoded now (code, detail), or None."""
         c = self.config
         if instruction is None:
-            return "no_instruction", "no instruction: no chunk"
+            return reasons.NO_INSTRUCTION, "no instruction: no chunk"
         if not new and not self.policy.ready:
-            return "no_observations", "no observations yet: no chunk"
+            return reasons.NO_OBSERVATIONS, "no observations yet: no chunk"
         state_age = ages[Kind.STATE]
         if state_age is None:
-            return "no_joint_states", "no joint state in the window: no chunk"
+            return reasons.NO_JOINT_STATE, "no joint state in the window: no chunk"
         if state_age > c.max_state_age_s:
             return (
-                "stale_joint_states",
+                reasons.STALE_JOINT_STATE,
                 f"newest joint state is {state_age:.3f} s old (max_state_age_s {c.max_state_age_s}): no chunk",
             )
         for camera, name in enumerate(self.cameras):
             image_age = ages[camera]
             which = "camera frame" if len(self.cameras) == 1 else f"{name} frame ({self.camera_topics[camera]})"
             if image_age is None:
-                return "no_image", f"no {which} in the window: no chunk"
+                return reasons.NO_IMAGE, f"no {which} in the window: no chunk"
             if image_age > c.max_image_age_s:
                 return (
-                    "stale_image",
+                    reasons.STALE_IMAGE,
                     f"newest {which} is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk",
                 )
         if frozen:
-            return "frozen_camera", "; ".join(frozen) + f" (frozen_camera_s {c.frozen_camera_s}): no chunk"
+            return reasons.FROZEN_CAMERA, "; ".join(frozen) + f" (frozen_camera_s {c.frozen_camera_s}): no chunk"
         return None
 
     def _frozen(self) -> list[str]:

@@ -189,7 +189,7 @@ class SafetyFilter:
             )
         if H > cfg.max_points:
             return FilterReport.reject(
-                reasons.TOO_MANY_POINTS, f"{H} points > max_points={cfg.max_points}", points_in=H
+                reasons.TOO_MANY_POINTS, f"{H} points > max_chunk_points={cfg.max_points}", points_in=H
             )
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
