@@ -445,26 +445,27 @@ REPRESENTATIVE = [
 
 
 def _declare_like_the_node(node_name: str, node):
-    """What the node's constructor does with its table: the safety filter and the controller put their
-    ParamGuard (tightening only) in front of the table's own check."""
+    """What the node's constructor does with its table: the policy, the safety filter and the controller put
+    their ParamGuard in front of the table's own check (the policy's builds nothing here: no model is loaded)."""
     from vla_ros.params import controller as controller_params
     from vla_ros.params import safety_filter as filter_params
     from vla_ros.ros.param_guard import ParamGuard
 
     table = TABLES[node_name]
-    if node_name not in ("controller_node", "safety_filter_node"):
+    builds = {
+        "controller_node": controller_params.config_from_params,
+        "safety_filter_node": filter_params.config_from_params,
+        "policy_node": lambda values: None,
+    }
+    if node_name not in builds:
         return declare_parameters(node, table), None
-    if node_name == "controller_node":
-        rules, build = controller_params.TIGHTENING_RULES, controller_params.config_from_params
-    else:
-        rules, build = filter_params.tightening_rules(), filter_params.config_from_params
-    guard = ParamGuard(node, table, rules)
+    guard = ParamGuard(node, table)
     values = declare_parameters(node, table, on_change=guard.on_change)
     guard.install(
         values,
-        build=build,
+        build=builds[node_name],
         apply=lambda built, values, changes: None,
-        allow_loosening=values["allow_runtime_loosening"],
+        allow_loosening=values.get("allow_runtime_loosening", False),
     )
     return values, guard
 

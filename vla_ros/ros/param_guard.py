@@ -1,6 +1,7 @@
 """Runtime parameter changes validated as a whole before anything takes effect, and never silently looser.
 
-For a node whose parameters bound safety checks (the safety filter, the controller). Per ``ros2 param set``
+Every node with run-time parameters takes its changes through it (policy, safety filter, controller); a table
+without tightening rules (the policy's) gets the type, range and build checks only. Per ``ros2 param set``
 request, in order: each value's type and range from the node's table; no change that weakens a check
 (``vla_ros.params.tightening``) unless the node was started with ``allow_runtime_loosening:=true``; the
 complete configuration built from the candidate values (``build`` raises ValueError with the reason). Only
@@ -11,7 +12,7 @@ Usage (the guard must exist before the table is declared, and install itself aft
 callback runs before the table's own; rclpy runs the newest on-set callback first on Humble, Jazzy and
 Kilted)::
 
-    guard = ParamGuard(node, PARAMS, RULES)
+    guard = ParamGuard(node, PARAMS)  # tightening rules from the specs' ``tighten``
     values = declare_parameters(node, PARAMS, on_change=guard.on_change)
     guard.install(values, build=..., apply=..., allow_loosening=values["allow_runtime_loosening"])
 """
