@@ -19,6 +19,21 @@ CHUNK_TIMEOUT_REASON = (
 )
 CLOCK_SYNC_REASON = "the clocks of two hosts agree to a millisecond at best (NTP, PTP)"
 
+
+def diagnostics_period(max_value: float = 60.0, min_value: float = 0.1, **extra) -> ParamSpec:
+    """``diagnostics_period_s``, as every node with a periodic status declares it (``extra``: e.g. old names)."""
+    return ParamSpec(
+        "diagnostics_period_s",
+        1.0,
+        "period of the status on /diagnostics (wall time: it also speaks when simulated time stands still)",
+        read_only=True,
+        min_value=min_value,
+        max_value=max_value,
+        min_reason=f"more often than {1 / min_value:g} Hz the status floods /diagnostics",
+        **extra,
+    )
+
+
 # The clock watchdog of the filter and the controller.
 CLOCK_TIMEOUT = ParamSpec(
     "clock_timeout_s",

@@ -182,17 +182,7 @@ PARAMS = [
         field=True,
     ),
     ParamSpec("start_enabled", True, "send commands from the start; false: wait for ~/enable", read_only=True),
-    ParamSpec(
-        "diagnostics_period_s",
-        1.0,
-        "period of /diagnostics (wall time)",
-        read_only=True,
-        min_value=0.1,
-        max_value=10.0,
-        min_reason="more often than 10 Hz the status floods /diagnostics",
-        old_names=("diagnostics_rate_hz",),
-        from_old=_period_from_rate,
-    ),
+    common.diagnostics_period(max_value=10.0, old_names=("diagnostics_rate_hz",), from_old=_period_from_rate),
     ParamSpec(
         "loop_stats_window",
         1000,

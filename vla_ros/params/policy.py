@@ -150,15 +150,7 @@ PARAMS = [
         field=True,
         to_field=int,
     ),
-    ParamSpec(
-        "diagnostics_period_s",
-        1.0,
-        "period of the status on /diagnostics (wall time: it also speaks when simulated time stands still)",
-        read_only=True,
-        min_value=0.05,
-        max_value=60.0,
-        min_reason="more often than 20 Hz the status floods /diagnostics",
-    ),
+    common.diagnostics_period(min_value=0.05),
     ParamSpec(
         "debug_attention",
         False,

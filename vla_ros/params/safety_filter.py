@@ -305,15 +305,7 @@ PARAMS = [
         field=True,
         tighten=ON,
     ),
-    ParamSpec(
-        "diagnostics_period_s",
-        1.0,
-        "period of /diagnostics (wall time)",
-        read_only=True,
-        min_value=0.1,
-        max_value=60.0,
-        min_reason="more often than 10 Hz the status floods /diagnostics",
-    ),
+    common.diagnostics_period(),
     ParamSpec(
         "sensor_qos",
         "reliable",
