@@ -97,8 +97,10 @@ def test_sensor_qos_reaches_every_joint_state_subscriber_and_the_controller_chec
 
 
 def test_the_filter_the_controller_and_the_policy_read_one_joint_limits_file(tmp_path):
-    """robot.launch.xml gives the filter and the controller the same limits file (before their own, so a
-    node's own file may still set one), and points the policy's chunk shaping at it; limits_config swaps it."""
+    """robot.launch.xml gives the filter and the controller the same limits file (after their own, so that the
+    launch file's named parameters, a later /** section, still win over the node's own section: rcl applies
+    sections in the order their keys first appear), and points the policy's chunk shaping at it;
+    limits_config swaps it."""
     limits = tmp_path / "limits.yaml"
     limits.write_text((REPO / "config" / "limits.yaml").read_text())
     for args, expected in (((), REPO / "config" / "limits.yaml"), ((f"limits_config:={limits}",), limits)):
@@ -118,5 +120,5 @@ def test_the_filter_the_controller_and_the_policy_read_one_joint_limits_file(tmp
         for exe, own in (("safety_filter_node", "safety_filter.yaml"), ("controller_node", "controller.yaml")):
             paths = [p.rsplit("/", 1)[-1] for p in files[exe]]
             assert files[exe][paths.index("limits.yaml")] == str(expected), files[exe]
-            assert paths.index("limits.yaml") < paths.index(own)
+            assert paths.index(own) < paths.index("limits.yaml")
         assert resolve("robot.launch.xml", *args)["policy_node"]["params"]["limits_file"] == str(expected)

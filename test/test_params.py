@@ -627,8 +627,10 @@ def test_an_old_parameter_name_still_works_with_a_deprecation_warning(ros):
 
 
 def test_old_names_in_parameter_files_and_the_wildcard_section(tmp_path):
-    """values_from_yaml reads files as a node does: /** sections first, then the node's own; old names used
-    for the new ones (with the warning) unless those are given too."""
+    """values_from_yaml reads parameter files as a real rclpy node does, in both orders of a /** file and the
+    node's own (rcl applies the sections in the order their keys first appear; the oracle is a node started
+    with the same --params-file arguments); old names are used for the new ones, with the warning, unless those
+    are given too."""
     from vla_ros.params import controller
     from vla_ros.params.spec import values_from_yaml
 
@@ -636,12 +638,24 @@ def test_old_names_in_parameter_files_and_the_wildcard_section(tmp_path):
     limits.write_text("/**:\n  ros__parameters:\n    velocity_scale: 0.5\n    max_acceleration: 6.0\n")
     own = tmp_path / "controller.yaml"
     own.write_text("/**/controller:\n  ros__parameters:\n    velocity_scale: 0.8\n    diagnostics_rate_hz: 2.0\n")
-    warned = []
-    values = values_from_yaml(controller.PARAMS, [own, limits], "controller", warn=warned.append)
-    assert values["velocity_scale"] == 0.8  # the node's own section beats /** whatever the file order
-    assert values["default_acceleration_rad_s2"] == 6.0 and values["diagnostics_period_s"] == 0.5
-    assert "max_acceleration" not in values and "diagnostics_rate_hz" not in values
-    assert len(warned) == 2 and all("deprecated" in w for w in warned)
+    for files, scale in (([own, limits], 0.5), ([limits, own], 0.8)):
+        warned = []
+        values = values_from_yaml(controller.PARAMS, files, "controller", warn=warned.append)
+        assert values["velocity_scale"] == scale, files  # the section whose key appears later wins
+        assert values["default_acceleration_rad_s2"] == 6.0 and values["diagnostics_period_s"] == 0.5
+        assert "max_acceleration" not in values and "diagnostics_rate_hz" not in values
+        assert len(warned) == 2 and all("deprecated" in w for w in warned)
+        context = rclpy.Context()
+        args = ["--ros-args"] + [a for f in files for a in ("--params-file", str(f))]
+        rclpy.init(args=args, context=context)
+        try:
+            node = Node("controller", context=context)
+            declared = declare_parameters(node, controller.PARAMS)
+            node.destroy_node()
+        finally:
+            rclpy.shutdown(context=context)
+        names = ("velocity_scale", "default_acceleration_rad_s2", "diagnostics_period_s")
+        assert {n: declared[n] for n in names} == {n: values[n] for n in names}, files
 
 
 def test_each_parameter_is_declared_once_with_its_field_and_its_tightening_rule():

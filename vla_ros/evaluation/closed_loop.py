@@ -156,7 +156,7 @@ class ClosedLoop:
             raise ValueError(f"the policy never ticks: rate_hz={self.rate_hz} and tick_on_frame is false")
         limits_yaml = share / "config" / "limits.yaml"  # the joint limits the filter, controller and policy share
         safety_p = values_from_yaml(
-            safety_filter.PARAMS, [limits_yaml, share / "config" / "safety_filter.yaml"], "safety_filter"
+            safety_filter.PARAMS, [share / "config" / "safety_filter.yaml", limits_yaml], "safety_filter"
         )
         safety_config = safety_filter.config_from_params(safety_p)
         policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
@@ -176,7 +176,7 @@ class ClosedLoop:
         )
         self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
         control_p = values_from_yaml(
-            controller.PARAMS, [limits_yaml, share / "config" / "controller.yaml"], "controller"
+            controller.PARAMS, [share / "config" / "controller.yaml", limits_yaml], "controller"
         )
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor

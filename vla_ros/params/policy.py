@@ -299,8 +299,8 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_
     """The safety filter's limits for ``joint_names`` (``policy.shaping.ChunkLimits``): the URDF's (``urdf``:
     path, XML text or element), resolved with the joint limits' file the filter reads too (``limits_file``, else
     ``share_dir``/config/limits.yaml) and the filter's parameter file (``safety_params_file``, else
-    ``share_dir``/config/safety_filter.yaml), which wins where both set a value, as on the filter's command
-    line; relative mesh paths resolve against ``base_dir``. Raises ValueError (a file that cannot be read,
+    ``share_dir``/config/safety_filter.yaml), in the order robot.launch.xml gives the filter them (its own file,
+    then the limits); relative mesh paths resolve against ``base_dir``. Raises ValueError (a file that cannot be read,
     limits that do not fit) saying what is wrong."""
     from pathlib import Path
 
@@ -318,7 +318,7 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_
 
         return Path(share_dir or find_package_share("vla_ros")) / "config" / default
 
-    paths = [path("limits_file", LIMITS_FILE), path("safety_params_file", "safety_filter.yaml")]
+    paths = [path("safety_params_file", "safety_filter.yaml"), path("limits_file", LIMITS_FILE)]
     try:
         values = values_from_yaml(safety_filter.PARAMS, paths, "safety_filter")
         config = safety_filter.config_from_params(values)

@@ -269,9 +269,11 @@ def default_values(specs: Sequence[ParamSpec]) -> dict[str, Any]:
 
 def values_from_yaml(specs: Sequence[ParamSpec], yaml_paths, node_name: str, warn=None) -> dict[str, Any]:
     """The values a node gets from ROS 2 parameter files (one path or several, as a node given several
-    ``--params-file``): the defaults, overridden by the ``ros__parameters`` of every section whose key is
-    ``/**`` (every node: ``config/limits.yaml``), then by those of every section whose key ends with
-    ``node_name`` (``/**/policy``, ``policy``), later files winning within each kind (rclpy's order).
+    ``--params-file``), in rcl's order: the sections that reach the node (key ``/**``, or ending with
+    ``node_name``: ``/**/policy``, ``policy``) are merged per key across the files, a later file winning within
+    a key, and the keys apply in the order they first appear, a later key winning. So a ``/**`` section that
+    first appears after the node's own section (``config/limits.yaml`` after the node's file, as the launch
+    files pass them; a launch file's named parameters) overrides it, and one that appears before it does not.
     A value under an old name is used for its new one unless that is given too, as the node does;
     ``warn(message)`` hears the deprecation (default: this module's logger)."""
     import logging
@@ -282,12 +284,14 @@ def values_from_yaml(specs: Sequence[ParamSpec], yaml_paths, node_name: str, war
     if isinstance(yaml_paths, (str, Path)):
         yaml_paths = [yaml_paths]
     files = [yaml.safe_load(Path(path).read_text()) or {} for path in yaml_paths]
+    sections: dict[str, dict[str, Any]] = {}  # key -> its parameters, keys in order of first appearance
+    for data in files:
+        for key, block in data.items():
+            if key in ("/**", "**") or key.endswith(node_name):
+                sections.setdefault(key, {}).update((block or {}).get("ros__parameters", {}))
     given: dict[str, Any] = {}
-    for wildcard in (True, False):  # as rclpy: every file's /** entries first, then the node's own
-        for data in files:
-            for key, block in data.items():
-                if (key in ("/**", "**")) if wildcard else (key not in ("/**", "**") and key.endswith(node_name)):
-                    given.update((block or {}).get("ros__parameters", {}))
+    for params in sections.values():
+        given.update(params)
     for old, spec in renamed(specs).items():
         if old in given:
             value = given.pop(old)
