@@ -27,7 +27,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 export MUJOCO_GL ?= egl
 
-.PHONY: setup test demo demo-two-hosts bench params model clean
+.PHONY: setup test lint format demo demo-two-hosts bench params model clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,18 @@ test: setup
 	  $(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) --durations=25 test $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): nothing was tested" >&2; fi; \
 	  exit $$code
+
+# ruff (lint and format check) with the configuration in .ci/ruff.toml; `make format` rewrites the files.
+RUFF := $(VENV)/bin/ruff
+RUFF_PIN := ruff==0.17.6
+$(RUFF): $(STAMP)
+	$(PY) -m pip install -q $(RUFF_PIN)
+lint: $(RUFF)
+	$(RUFF) check --config .ci/ruff.toml .
+	$(RUFF) format --config .ci/ruff.toml --check .
+format: $(RUFF)
+	$(RUFF) check --config .ci/ruff.toml --fix .
+	$(RUFF) format --config .ci/ruff.toml .
 
 demo: setup
 	ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-62} $(VENV)/bin/vla-ros demo

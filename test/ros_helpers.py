@@ -19,8 +19,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def spin_until(predicate: Callable[[], object], wall_timeout_s: float = 60.0, step: Callable[[float], object] = time.sleep,
-               step_s: float = 0.02) -> bool:
+def spin_until(
+    predicate: Callable[[], object],
+    wall_timeout_s: float = 60.0,
+    step: Callable[[float], object] = time.sleep,
+    step_s: float = 0.02,
+) -> bool:
     """True once ``predicate()`` holds, False if it still does not after ``wall_timeout_s``. Between two checks
     ``step(step_s)`` runs: an executor's ``spin_once`` (so callbacks run) or, where no ROS is involved, a sleep."""
     end = time.monotonic() + wall_timeout_s
@@ -93,7 +97,9 @@ def controller_trusts(inputs: list[dict], node: str, since: int = 0) -> bool:
     the controller's source gate refuses chunks from an unnamed publisher, then everyone's for 1 s of
     steady time (``control.sources``). On a loaded machine the name can take seconds to arrive, so a test
     that sends chunks straight to the controller waits for this first; counting refusals would not do."""
-    return any(node in v.get("chunk_publishers", "").split() and "untrusted_publishers" not in v for v in inputs[since:])
+    return any(
+        node in v.get("chunk_publishers", "").split() and "untrusted_publishers" not in v for v in inputs[since:]
+    )
 
 
 class LaunchedGraph:
@@ -108,12 +114,18 @@ class LaunchedGraph:
     SIGTERM_TIMEOUT_S = 30
 
     def __init__(self, launch_file: str, *args: str, log_path: Path | None = None) -> None:
-        self.cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / launch_file),
-                    f"sigterm_timeout:={self.SIGTERM_TIMEOUT_S}", *args]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "vla_ros.launch_runner",
+            str(REPO / "launch" / launch_file),
+            f"sigterm_timeout:={self.SIGTERM_TIMEOUT_S}",
+            *args,
+        ]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "LaunchedGraph":
+    def __enter__(self) -> LaunchedGraph:
         self.proc = start_process(self.cmd, self.log_path)
         return self
 

@@ -25,15 +25,22 @@ NAMES = list(COMMANDED_JOINTS) + ["right_finger_joint"]
 
 
 def joint_state(t_ns: int, q: float) -> JointState:
-    msg = JointState(name=NAMES, position=[q, -q, 0.5 * q, 0.0, q, 0.0, 0.01, 0.01], velocity=[0.1] * 8, effort=[0.0] * 8)
+    msg = JointState(
+        name=NAMES, position=[q, -q, 0.5 * q, 0.0, q, 0.0, 0.01, 0.01], velocity=[0.1] * 8, effort=[0.0] * 8
+    )
     msg.header.stamp = time_msg_from_ns(t_ns)
     return msg
 
 
 def camera_frame(t_ns: int, width: int = 48, height: int = 36, encoding: str = "rgb8") -> Image:
     rng = np.random.default_rng(t_ns // MS)
-    msg = Image(height=height, width=width, encoding=encoding, step=width * 3,
-                data=rng.integers(0, 256, width * height * 3, dtype=np.uint8).tobytes())
+    msg = Image(
+        height=height,
+        width=width,
+        encoding=encoding,
+        step=width * 3,
+        data=rng.integers(0, 256, width * height * 3, dtype=np.uint8).tobytes(),
+    )
     msg.header.stamp = time_msg_from_ns(t_ns)
     msg.header.frame_id = "camera"
     return msg
@@ -52,12 +59,16 @@ class SensorFeed:
         self.pub_clock = n.create_publisher(Clock, "/clock", 10)
         self.pub_joints = n.create_publisher(JointState, "/joint_states", reliable)
         self.pub_image = n.create_publisher(Image, "/camera/image_raw", reliable)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         self.pub_instruction = n.create_publisher(String, "/vla/instruction", latched)
         self.pub_reset = n.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.chunks: list[tuple[int, JointTrajectory]] = []
         self.diag: list[tuple[float, object]] = []
-        n.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: self.chunks.append((self.now_ns(), m)), 100)
+        n.create_subscription(
+            JointTrajectory, "/vla/action_chunk", lambda m: self.chunks.append((self.now_ns(), m)), 100
+        )
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 200)
         self.clock_ns = 0
 
@@ -74,7 +85,11 @@ class SensorFeed:
 
     def statuses(self, name: str = "policy: policy", since: float = 0.0):
         """(level, message, values) of the node's status reports received after wall time ``since``."""
-        return [(st.level, st.message, {kv.key: kv.value for kv in st.values}) for t, st in self.diag if st.name == name and t > since]
+        return [
+            (st.level, st.message, {kv.key: kv.value for kv in st.values})
+            for t, st in self.diag
+            if st.name == name and t > since
+        ]
 
     def latest(self, name: str = "policy: policy", since: float = 0.0) -> dict | None:
         s = self.statuses(name, since)
@@ -94,7 +109,11 @@ class SensorFeed:
 
         def done() -> bool:
             v = self.latest(since=t0)
-            return v is not None and int(v.get("joint_states.received", 0)) >= joints and int(v.get("image.received", 0)) >= images
+            return (
+                v is not None
+                and int(v.get("joint_states.received", 0)) >= joints
+                and int(v.get("image.received", 0)) >= images
+            )
 
         return self.spin_until(done, wall_timeout_s)
 

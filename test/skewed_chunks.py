@@ -7,7 +7,7 @@ of its phase, 10 chunks a second on the robot's /clock:
     normal  (offset 0)        --count chunks
     skewed  (offset +skew)    --count chunks: the safety filter must refuse them (future_stamp)
     ahead   (offset +ahead)   --count chunks within the filter's bound (the test starts it with a wide one)
-                              but beyond the controller's: the controller must refuse them (stamp_in_future)
+                              but beyond the controller's: the controller must refuse them (future_stamp)
     late    (offset -late)    --count chunks: stale on arrival, the filter must refuse them (stale_chunk)
     widen_refused (+skew)     asks the filter to raise max_future_stamp_s to --widen over the link (a
                               loosening: refused at run time), then --count chunks, still refused
@@ -45,10 +45,16 @@ def main() -> int:
     parser.add_argument("--skew", type=float, default=1.0, help="seconds the skewed stamps lie ahead")
     parser.add_argument("--ahead", type=float, default=1.0, help="seconds the stamps of the ahead phase lie ahead")
     parser.add_argument("--late", type=float, default=0.7, help="seconds the late chunks' stamps lie behind")
-    parser.add_argument("--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the widen_refused phase")
+    parser.add_argument(
+        "--widen", type=float, default=5.0, help="the max_future_stamp_s asked for in the widen_refused phase"
+    )
     parser.add_argument("--count", type=int, default=15, help="chunks per phase")
-    parser.add_argument("--listeners", type=int, default=1,
-                        help="start once this many subscribers listen on /vla/safe_action_chunk (the controller, and a recorder)")
+    parser.add_argument(
+        "--listeners",
+        type=int,
+        default=1,
+        help="start once this many subscribers listen on /vla/safe_action_chunk (the controller, and a recorder)",
+    )
     args = parser.parse_args()
     rclpy.init()
     node = Node("skewed_chunks", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
@@ -78,8 +84,12 @@ def main() -> int:
     def publish(offset_s: float) -> None:
         q = [newest["q"][j] for j in COMMANDED_JOINTS]
         times = 0.05 * np.arange(1, 17)  # (16,) like the policy's chunks: 0.8 s at 20 Hz
-        chunk = ActionChunk(joint_names=tuple(COMMANDED_JOINTS), stamp_ns=newest["stamp_ns"] + int(offset_s * 1e9),
-                            time_from_start_s=times, positions=np.tile(q, (len(times), 1)))
+        chunk = ActionChunk(
+            joint_names=tuple(COMMANDED_JOINTS),
+            stamp_ns=newest["stamp_ns"] + int(offset_s * 1e9),
+            time_from_start_s=times,
+            positions=np.tile(q, (len(times), 1)),
+        )
         pub.publish(msg_from_chunk(chunk))
 
     ready: dict = {}
@@ -89,18 +99,32 @@ def main() -> int:
             if st.name == "safety_filter: filter":
                 ready[st.name] = st.level == DiagnosticStatus.OK
             elif st.name == "controller: state":
-                ready[st.name] = {kv.key: kv.value for kv in st.values}.get("mode") in ("holding", "tracking", "stopping")
+                ready[st.name] = {kv.key: kv.value for kv in st.values}.get("mode") in (
+                    "holding",
+                    "tracking",
+                    "stopping",
+                )
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
     # ... and once whoever must hear the filter's output listens: a recorder that starts after the first
     # phase would find its chunks missing, not refused
-    while ("q" not in newest or len(ready) < 2 or not all(ready.values())
-           or node.count_subscribers("/vla/safe_action_chunk") < args.listeners):
+    while (
+        "q" not in newest
+        or len(ready) < 2
+        or not all(ready.values())
+        or node.count_subscribers("/vla/safe_action_chunk") < args.listeners
+    ):
         rclpy.spin_once(node, timeout_sec=0.05)
     counts = {}
     try:
-        for phase, offset in (("normal", 0.0), ("skewed", args.skew), ("ahead", args.ahead), ("late", -args.late), ("widen_refused", args.skew),
-                              ("normal_again", 0.0)):
+        for phase, offset in (
+            ("normal", 0.0),
+            ("skewed", args.skew),
+            ("ahead", args.ahead),
+            ("late", -args.late),
+            ("widen_refused", args.skew),
+            ("normal_again", 0.0),
+        ):
             if phase == "widen_refused":  # loosening a safety bound over the link is refused at run time
                 value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=args.widen)
                 request = SetParameters.Request(parameters=[ParameterMsg(name="max_future_stamp_s", value=value)])

@@ -53,9 +53,17 @@ def test_a_bag_folder_has_rosbag2_metadata(tmp_path):
     meta = yaml.safe_load((folder / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
     assert meta["version"] == 8 and meta["storage_identifier"] == "mcap"
     assert meta["relative_file_paths"] == ["ep_0.mcap"] and meta["message_count"] == 51
-    assert meta["starting_time"] == {"nanoseconds_since_epoch": NS} and meta["duration"] == {"nanoseconds": 49 * NS // 100}
-    assert meta["files"] == [{"path": "ep_0.mcap", "starting_time": {"nanoseconds_since_epoch": NS},
-                              "duration": {"nanoseconds": 49 * NS // 100}, "message_count": 51}]
+    assert meta["starting_time"] == {"nanoseconds_since_epoch": NS} and meta["duration"] == {
+        "nanoseconds": 49 * NS // 100
+    }
+    assert meta["files"] == [
+        {
+            "path": "ep_0.mcap",
+            "starting_time": {"nanoseconds_since_epoch": NS},
+            "duration": {"nanoseconds": 49 * NS // 100},
+            "message_count": 51,
+        }
+    ]
     topics = {t["topic_metadata"]["name"]: t for t in meta["topics_with_message_count"]}
     assert topics["/joint_states"]["message_count"] == 50
     js = topics["/joint_states"]["topic_metadata"]
@@ -111,12 +119,20 @@ def test_a_topic_without_schema_is_skipped_and_counted(tmp_path):
     with open(path, "wb") as f:
         w = Writer(f)
         w.start(profile="ros2", library="test")
-        js = w.register_schema("sensor_msgs/msg/JointState", "ros2msg", full_definition("sensor_msgs/msg/JointState").encode())
+        js = w.register_schema(
+            "sensor_msgs/msg/JointState", "ros2msg", full_definition("sensor_msgs/msg/JointState").encode()
+        )
         good = w.register_channel("/joint_states", "cdr", js)
         no_schema = w.register_channel("/custom/thing", "cdr", 0)
-        broken = w.register_channel("/broken", "cdr", w.register_schema("pkg/msg/Broken", "ros2msg", b"notatype field\n"))
+        broken = w.register_channel(
+            "/broken", "cdr", w.register_schema("pkg/msg/Broken", "ros2msg", b"notatype field\n")
+        )
         for i in range(10):
-            for channel, data in ((good, joint_state(i)), (no_schema, b"\x00\x01\x00\x00"), (broken, b"\x00\x01\x00\x00")):
+            for channel, data in (
+                (good, joint_state(i)),
+                (no_schema, b"\x00\x01\x00\x00"),
+                (broken, b"\x00\x01\x00\x00"),
+            ):
                 w.add_message(channel, log_time=NS + i, publish_time=NS + i, data=data)
         w.finish()
     skipped: Counter = Counter()
@@ -129,16 +145,27 @@ def test_a_topic_without_schema_is_skipped_and_counted(tmp_path):
 def test_qos_yaml_round_trips_and_reads_named_policies():
     profiles = [OfferedQos(reliability="best_effort", durability="transient_local", deadline_ns=2 * NS + 5)]
     assert parse_qos(qos_yaml(profiles)) == profiles
-    named = [{"history": "unknown", "depth": 0, "reliability": "reliable", "durability": "transient_local",
-              "deadline": {"sec": 9223372036, "nsec": 854775807}, "lifespan": {"sec": 0, "nsec": 0},
-              "liveliness": "automatic", "liveliness_lease_duration": {"sec": 1, "nsec": 0},
-              "avoid_ros_namespace_conventions": False}]  # metadata version 9 writes a list with names
+    named = [
+        {
+            "history": "unknown",
+            "depth": 0,
+            "reliability": "reliable",
+            "durability": "transient_local",
+            "deadline": {"sec": 9223372036, "nsec": 854775807},
+            "lifespan": {"sec": 0, "nsec": 0},
+            "liveliness": "automatic",
+            "liveliness_lease_duration": {"sec": 1, "nsec": 0},
+            "avoid_ros_namespace_conventions": False,
+        }
+    ]  # metadata version 9 writes a list with names
     (q,) = parse_qos(named)
     assert q.latched and q.reliability == "reliable" and q.deadline_ns is None and q.liveliness_lease_ns == NS
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vla_ros.cli", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "vla_ros.cli", *args], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
 
 
 def test_bag_info_json(tmp_path):
@@ -223,13 +250,33 @@ def test_record_adapts_to_best_effort_and_latched_publishers(tmp_path, ros_node)
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
     states = ros_node.create_publisher(JointState, "/joint_states", qos_profile_sensor_data)
-    latched = ros_node.create_publisher(String, "/robot_description",
-                                        QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE))
+    latched = ros_node.create_publisher(
+        String,
+        "/robot_description",
+        QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE),
+    )
     latched.publish(String(data="<robot name='x'/>"))
     out = tmp_path / "rec"
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "vla_ros.cli", "record", "--topics", "/joint_states", "/robot_description", "/not/published",
-         "--duration", "1.0", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "vla_ros.cli",
+            "record",
+            "--topics",
+            "/joint_states",
+            "/robot_description",
+            "/not/published",
+            "--duration",
+            "1.0",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     i, deadline = 0, time.monotonic() + 90
     try:
         while recorder.poll() is None and time.monotonic() < deadline:
@@ -262,5 +309,8 @@ def test_record_adapts_to_best_effort_and_latched_publishers(tmp_path, ros_node)
     assert summary["/robot_description"]["count"] == 1  # the latched message, published before recording began
     assert summary["/robot_description"]["offered_qos"][0]["durability"] == "transient_local"
     meta = yaml.safe_load((out / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
-    assert {t["topic_metadata"]["name"] for t in meta["topics_with_message_count"]} == {"/joint_states", "/robot_description"}
+    assert {t["topic_metadata"]["name"] for t in meta["topics_with_message_count"]} == {
+        "/joint_states",
+        "/robot_description",
+    }
     assert os.path.isfile(out / "rec_0.mcap")

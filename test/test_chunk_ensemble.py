@@ -30,7 +30,9 @@ def test_the_first_chunk_passes_unchanged_and_the_next_is_the_weighted_mean_wher
     for j in range(J):
         expected[covered, j] = (second[covered, j] + w * np.interp(at[covered], T, first[:, j])) / (1 + w)
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12)
-    assert covered.sum() == 14 and np.array_equal(out[~covered], second[~covered])  # beyond the old plan: the newest alone
+    assert covered.sum() == 14 and np.array_equal(
+        out[~covered], second[~covered]
+    )  # beyond the old plan: the newest alone
 
 
 def test_plans_that_agree_are_left_as_they_are():
@@ -77,7 +79,11 @@ def test_time_going_back_forgets_and_old_plans_fade_out():
 
 
 @settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), tau=st.floats(0.01, 5.0), gaps_ms=st.lists(st.integers(0, 900), min_size=1, max_size=12))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    tau=st.floats(0.01, 5.0),
+    gaps_ms=st.lists(st.integers(0, 900), min_size=1, max_size=12),
+)
 def test_an_averaged_point_never_leaves_the_range_of_the_plans_for_its_instant(seed, tau, gaps_ms):
     """Whatever the timing: each output point lies between the smallest and largest of the targets the
     covering plans give for its instant (the newest decode's and the earlier ones', interpolated), per joint.

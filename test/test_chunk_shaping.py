@@ -45,8 +45,13 @@ def test_limits_are_the_filters_own(flt, limits):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31 - 1), noise=st.floats(0.0, 0.2), offset=st.floats(0.0, 0.3),
-       gripper_push=st.floats(0.0, 0.02), speed=st.floats(0.0, 1.0))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    noise=st.floats(0.0, 0.2),
+    offset=st.floats(0.0, 0.3),
+    gripper_push=st.floats(0.0, 0.02),
+    speed=st.floats(0.0, 1.0),
+)
 def test_a_shaped_chunk_passes_every_limit_check(flt, limits, seed, noise, offset, gripper_push, speed):
     """A regression-like chunk: a motion with point-to-point noise, a first point off the measured state and
     a gripper target past its stroke; the arm moving at up to the velocity limit. Shaped, the filter's limit
@@ -108,32 +113,51 @@ def test_a_first_point_off_the_arm_is_pulled_within_reach_and_only_it(limits):
     raw = np.tile(HOME, (10, 1))
     raw[0] += 0.3  # one regression error on the first point, nothing after it moves
     new_times, shaped = shape_chunk(times, raw, HOME, None, limits)
-    reach = limits.tolerance * limits.fraction + limits.velocity * limits.fraction * (times[0] - limits.latency_s)  # the rest stands still
+    reach = limits.tolerance * limits.fraction + limits.velocity * limits.fraction * (
+        times[0] - limits.latency_s
+    )  # the rest stands still
     assert np.all(np.abs(shaped[0] - HOME) <= reach + 1e-12) and np.any(shaped[0] != raw[0])
     np.testing.assert_array_equal(shaped[1:], raw[1:])
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(velocity=-1.0), "velocity and acceleration"),
-    (dict(tolerance=-0.1), "tolerances"),
-    (dict(fraction=0.0), "fraction"),
-    (dict(latency_s=2.0), "latency_s"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(velocity=-1.0), "velocity and acceleration"),
+        (dict(tolerance=-0.1), "tolerances"),
+        (dict(fraction=0.0), "fraction"),
+        (dict(latency_s=2.0), "latency_s"),
+    ],
+)
 def test_bad_limits_are_refused(limits, change, message):
     import dataclasses
 
-    values = {k: (np.full(len(limits.joint_names), v) if k in ("velocity", "tolerance") else v) for k, v in change.items()}
+    values = {
+        k: (np.full(len(limits.joint_names), v) if k in ("velocity", "tolerance") else v) for k, v in change.items()
+    }
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(limits, **values)
 
 
 def test_limits_of_the_wrong_size_or_order_are_refused(limits):
     with pytest.raises(ValueError, match="one value per joint"):
-        ChunkLimits(joint_names=limits.joint_names, lower=limits.lower[:3], upper=limits.upper, velocity=limits.velocity,
-                    acceleration=limits.acceleration, tolerance=limits.tolerance)
+        ChunkLimits(
+            joint_names=limits.joint_names,
+            lower=limits.lower[:3],
+            upper=limits.upper,
+            velocity=limits.velocity,
+            acceleration=limits.acceleration,
+            tolerance=limits.tolerance,
+        )
     with pytest.raises(ValueError, match="lower limit"):
-        ChunkLimits(joint_names=limits.joint_names, lower=limits.upper + 1, upper=limits.upper, velocity=limits.velocity,
-                    acceleration=limits.acceleration, tolerance=limits.tolerance)
+        ChunkLimits(
+            joint_names=limits.joint_names,
+            lower=limits.upper + 1,
+            upper=limits.upper,
+            velocity=limits.velocity,
+            acceleration=limits.acceleration,
+            tolerance=limits.tolerance,
+        )
 
 
 # ---- the table lift ------------------------------------------------------------------------------------
@@ -161,8 +185,14 @@ def _hand_pose(robot, q, frame: str = "hand_link"):
 
 @pytest.fixture(scope="module")
 def lift_limits(flt):
-    return chunk_limits(default_urdf_path().read_text(), flt.joint_names, SIM_CONFIG, latency_s=LATENCY_S, retime=False,
-                        table_margin_m=0.005)
+    return chunk_limits(
+        default_urdf_path().read_text(),
+        flt.joint_names,
+        SIM_CONFIG,
+        latency_s=LATENCY_S,
+        retime=False,
+        table_margin_m=0.005,
+    )
 
 
 def test_a_grasp_reaching_into_the_table_is_lifted_straight_up_until_the_filter_passes_it(flt, lift_limits):
@@ -197,8 +227,13 @@ def test_without_retime_only_positions_change_and_without_a_table_there_is_no_li
     new_times, _ = shape_chunk(times, raw, raw[0], None, lift_limits)
     np.testing.assert_array_equal(new_times, times)
     assert shape_chunk(times, raw, raw[0], None, limits)[0][-1] > times[-1]  # the retiming default does stretch
-    no_table = chunk_limits(default_urdf_path().read_text(), flt.joint_names, dataclasses.replace(SIM_CONFIG, table_enabled=False),
-                            retime=False, table_margin_m=0.005)
+    no_table = chunk_limits(
+        default_urdf_path().read_text(),
+        flt.joint_names,
+        dataclasses.replace(SIM_CONFIG, table_enabled=False),
+        retime=False,
+        table_margin_m=0.005,
+    )
     assert no_table.table_lift is None
     np.testing.assert_array_equal(shape_chunk(times, raw, raw[0], None, no_table)[1], raw)
 
@@ -227,7 +262,9 @@ def _hand_down_ik(robot, frame: str, xyz, q0, iterations: int = 300) -> np.ndarr
         err = pin.log6(data.oMf[fid].actInv(target)).vector
         if np.abs(err).max() < 1e-9:
             break
-        jac = (pin.computeFrameJacobian(model, data, qf, fid, pin.ReferenceFrame.LOCAL) @ robot.actuation_matrix)[:, arm]
+        jac = (pin.computeFrameJacobian(model, data, qf, fid, pin.ReferenceFrame.LOCAL) @ robot.actuation_matrix)[
+            :, arm
+        ]
         q[arm] += jac.T @ np.linalg.solve(jac @ jac.T + 1e-8 * np.eye(6), err)
         q = np.clip(q, robot.lower, robot.upper)
     return q
@@ -266,7 +303,8 @@ def test_the_table_lift_finds_relative_mesh_paths_next_to_the_urdf(tmp_path):
     shaping says it has no collision model instead of guessing."""
     import os
 
-    from vla_ros.bench.safety_bench import FR3_CONFIG, FR3_DIR as fr3
+    from vla_ros.bench.safety_bench import FR3_CONFIG
+    from vla_ros.bench.safety_bench import FR3_DIR as fr3
     from vla_ros.safety.robot import load_robot_files
 
     if not (fr3 / "fr3.urdf").is_file():

@@ -67,8 +67,23 @@ def test_bench_reports_the_loop_figures_of_the_node_over_exactly_the_measured_cy
     raw_path = tmp_path / "raw.json"
     recorder = _LoopReports()
     try:
-        assert controller_bench.main(["--json", "--seconds", "1", "--warmup", "0.5", "--load-cmd", sleeper, "--no-blend",
-                                      "--raw", str(raw_path)]) == 0
+        assert (
+            controller_bench.main(
+                [
+                    "--json",
+                    "--seconds",
+                    "1",
+                    "--warmup",
+                    "0.5",
+                    "--load-cmd",
+                    sleeper,
+                    "--no-blend",
+                    "--raw",
+                    str(raw_path),
+                ]
+            )
+            == 0
+        )
     finally:
         recorder.close()
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -86,9 +101,13 @@ def test_bench_reports_the_loop_figures_of_the_node_over_exactly_the_measured_cy
         assert r["start_stamp_ns"] >= r["begin_ns"]  # the first report from after the phase began
         assert int(end["window"]) == figures["cycles"] == 100  # loop_stats_window: seconds x rate
         assert int(end["cycles"]) - int(end["window"]) >= int(start["cycles"]), (start["cycles"], end["cycles"])
-        for key, field in (("period_err_ms_p50", "period_err_ms.p50"), ("period_err_ms_p99", "period_err_ms.p99"),
-                           ("period_err_ms_max", "period_err_ms.max"), ("period_ms_mean", "period_ms_mean"),
-                           ("compute_ms_p99", "compute_ms.p99")):
+        for key, field in (
+            ("period_err_ms_p50", "period_err_ms.p50"),
+            ("period_err_ms_p99", "period_err_ms.p99"),
+            ("period_err_ms_max", "period_err_ms.max"),
+            ("period_ms_mean", "period_ms_mean"),
+            ("compute_ms_p99", "compute_ms.p99"),
+        ):
             assert figures[key] == round(float(end[field]), 4), (phase, key)
         assert figures["overruns"] == int(end["overruns_window"]) <= int(end["overruns"]) - int(start["overruns"])
         for key in ("skipped_cycles", "late_callbacks"):
@@ -101,7 +120,9 @@ def test_bench_reports_the_loop_figures_of_the_node_over_exactly_the_measured_cy
         assert figures["steal_pct"] == pytest.approx(100.0 * (steal1 - steal0) / max(1, total1 - total0), abs=0.0051)
     assert result["commands_received"] > 100  # the node really ran its loop against the rig
     assert result["clock"] == "wall" and result["seconds"] == 1.0
-    assert result["loop_mode"] == "inline" and result["load"] == "cmd"  # auto on wall time: cycles and callbacks in one thread
+    assert (
+        result["loop_mode"] == "inline" and result["load"] == "cmd"
+    )  # auto on wall time: cycles and callbacks in one thread
 
 
 def test_bench_help_has_a_runnable_example(capsys):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vla_ros.chunks import ActionChunk, COMMANDED_JOINTS
+from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import ChunkExecutor, ControllerConfig, HermitePlan, LoopStats, bundled_urdf_path, pchip_slopes
 from vla_ros.control.blend_eval import compare
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
@@ -38,7 +38,9 @@ def reference(t_s: np.ndarray, start_s: float = 0.0, duration_s: float = 2.0) ->
 _LIMITS = make_config()
 
 
-def chunk(stamp_ns: int, points: np.ndarray, dt_s: float = 0.02, names=COMMANDED_JOINTS, t0_s: float = 0.0, clip: bool = True) -> ActionChunk:
+def chunk(
+    stamp_ns: int, points: np.ndarray, dt_s: float = 0.02, names=COMMANDED_JOINTS, t0_s: float = 0.0, clip: bool = True
+) -> ActionChunk:
     """A chunk as the safety filter passes it: inside the position limits (``clip``; the test motions
     offset the gripper, which sits at its upper limit at HOME)."""
     tfs = t0_s + dt_s * np.arange(points.shape[0])
@@ -103,7 +105,9 @@ def test_config_reasons_quote_the_values_at_fault():
         make_config(rate_hz=0.0)
     with pytest.raises(ValueError, match="blend_mode must be one of .* got 'mix'"):
         make_config(blend_mode="mix")
-    with pytest.raises(ValueError, match=r"acceleration_limits must be finite and > 0, got \[\('elbow_joint', -1.0\)\]"):
+    with pytest.raises(
+        ValueError, match=r"acceleration_limits must be finite and > 0, got \[\('elbow_joint', -1.0\)\]"
+    ):
         ControllerConfig(("elbow_joint",), (1.0,), (-1.0,), (-1.0,), (1.0,))
     with pytest.raises(ValueError, match="velocity_limits has 1 values for 2 joints"):
         ControllerConfig(("a", "b"), (1.0,), (1.0, 1.0), (-1.0, -1.0), (1.0, 1.0))
@@ -116,7 +120,7 @@ def test_config_reasons_quote_the_values_at_fault():
 
 
 def test_limits_come_from_the_urdf_and_acceleration_from_the_config():
-    cfg = make_config(max_acceleration=8.0, max_acceleration_prismatic=0.5, velocity_scale=0.5)
+    cfg = make_config(default_acceleration_rad_s2=8.0, default_acceleration_m_s2=0.5, velocity_scale=0.5)
     assert cfg.velocity_limits == (1.0, 1.0, 1.25, 1.5, 1.5, 1.5, 0.05)  # URDF <limit velocity> x 0.5
     assert cfg.acceleration_limits == (8.0,) * 6 + (0.5,)  # the finger is prismatic
     assert cfg.position_lower[1] == -1.9 and cfg.position_upper[6] == 0.04
@@ -235,7 +239,10 @@ def test_freeze_keeps_the_committed_periods_of_the_old_plan():
     run.step(60, chunks=reference_chunks(every=50))
     # Recreate what the old plan would have sent for the next 4 periods, then hand over at cycle 60.
     preview = run.ex.preview(DT, np.zeros((4, 7)))
-    run.step(5, chunks={0: lambda now: chunk(now, reference((now - T0_NS) * 1e-9 + 0.02 * np.arange(50), start_s=0.2) + 0.02)})
+    run.step(
+        5,
+        chunks={0: lambda now: chunk(now, reference((now - T0_NS) * 1e-9 + 0.02 * np.arange(50), start_s=0.2) + 0.02)},
+    )
     np.testing.assert_allclose(np.array(run.out[-5:-1]), preview, atol=1e-12)
 
 
@@ -477,13 +484,21 @@ def test_a_measured_state_off_every_recent_command_re_anchors_there():
         ("duplicate_joint", lambda now: chunk(now, HOME[None], names=COMMANDED_JOINTS[:6] + ("elbow_joint",))),
         ("non_finite", lambda now: chunk(now, np.where(np.arange(7) == 2, np.nan, HOME)[None])),
         ("bad_time", lambda now: ActionChunk(COMMANDED_JOINTS, now, np.array([0.1, 0.1]), np.stack([HOME, HOME]))),
-        ("too_long", lambda now: chunk(now, np.repeat(HOME[None], 300, axis=0))),
+        ("too_many_points", lambda now: chunk(now, np.repeat(HOME[None], 300, axis=0))),
         ("expired", lambda now: chunk(now - 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
-        ("stamp_in_future", lambda now: chunk(now + 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
-        ("stale", lambda now: chunk(now - 3_000_000_000, np.repeat(HOME[None], 200, axis=0))),
+        ("future_stamp", lambda now: chunk(now + 2_000_000_000, np.repeat(HOME[None], 10, axis=0))),
+        ("stale_chunk", lambda now: chunk(now - 3_000_000_000, np.repeat(HOME[None], 200, axis=0))),
         # Defence in depth: what the filter would never pass is refused, not clamped.
-        ("position_limit", lambda now: chunk(now, HOME + np.outer(np.linspace(0.0, 1.0, 20), [0, 3.5 - HOME[1], 0, 0, 0, 0, 0]), 0.5, clip=False)),
-        ("velocity_limit", lambda now: chunk(now, HOME + np.outer(np.arange(10), [3.0, 0, 0, 0, 0, 0, 0]) * 0.02, 0.02)),
+        (
+            "position_limit",
+            lambda now: chunk(
+                now, HOME + np.outer(np.linspace(0.0, 1.0, 20), [0, 3.5 - HOME[1], 0, 0, 0, 0, 0]), 0.5, clip=False
+            ),
+        ),
+        (
+            "velocity_limit",
+            lambda now: chunk(now, HOME + np.outer(np.arange(10), [3.0, 0, 0, 0, 0, 0, 0]) * 0.02, 0.02),
+        ),
         ("unstamped", lambda now: chunk(0, np.repeat(HOME[None], 10, axis=0))),
     ],
 )
@@ -567,7 +582,10 @@ def test_behaviour_does_not_depend_on_the_clock_epoch():
         run = Run(t0_ns=t0)
 
         def make(k):
-            return lambda now: chunk(now - 40_000_000, reference((now - t0 - 40_000_000) * 1e-9 + 0.02 * np.arange(50), 0.2) + 0.003 * (k % 3))
+            return lambda now: chunk(
+                now - 40_000_000,
+                reference((now - t0 - 40_000_000) * 1e-9 + 0.02 * np.arange(50), 0.2) + 0.003 * (k % 3),
+            )
 
         run.step(300, chunks={k: make(k) for k in range(0, 300, 20)})
         runs.append(run.q())
@@ -585,24 +603,67 @@ PATH_WINDOW_COMMANDS = 25
 # How long after its braking time a stopping command may take to settle (see _check_cycles).
 SETTLE_S = 0.25
 # Situations the property test strings together, a few to a hundred cycles each.
-SCENES = ("follow", "lag", "noise", "push", "silent", "nan", "stall", "jump", "reset_later", "reset_restart",
-          "estop", "disable", "quiet", "moved")
+SCENES = (
+    "follow",
+    "lag",
+    "noise",
+    "push",
+    "silent",
+    "nan",
+    "stall",
+    "jump",
+    "reset_later",
+    "reset_restart",
+    "estop",
+    "disable",
+    "quiet",
+    "moved",
+)
 # Every path the property test exists for; each must be reached somewhere in its examples.
-REQUIRED_PATHS = ("resets.path_tolerance", "resets.clock_jump", "resets.announced", "anchors.ramped", "start_after_announcement",
-                  "ramp_moving", "stall", "stall_moving",
-                  "stops.chunk_expired", "stops.chunk_stale", "stops.joint_states_stale", "stops.estop",
-                  "stops.disabled", "joint_state_non_finite", "lag_forgiven", "silent_at_rest", "anchor_on_enable",
-                  "ramp_beyond_window")
+REQUIRED_PATHS = (
+    "resets.path_tolerance",
+    "resets.clock_jump",
+    "resets.announced",
+    "anchors.ramped",
+    "start_after_announcement",
+    "ramp_moving",
+    "stall",
+    "stall_moving",
+    "stops.chunk_expired",
+    "stops.chunk_stale",
+    "stops.joint_states_stale",
+    "stops.estop",
+    "stops.disabled",
+    "joint_state_non_finite",
+    "lag_forgiven",
+    "silent_at_rest",
+    "anchor_on_enable",
+    "ramp_beyond_window",
+)
 _PATHS_REACHED: Counter = Counter()  # across the examples of one run of the property test
 # Counters read around every update: re-anchors (every re-anchor passes through `starts`), which reset it
 # was, the stops that began and the chunks taken.
-_WATCHED = ("starts", "resets.path_tolerance", "chunks_accepted", "anchors.ramped", "stops.chunk_expired", "stops.chunk_stale",
-            "stops.joint_states_stale", "stops.estop", "stops.disabled", "stops.joint_state_conflict")
+_WATCHED = (
+    "starts",
+    "resets.path_tolerance",
+    "chunks_accepted",
+    "anchors.ramped",
+    "stops.chunk_expired",
+    "stops.chunk_stale",
+    "stops.joint_states_stale",
+    "stops.estop",
+    "stops.disabled",
+    "stops.joint_state_conflict",
+)
 # Scenes of the messages a node's joint-state check refuses before the executor sees them (the gated test):
 # a second source replaying an old pose beside the driver, a name twice, and a hold while two sources conflict.
 GATED_SCENES = SCENES + ("impostor", "duplicate", "hold")
-GATED_PATHS = REQUIRED_PATHS + ("refused.joint_state_jump", "refused.joint_state_duplicate_name", "stops.joint_state_conflict",
-                                "refused_chunk.held")
+GATED_PATHS = REQUIRED_PATHS + (
+    "refused.joint_state_jump",
+    "refused.joint_state_duplicate_name",
+    "stops.joint_state_conflict",
+    "refused_chunk.held",
+)
 
 
 @dataclasses.dataclass
@@ -685,7 +746,9 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter, gated=False):
         push = np.where(revolute & (rng.random(7) < 0.5), rng.choice([-1.0, 1.0], 7) * rng.uniform(0.05, 0.8, 7), 0.0)
         push[int(rng.integers(6))] = rng.choice([-1.0, 1.0]) * (cfg.path_tolerance_rad + rng.uniform(0.02, 0.5))
         placed = HOME + np.where(revolute, rng.normal(0.0, 0.3, 7), rng.uniform(-0.05, 0.01))  # may lie past a limit
-        stalls = set(rng.choice(length, size=int(rng.integers(1, 4)), replace=False).tolist()) if name == "stall" else set()
+        stalls = (
+            set(rng.choice(length, size=int(rng.integers(1, 4)), replace=False).tolist()) if name == "stall" else set()
+        )
         moved_while_off = rng.random() < 0.7
         restart_first = rng.random() < 0.5  # reset_restart: the announcement before the clock jump, or after
         restart_delay = int(rng.integers(0, 6))
@@ -766,9 +829,24 @@ def _drive(cfg, scenes, spread, chunk_rate, jitter, gated=False):
             q = ex.update(now, period_ns * 1e-9)
             after = tuple(ex.counters[k] for k in _WATCHED)
             moved = [b != a for b, a in zip(before, after)]
-            stop = next((key[len("stops."):] for key, m in zip(_WATCHED[4:], moved[4:]) if m), "")
-            cycles.append(_Cycle(now, period_ns * 1e-9, None if q is None else q.copy(), moved[0], moved[3], moved[1],
-                                 meas_accepted, fresh, now < last_ns, stop, moved[2], not enabled, announced))
+            stop = next((key[len("stops.") :] for key, m in zip(_WATCHED[4:], moved[4:]) if m), "")
+            cycles.append(
+                _Cycle(
+                    now,
+                    period_ns * 1e-9,
+                    None if q is None else q.copy(),
+                    moved[0],
+                    moved[3],
+                    moved[1],
+                    meas_accepted,
+                    fresh,
+                    now < last_ns,
+                    stop,
+                    moved[2],
+                    not enabled,
+                    announced,
+                )
+            )
             announced = False
             if enabled and len(cycles) > 1 and cycles[-2].disabled and cycles[-2].out is None:
                 reached["anchor_on_enable"] += cycles[-1].anchored
@@ -830,8 +908,12 @@ def _check_cycles(cycles, cfg):
             assert anchored[k], f"cycle {k}: output resumed after a silent cycle without re-anchoring"
         if anchored[k] and not ramped[k]:
             # A fresh start: at the arm, at rest, and only where no command stream goes on.
-            np.testing.assert_allclose(Q[k], np.clip(cy.meas, lower, upper), rtol=0, atol=1e-12, err_msg=f"cycle {k}: fresh start")
-            assert last is None or announced or disabled_silence, f"cycle {k}: started afresh at the arm while commands went on"
+            np.testing.assert_allclose(
+                Q[k], np.clip(cy.meas, lower, upper), rtol=0, atol=1e-12, err_msg=f"cycle {k}: fresh start"
+            )
+            assert last is None or announced or disabled_silence, (
+                f"cycle {k}: started afresh at the arm while commands went on"
+            )
             reached["start_after_announcement"] += last is not None and announced
         else:
             assert last is not None, f"cycle {k}: a first command that is not a start"
@@ -839,7 +921,10 @@ def _check_cycles(cycles, cfg):
             V[k] = (Q[k] - Q[last]) / dt[k]
             v_before = np.zeros(7) if waited else V[last]
             bad = np.abs(V[k]) > vmax * (1 + 1e-9) + 1e-12
-            assert not bad.any(), f"cycle {k}: |v| {np.abs(V[k])} > {vmax} ({'ramp' if ramped[k] else 'anchor' if anchored[k] else 'continuing'})"
+            assert not bad.any(), (
+                f"cycle {k}: |v| {np.abs(V[k])} > {vmax} "
+                f"({'ramp' if ramped[k] else 'anchor' if anchored[k] else 'continuing'})"
+            )
             dv = np.abs(V[k] - v_before)
             assert (dv <= amax * dt[k] * (1 + 1e-9) + 1e-9).all(), f"cycle {k}: |dv| {dv} > a dt {amax} x {dt[k]}"
             if ramped[k]:
@@ -879,7 +964,9 @@ def _check_cycles(cycles, cfg):
             # ... and one off every command since the last anchor is never answered by the old plan.
             off_all = np.abs(np.concatenate([Q[since:k], target[None]]) - cy.meas).min(axis=0)
             if (off_all > tol).any():
-                assert cy.anchored or not sent[k], f"cycle {k}: the arm is {off_all} off the whole path, the old plan goes on"
+                assert cy.anchored or not sent[k], (
+                    f"cycle {k}: the arm is {off_all} off the whole path, the old plan goes on"
+                )
         else:
             assert not cy.path_trip, f"cycle {k}: path re-anchor without a fresh joint state to compare"
         if not sent[k]:
@@ -912,7 +999,9 @@ def _property_run(scene_pool: tuple[str, ...], gated: bool, required: tuple[str,
     every path of ``required`` must have been reached in some example, or the examples proved nothing about it."""
     _PATHS_REACHED.clear()
 
-    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(
         blend=st.sampled_from(["crossfade", "freeze"]),
         horizon=st.floats(0.02, 0.5),
@@ -924,17 +1013,35 @@ def _property_run(scene_pool: tuple[str, ...], gated: bool, required: tuple[str,
         path_tolerance_rad=st.sampled_from([0.1, 0.3]),
         scenes=st.lists(st.tuples(st.sampled_from(scene_pool), st.integers(0, 2**32 - 1)), min_size=3, max_size=10),
     )
-    def within_limits(blend, horizon, spread, chunk_rate, jitter, max_chunk_age_s, joint_state_timeout_s,
-                      path_tolerance_rad, scenes):
-        cfg = make_config(blend_mode=blend, blend_horizon_s=horizon, max_chunk_age_s=max_chunk_age_s,
-                          joint_state_timeout_s=joint_state_timeout_s, path_tolerance_rad=path_tolerance_rad)
+    def within_limits(
+        blend, horizon, spread, chunk_rate, jitter, max_chunk_age_s, joint_state_timeout_s, path_tolerance_rad, scenes
+    ):
+        cfg = make_config(
+            blend_mode=blend,
+            blend_horizon_s=horizon,
+            max_chunk_age_s=max_chunk_age_s,
+            joint_state_timeout_s=joint_state_timeout_s,
+            path_tolerance_rad=path_tolerance_rad,
+        )
         cycles, ex, reached = _drive(cfg, [("follow", 0)] + scenes, spread, chunk_rate, jitter, gated=gated)
         _PATHS_REACHED.update(reached)
         _PATHS_REACHED.update(_check_cycles(cycles, cfg))
-        for key in ("resets.path_tolerance", "resets.clock_jump", "resets.announced", "anchors.ramped", "stops.chunk_expired", "stops.chunk_stale",
-                    "stops.joint_states_stale", "stops.estop", "stops.disabled", "stops.joint_state_conflict"):
+        for key in (
+            "resets.path_tolerance",
+            "resets.clock_jump",
+            "resets.announced",
+            "anchors.ramped",
+            "stops.chunk_expired",
+            "stops.chunk_stale",
+            "stops.joint_states_stale",
+            "stops.estop",
+            "stops.disabled",
+            "stops.joint_state_conflict",
+        ):
             _PATHS_REACHED[key] += ex.counters[key]
-        _PATHS_REACHED["joint_state_non_finite"] += ex.rejected["joint_state_non_finite"] + reached["refused.joint_state_non_finite"]
+        _PATHS_REACHED["joint_state_non_finite"] += (
+            ex.rejected["joint_state_non_finite"] + reached["refused.joint_state_non_finite"]
+        )
 
     within_limits()
     missing = [p for p in required if not _PATHS_REACHED[p]]
@@ -990,4 +1097,7 @@ def test_loop_timing_on_simulated_time_is_information_unless_the_loop_falls_behi
         behind.record(0.020 if k % 3 == 0 else 0.010, 0.0003)
     ok, message = assess(behind.summary(), 0.01, sim_time=True)
     assert not ok and "missing 34 % of the simulated control periods" in message
-    assert assess(LoopStats(0.01).summary(), 0.01, sim_time=True) == (False, "no control cycle yet (waiting for the clock)")
+    assert assess(LoopStats(0.01).summary(), 0.01, sim_time=True) == (
+        False,
+        "no control cycle yet (waiting for the clock)",
+    )

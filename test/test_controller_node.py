@@ -21,12 +21,23 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import (
+    REPO,
+    LaunchedGraph,
+    Probe,
+    controller_trusts,
+    node_cmd,
+    override_params,
+    spin_until,
+    start_process,
+    stop,
+    stop_cleanly,
+)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, controller_trusts, node_cmd, override_params, spin_until, start_process, stop, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control import bundled_urdf_path, limits_from_urdf
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -49,7 +60,9 @@ RESET_TOPIC = "/controller_test/episode_reset"
 
 def start_controller(log_path, *ros_args: str, trusted: str = f"/{PROBE}"):
     trust = override_params(log_path.with_suffix(".trust.yaml"), "controller", trusted_publishers=[trusted])
-    return start_process(node_cmd("controller_node", "-p", "use_sim_time:=true", *ros_args, "--params-file", trust), log_path)
+    return start_process(
+        node_cmd("controller_node", "-p", "use_sim_time:=true", *ros_args, "--params-file", trust), log_path
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +71,21 @@ def graph(tmp_path_factory):
     # Half speed: a command the controller computes at simulated time t reaches the sim a DDS hop later, so
     # on a loaded machine the arm sees it late and unevenly in *simulated* time; at half speed that lag is
     # half as long in simulated time, and the smoothness checks measure the controller, not the load.
-    with LaunchedGraph("sim.launch.xml", "policy:=none", "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
-                       log_path=logs / "sim.log") as g:
-        ctl = start_controller(logs / "controller.log", "--params-file", str(REPO / "config" / "controller.yaml"),
-                               "-r", f"{EPISODE_RESET_TOPIC}:={RESET_TOPIC}")
+    with LaunchedGraph(
+        "sim.launch.xml",
+        "policy:=none",
+        "image_width:=64",
+        "image_height:=48",
+        "real_time_factor:=0.5",
+        log_path=logs / "sim.log",
+    ) as g:
+        ctl = start_controller(
+            logs / "controller.log",
+            "--params-file",
+            str(REPO / "config" / "controller.yaml"),
+            "-r",
+            f"{EPISODE_RESET_TOPIC}:={RESET_TOPIC}",
+        )
         probe = None
         try:
             probe = Probe(PROBE)
@@ -71,28 +95,51 @@ def graph(tmp_path_factory):
             def on_diag(msg):
                 for s in msg.status:
                     if s.name == "controller: state":
-                        rec["state"].append({kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message})
+                        rec["state"].append(
+                            {kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message}
+                        )
                     elif s.name == "controller: loop":
-                        rec["loop"].append({kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message})
+                        rec["loop"].append(
+                            {kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message}
+                        )
                     elif s.name == "controller: inputs":
-                        rec["inputs"].append({kv.key: kv.value for kv in s.values}
-                                             | {"_level": s.level, "_message": s.message, "_received": time.monotonic()})
+                        rec["inputs"].append(
+                            {kv.key: kv.value for kv in s.values}
+                            | {"_level": s.level, "_message": s.message, "_received": time.monotonic()}
+                        )
 
             n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
-            n.create_subscription(Float64MultiArray, "/forward_position_controller/commands", lambda m: rec["cmd"].append(np.array(m.data)), 200)
+            n.create_subscription(
+                Float64MultiArray,
+                "/forward_position_controller/commands",
+                lambda m: rec["cmd"].append(np.array(m.data)),
+                200,
+            )
             n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
-            latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-            n.create_subscription(String, "/vla/episode_status", lambda m: rec["status"].append(json.loads(m.data)), latched)
+            latched = QoSProfile(
+                depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+            )
+            n.create_subscription(
+                String, "/vla/episode_status", lambda m: rec["status"].append(json.loads(m.data)), latched
+            )
             probe.rec = rec
             probe.logs = logs
             probe.pub_chunk = n.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
-            probe.srv = {name: n.create_client(kind, f"/controller/{name}") for name, kind in (("estop", Trigger), ("resume", Trigger), ("enable", SetBool))}
+            probe.srv = {
+                name: n.create_client(kind, f"/controller/{name}")
+                for name, kind in (("estop", Trigger), ("resume", Trigger), ("enable", SetBool))
+            }
             probe.set_params = n.create_client(SetParameters, "/controller/set_parameters")
             probe.pub_reset = n.create_publisher(Header, RESET_TOPIC, episode_reset_qos())
             probe.sim_reset = n.create_client(Trigger, "/sim/reset")
             # Ready when simulated time runs here too and the controller hears our chunks (discovery).
             # Simulated time past SIM_START_S, so every test can stamp chunks in the past.
-            ready = lambda: len(rec["cmd"]) > 20 and rec["state"] and probe.now_s() > SIM_START_S and probe.pub_chunk.get_subscription_count() > 0  # noqa: E731
+            ready = lambda: (
+                len(rec["cmd"]) > 20
+                and rec["state"]
+                and probe.now_s() > SIM_START_S
+                and probe.pub_chunk.get_subscription_count() > 0
+            )  # noqa: E731
             assert probe.spin_until(ready, 120), (logs / "controller.log").read_text()[-3000:]
             assert probe.spin_until(lambda: controller_trusts(rec["inputs"], "/" + PROBE), 60), rec["inputs"][-1:]
             yield probe
@@ -116,14 +163,16 @@ def joint_history(probe, t_from: float, t_to: float) -> tuple[np.ndarray, np.nda
     (after the clock-jump test, stamps of the old one repeat). Waits until one stamped at or after ``t_to``
     (or the newest /clock) has arrived: /clock and /joint_states are separate topics, and on a busy machine
     the clock can run ahead of the joint states that were sampled before it."""
+
     def rows():
         stamped = [(ns_from_time_msg(m.header.stamp) * 1e-9, m) for m in probe.rec["js"]]
         jumps = [k for k in range(1, len(stamped)) if stamped[k][0] < stamped[k - 1][0]]
-        return stamped[jumps[-1]:] if jumps else stamped
+        return stamped[jumps[-1] :] if jumps else stamped
 
     t_end = min(t_to, probe.now_s())
-    assert probe.spin_until(lambda: rows() and rows()[-1][0] >= t_end - 0.011, 30), \
+    assert probe.spin_until(lambda: rows() and rows()[-1][0] >= t_end - 0.011, 30), (
         f"no joint state stamped {t_end:.3f} s or later (newest {rows()[-1:][0][0] if rows() else None})"
+    )
     kept = [(t, measured(probe, m)) for t, m in rows() if t_from <= t <= t_to]
     return np.array([r[0] for r in kept]), np.array([r[1] for r in kept])
 
@@ -141,14 +190,17 @@ def send_chunk(probe, stamp_s: float, points: np.ndarray, dt_s: float = 0.02, na
 
 
 def send_accepted(probe, points, attempts: int = 5, age_s: float = 0.0) -> float:
-    """Send ``points()`` stamped now (``age_s`` ago) until the controller accepts it; returns the accepted stamp. A probe that
+    """Send ``points()`` stamped now (``age_s`` ago) until the controller accepts it; returns the accepted stamp. A
+    probe that
     was not spun for a while (the tests without the sim) works through its backlog first, and its clock can
     lag the controller's by more than a short chunk: such a chunk is refused as expired and sent again."""
     for _ in range(attempts):
         before = fresh_state(probe)
         stamp = probe.now_s() - age_s
         send_chunk(probe, stamp, points())
-        outcome = lambda: [k for k in ("chunks.accepted", "rejected.expired") if count(state(probe), k) > count(before, k)]  # noqa: E731
+        outcome = lambda: [
+            k for k in ("chunks.accepted", "rejected.expired") if count(state(probe), k) > count(before, k)
+        ]  # noqa: E731
         assert probe.spin_until(outcome, 30), why(probe)
         if outcome() == ["chunks.accepted"]:
             return stamp
@@ -191,9 +243,11 @@ def assert_holds(commands, q) -> None:
 
 def held_command(probe, after: int = 0) -> np.ndarray:
     """The command once it has stopped changing (the controller holds), among commands after index ``after``."""
+
     def steady():
         c = probe.rec["cmd"]
         return len(c) > after + 10 and np.abs(np.array(c[-10:]) - c[-1]).max() < HOLD_ATOL
+
     assert probe.spin_until(steady, 30), "the command did not settle"
     return probe.rec["cmd"][-1].copy()
 
@@ -210,7 +264,7 @@ def set_param(probe, name: str, kind: int, **value):
 def why(probe) -> str:
     """What a failed wait reports: the controller's state (without the loop figures) and the probe's clock."""
     keep = ("mode", "watchdog", "estop", "enabled", "chunk", "rejected", "stops", "clock")
-    return f"now {probe.now_s():.3f} s, state {({k: v for k, v in state(probe).items() if k.startswith(keep)})}"
+    return f"now {probe.now_s():.3f} s, state { ({k: v for k, v in state(probe).items() if k.startswith(keep)}) }"
 
 
 def moved_from(probe, q: np.ndarray, by: float = 0.02):
@@ -224,9 +278,11 @@ AMP = np.array([0.25, -0.15, 0.2, 0.3, -0.25, 0.3, -0.015])
 
 def smooth_move(q0: np.ndarray, t0_s: float, duration_s: float = 2.0):
     """r(t): q0 -> q0 + AMP along (1 - cos) / 2, from rest to rest, starting at t0."""
+
     def r(t):
         tau = np.clip(np.asarray(t, dtype=np.float64) - t0_s, 0.0, duration_s)
         return q0 + np.outer((1.0 - np.cos(np.pi * tau / duration_s)) / 2.0, AMP)
+
     return r
 
 
@@ -295,7 +351,7 @@ def start_private_controller(log_path, name: str, prefix: str, *ros_args: str) -
         [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", f"__node:={name}",
          "-p", "use_sim_time:=true", "-r", f"/clock:={prefix}/clock", "-r", f"/joint_states:={prefix}/joint_states",
          "-r", f"/vla/safe_action_chunk:={prefix}/chunk", "-p", f"position_controller:={prefix.lstrip('/')}_forward",
-         "-p", f"trusted_publishers:=[/{name}_probe]", "-p", "diagnostics_rate_hz:=5.0", *ros_args],
+         "-p", f"trusted_publishers:=[/{name}_probe]", "-p", "diagnostics_period_s:=0.2", *ros_args],
         stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)  # fmt: skip
 
 
@@ -304,6 +360,7 @@ def statuses_of(rec: list, node: str, concern: str):
         for s in msg.status:
             if s.name == f"{node}: {concern}":
                 rec.append({kv.key: kv.value for kv in s.values} | {"_level": s.level, "_message": s.message})
+
     return on_diag
 
 
@@ -315,6 +372,9 @@ def test_the_config_file_sets_every_parameter_to_a_valid_value():
     from vla_ros.ros.params import validate_all
 
     values = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"]
+    limits = yaml.safe_load((REPO / "config" / "limits.yaml").read_text())["/**"]["ros__parameters"]
+    assert not set(values) & set(limits), "the joint limits are set in config/limits.yaml alone"
+    values.update(limits)
     assert set(values) == {p.name for p in PARAMS}
     assert validate_all(PARAMS, values) == []
     assert {k: v for k, v in values.items()} == {p.name: p.default for p in PARAMS}  # the file shows the defaults
@@ -331,7 +391,10 @@ def test_a_bad_configuration_refuses_to_start_with_a_reason(tmp_path):
     ):
         done = subprocess.run(
             [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", *args],
-            capture_output=True, text=True, timeout=60, cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
         )
         assert done.returncode == 2 and "cannot start" in done.stderr and reason in done.stderr, done.stderr[-2000:]
 
@@ -387,6 +450,7 @@ def test_on_wall_time_the_loop_runs_in_its_mode_and_never_faster_than_100_hz(tmp
         node.create_subscription(Float64MultiArray, "/wall_test_forward/commands", lambda m: cmds.append(m), 500)
         node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
         js_pub = node.create_publisher(JointState, "/wall_test/joint_states", 10)
+
         def publish_joint_state():
             js = JointState(name=JOINTS, position=list(HOME_Q))
             js.header.stamp = node.get_clock().now().to_msg()  # unstamped joint states are refused
@@ -394,7 +458,9 @@ def test_on_wall_time_the_loop_runs_in_its_mode_and_never_faster_than_100_hz(tmp
 
         node.create_timer(0.01, publish_joint_state)
         set_params = node.create_client(SetParameters, "/controller_wall/set_parameters")
-        assert wait(lambda: len(cmds) > 50 or proc.poll() is not None, 60) and proc.poll() is None, log_path.read_text()[-3000:]
+        assert wait(lambda: len(cmds) > 50 or proc.poll() is not None, 60) and proc.poll() is None, (
+            log_path.read_text()[-3000:]
+        )
         np.testing.assert_allclose(cmds[-1].data, HOME_Q, atol=1e-9)  # holding where the joint states say
         assert wait(lambda: loops and int(loops[-1]["cycles"]) > 200, 30), loops[-1:]
         loop = loops[-1]
@@ -406,8 +472,10 @@ def test_on_wall_time_the_loop_runs_in_its_mode_and_never_faster_than_100_hz(tmp
         # realtime_priority: inline, the one thread (the main one) runs SCHED_FIFO 10; thread mode, the loop
         # thread runs FIFO 10 and the executor thread (the main one) 9, so a GIL holder is never preempted by
         # ordinary processes. Where FIFO is not allowed, a warning says so.
-        policies = {tid: (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
-                    for tid in map(int, os.listdir(f"/proc/{proc.pid}/task"))}
+        policies = {
+            tid: (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+            for tid in map(int, os.listdir(f"/proc/{proc.pid}/task"))
+        }
         if fifo_allowed():
             assert policies[proc.pid] == (os.SCHED_FIFO, 10 if resolved == "inline" else 9), policies
             assert sum(p[0] == os.SCHED_FIFO for p in policies.values()) == (1 if resolved == "inline" else 2), policies
@@ -456,7 +524,7 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
         mode: subprocess.Popen(
             [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", f"__node:=controller_{mode}",
              "-r", f"/joint_states:=/{mode}_test/joint_states", "-r", f"/vla/safe_action_chunk:=/{mode}_test/chunk",
-             "-p", f"position_controller:={mode}_test_forward", "-p", "diagnostics_rate_hz:=5.0",
+             "-p", f"position_controller:={mode}_test_forward", "-p", "diagnostics_period_s:=0.2",
              "-p", f"allow_runtime_loosening:={'true' if mode == 'loose' else 'false'}"],
             stdout=open(logs[mode], "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
         for mode in ("strict", "loose")
@@ -465,7 +533,9 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
     try:
         diag = {mode: [] for mode in procs}
         for mode in procs:
-            rig.node.create_subscription(DiagnosticArray, "/diagnostics", statuses_of(diag[mode], f"controller_{mode}", "parameters"), 50)
+            rig.node.create_subscription(
+                DiagnosticArray, "/diagnostics", statuses_of(diag[mode], f"controller_{mode}", "parameters"), 50
+            )
         setp = {m: rig.node.create_client(SetParameters, f"/controller_{m}/set_parameters") for m in procs}
         getp = rig.node.create_client(GetParameters, "/controller_strict/get_parameters")
         for client in setp.values():
@@ -479,25 +549,44 @@ def test_limits_can_be_tightened_at_run_time_but_loosened_only_with_the_opt_in(t
             return rig.call(getp, GetParameters.Request(names=[name])).values[0]
 
         # The issue's loosenings, each refused with a reason naming the parameter, and read back unchanged.
-        for name, loose, was in (("max_acceleration", 200.0, 10.0), ("velocity_scale", 1.0, None), ("joint_state_timeout_s", 5.0, 0.5),
-                                 ("chunk_timeout_s", 10.0, 0.5), ("path_tolerance_rad", 0.0, 0.3), ("use_chunk_velocities", True, False)):
+        for name, loose, was in (
+            ("default_acceleration_rad_s2", 200.0, 10.0),
+            ("velocity_scale", 1.0, None),
+            ("joint_state_timeout_s", 5.0, 0.5),
+            ("chunk_timeout_s", 10.0, 0.5),
+            ("path_tolerance_rad", 0.0, 0.3),
+            ("use_chunk_velocities", True, False),
+        ):
             if name == "velocity_scale":
                 assert set_("strict", name, 0.8).successful  # tighten first, so 1.0 is a loosening
                 was = 0.8
             result = set_("strict", name, loose)
-            assert not result.successful and result.reason.startswith(name) and "allow_runtime_loosening" in result.reason, (name, result.reason)
+            assert (
+                not result.successful and result.reason.startswith(name) and "allow_runtime_loosening" in result.reason
+            ), (name, result.reason)
             value = read(name)
             assert (value.bool_value if isinstance(was, bool) else value.double_value) == was, name
         # Tightening is taken, logged old -> new and reported on /diagnostics.
-        assert set_("strict", "max_acceleration", 8.0).successful
-        assert read("max_acceleration").double_value == 8.0
-        assert rig.spin_until(lambda: any("max_acceleration: 10 -> 8" in d["_message"] for d in diag["strict"]), 30), diag["strict"][-1:]
-        assert "parameter max_acceleration: 10 -> 8" in logs["strict"].read_text()
+        assert set_("strict", "default_acceleration_rad_s2", 8.0).successful
+        assert read("default_acceleration_rad_s2").double_value == 8.0
+        assert rig.spin_until(
+            lambda: any("default_acceleration_rad_s2: 10 -> 8" in d["_message"] for d in diag["strict"]), 30
+        ), diag["strict"][-1:]
+        assert "parameter default_acceleration_rad_s2: 10 -> 8" in logs["strict"].read_text()
         # The opt-in allows loosening, and says so.
-        assert set_("loose", "max_acceleration", 200.0).successful
-        assert rig.spin_until(lambda: any("max_acceleration: 10 -> 200 (loosened)" in d["_message"] and d["_level"] == DiagnosticStatus.WARN
-                                          for d in diag["loose"]), 30), diag["loose"][-1:]
-        assert "parameter max_acceleration: 10 -> 200 (loosened) (allowed by allow_runtime_loosening)" in logs["loose"].read_text()
+        assert set_("loose", "default_acceleration_rad_s2", 200.0).successful
+        assert rig.spin_until(
+            lambda: any(
+                "default_acceleration_rad_s2: 10 -> 200 (loosened)" in d["_message"]
+                and d["_level"] == DiagnosticStatus.WARN
+                for d in diag["loose"]
+            ),
+            30,
+        ), diag["loose"][-1:]
+        assert (
+            "parameter default_acceleration_rad_s2: 10 -> 200 (loosened) (allowed by allow_runtime_loosening)"
+            in logs["loose"].read_text()
+        )
         # A change that is invalid as a whole configuration is refused before anything takes effect.
         assert not set_("loose", "max_chunk_age_s", 0.015).successful  # shorter than two control periods
     finally:
@@ -536,11 +625,18 @@ def test_stopped_clock_joint_states_and_chunks_are_reported_within_their_timeout
             js_pub.publish(js)
             if sim["chunks"] and sim["ns"] % 100_000_000 == 0:
                 tfs = 0.02 * np.arange(1, 41)
-                chunk_pub.publish(msg_from_chunk(ActionChunk(tuple(JOINTS), sim["ns"], tfs, np.repeat(np.array(HOME_Q)[None], 40, axis=0))))
+                chunk_pub.publish(
+                    msg_from_chunk(
+                        ActionChunk(tuple(JOINTS), sim["ns"], tfs, np.repeat(np.array(HOME_Q)[None], 40, axis=0))
+                    )
+                )
 
         n.create_timer(0.01, tick)
         latest = lambda: inputs[-1] if inputs else {"_level": None, "_message": ""}  # noqa: E731
-        assert rig.spin_until(lambda: len(cmds) > 20 and latest()["_level"] == DiagnosticStatus.OK, 90), (latest(), log_path.read_text()[-2000:])
+        assert rig.spin_until(lambda: len(cmds) > 20 and latest()["_level"] == DiagnosticStatus.OK, 90), (
+            latest(),
+            log_path.read_text()[-2000:],
+        )
         sim["chunks"] = False  # the policy or the filter died
         assert rig.spin_until(lambda: "no chunk from /controller_wd_probe" in latest()["_message"], 30), latest()
         assert latest()["_level"] == DiagnosticStatus.WARN and "policy or safety filter dead" in latest()["_message"]
@@ -567,14 +663,18 @@ def test_trusted_state_publishers_refuses_a_stray_driver_and_a_second_clock_hold
 
     log_path = tmp_path / "trusted_states.log"
     prefix = "/ts_test"
-    proc = start_private_controller(log_path, "controller_ts", prefix, "-p", "trusted_state_publishers:=[/controller_ts_probe]")
+    proc = start_private_controller(
+        log_path, "controller_ts", prefix, "-p", "trusted_state_publishers:=[/controller_ts_probe]"
+    )
     rig, stray = PrivateNode("controller_ts_probe"), PrivateNode("stray_state_driver")
     try:
         n = rig.node
         inputs, states, cmds = [], [], []
         n.create_subscription(DiagnosticArray, "/diagnostics", statuses_of(inputs, "controller_ts", "inputs"), 100)
         n.create_subscription(DiagnosticArray, "/diagnostics", statuses_of(states, "controller_ts", "state"), 100)
-        n.create_subscription(Float64MultiArray, f"{prefix}_forward/commands", lambda m: cmds.append(np.array(m.data)), 500)
+        n.create_subscription(
+            Float64MultiArray, f"{prefix}_forward/commands", lambda m: cmds.append(np.array(m.data)), 500
+        )
         clock_pub = n.create_publisher(ClockMsg, f"{prefix}/clock", 10)
         js_pub = n.create_publisher(JointState, f"{prefix}/joint_states", 10)
         stray_js = stray.node.create_publisher(JointState, f"{prefix}/joint_states", 10)
@@ -595,20 +695,31 @@ def test_trusted_state_publishers_refuses_a_stray_driver_and_a_second_clock_hold
 
         n.create_timer(0.01, tick)
         latest = lambda rec: rec[-1] if rec else {"_level": None, "_message": ""}  # noqa: E731
-        assert rig.spin_until(lambda: len(cmds) > 20 and states and "holding" in latest(states)["_message"], 90), (latest(states), log_path.read_text()[-2000:])
+        assert rig.spin_until(lambda: len(cmds) > 20 and states and "holding" in latest(states)["_message"], 90), (
+            latest(states),
+            log_path.read_text()[-2000:],
+        )
         home = cmds[-1].copy()
         np.testing.assert_allclose(home, HOME_Q, atol=1e-9)
 
         sim["stray_states"] = True
         # named once the graph knows the publisher's node (for a moment after discovery it is "an unnamed node")
-        assert rig.spin_until(lambda: "joint_state_untrusted_source: from /stray_state_driver" in latest(inputs)["_message"], 30), latest(inputs)
+        assert rig.spin_until(
+            lambda: "joint_state_untrusted_source: from /stray_state_driver" in latest(inputs)["_message"], 30
+        ), latest(inputs)
         assert latest(inputs)["_level"] == DiagnosticStatus.WARN
-        assert rig.spin_until(lambda: int(latest(states).get("rejected.joint_state_untrusted_source", 0)) >= 20, 30), latest(states)
+        assert rig.spin_until(lambda: int(latest(states).get("rejected.joint_state_untrusted_source", 0)) >= 20, 30), (
+            latest(states)
+        )
         sim["stray_states"] = False
-        assert "held" not in latest(states)["_message"] and int(latest(states).get("rejected.joint_state_jump", 0)) == 0, latest(states)
+        assert (
+            "held" not in latest(states)["_message"] and int(latest(states).get("rejected.joint_state_jump", 0)) == 0
+        ), latest(states)
 
         stray_clock = stray.node.create_publisher(ClockMsg, f"{prefix}/clock", 10)
-        assert rig.spin_until(lambda: "2 publishers on /ts_test/clock" in latest(inputs)["_message"], 30), latest(inputs)
+        assert rig.spin_until(lambda: "2 publishers on /ts_test/clock" in latest(inputs)["_message"], 30), latest(
+            inputs
+        )
         assert latest(inputs)["_level"] == DiagnosticStatus.ERROR, latest(inputs)
         assert "/stray_state_driver" in latest(inputs)["_message"]
         sim["stray_clock"] = True
@@ -617,7 +728,9 @@ def test_trusted_state_publishers_refuses_a_stray_driver_and_a_second_clock_hold
         rig.spin_until(lambda: time.monotonic() > end, 5)
         sim["stray_clock"] = False
         stray.node.destroy_publisher(stray_clock)
-        assert rig.spin_until(lambda: "/clock" not in latest(inputs)["_message"] and "held" not in latest(states)["_message"], 30), (latest(inputs), latest(states))
+        assert rig.spin_until(
+            lambda: "/clock" not in latest(inputs)["_message"] and "held" not in latest(states)["_message"], 30
+        ), (latest(inputs), latest(states))
         # every command of the whole test held the arm at home: nothing the stray sources sent moved it
         assert np.abs(np.array(cmds) - home).max() < 1e-9, np.abs(np.array(cmds) - home).max()
         assert int(latest(states).get("holds.clock_conflict", 0)) == 1, latest(states)
@@ -747,7 +860,16 @@ def test_diagnostics_report_loop_timing_and_state_and_parameters_are_validated(g
     # The period is measured in simulated time; a loaded machine can only make it longer (figures: the bench).
     assert loop["clock"] == "sim" and float(loop["period_ms_mean"]) > 9.0, loop
     s = state(graph)
-    for key in ("mode", "watchdog", "estop", "enabled", "chunk_age_s", "tracking_error.max", "clock_jumps", "output_topic"):
+    for key in (
+        "mode",
+        "watchdog",
+        "estop",
+        "enabled",
+        "chunk_age_s",
+        "tracking_error.max",
+        "clock_jumps",
+        "output_topic",
+    ):
         assert key in s, key
     assert s["output_topic"] == "/forward_position_controller/commands"
     bad = set_param(graph, "blend_horizon_s", ParameterType.PARAMETER_DOUBLE, double_value=-1.0)
@@ -795,21 +917,38 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
                 inputs[node].append({kv.key: kv.value for kv in s.values})
 
     n = probe.node
-    n.create_subscription(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", lambda m: out["jtc"].append(m), 50)
+    n.create_subscription(
+        JointTrajectory, "/joint_trajectory_controller/joint_trajectory", lambda m: out["jtc"].append(m), 50
+    )
     n.create_subscription(JointState, "/vla_test/joint_command", lambda m: out["isaac"].append(m), 50)
     n.create_subscription(Float64MultiArray, "/vla_test_forward/commands", lambda m: out["fwd"].append(m), 50)
     n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
     joints = "joints:=[" + ",".join(PERM_NAMES) + "]"
     logs = [probe.logs / f for f in ("jtc.log", "isaac.log", "fwd.log")]
     procs = [
-        start_controller(logs[0], "-r", "__node:=controller_jtc", "-p", joints, "-p", "output_interface:=joint_trajectory"),
-        start_controller(logs[1], "-r", "__node:=controller_isaac", "-p", joints, "-p", "output_interface:=isaac", "-p", "isaac_topic:=/vla_test/joint_command"),
-        start_controller(logs[2], "-r", "__node:=controller_fwd", "-p", joints, "-p", "position_controller:=vla_test_forward"),
+        start_controller(
+            logs[0], "-r", "__node:=controller_jtc", "-p", joints, "-p", "output_interface:=joint_trajectory"
+        ),
+        start_controller(
+            logs[1],
+            "-r",
+            "__node:=controller_isaac",
+            "-p",
+            joints,
+            "-p",
+            "output_interface:=isaac",
+            "-p",
+            "isaac_topic:=/vla_test/joint_command",
+        ),
+        start_controller(
+            logs[2], "-r", "__node:=controller_fwd", "-p", joints, "-p", "position_controller:=vla_test_forward"
+        ),
     ]
     try:
         assert probe.spin_until(lambda: all(len(v) > 5 for v in out.values()), 60), {k: len(v) for k, v in out.items()}
-        assert probe.spin_until(lambda: all(controller_trusts(v, "/" + PROBE) for v in inputs.values()), 60), \
-            {k: v[-1:] for k, v in inputs.items()}
+        assert probe.spin_until(lambda: all(controller_trusts(v, "/" + PROBE) for v in inputs.values()), 60), {
+            k: v[-1:] for k, v in inputs.items()
+        }
         q0 = measured(probe)
         target = offsets_inside_the_limits(q0, np.array([0.2, -0.1, 0.15, -0.2, 0.1, 0.25, -0.01]))
         t0 = probe.now_s()
@@ -821,7 +960,15 @@ def test_every_output_interface_sends_the_right_message_in_the_right_joint_order
         assert list(jtc.joint_names) == PERM_NAMES
         assert len(jtc.points) == 7 and ns_from_time_msg(jtc.header.stamp) > 0
         # This period's command, 5 periods of look-ahead, then the stop to rest (at rest: one period later).
-        assert [round(p.time_from_start.nanosec * 1e-9, 6) for p in jtc.points] == [0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06]
+        assert [round(p.time_from_start.nanosec * 1e-9, 6) for p in jtc.points] == [
+            0.0,
+            0.01,
+            0.02,
+            0.03,
+            0.04,
+            0.05,
+            0.06,
+        ]
         by_name = dict(zip(jtc.joint_names, jtc.points[-1].positions))
         np.testing.assert_allclose([by_name[j] for j in JOINTS], target, atol=1e-6)
         np.testing.assert_allclose(measured(probe), target, atol=5e-3)  # the sim followed the JTC output
@@ -848,14 +995,26 @@ def test_a_foreign_nodes_chunks_move_nothing_and_are_counted_and_named(graph):
     q0 = held_command(probe)
     before = fresh_state(probe)
     log_path = probe.logs / "stray.log"
-    stray = subprocess.Popen([sys.executable, str(REPO / "test" / "stray_publisher.py"), "stray_publisher"],
-                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    stray = subprocess.Popen(
+        [sys.executable, str(REPO / "test" / "stray_publisher.py"), "stray_publisher"],
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
     n_cmd = len(probe.rec["cmd"])
     try:
-        assert probe.spin_until(lambda: count(state(probe), "rejected.unauthorized_source") >= count(before, "rejected.unauthorized_source") + 5
-                                and "/stray_publisher" in probe.rec["inputs"][-1]["_message"], 90), (state(probe), log_path.read_text()[-2000:])
+        assert probe.spin_until(
+            lambda: (
+                count(state(probe), "rejected.unauthorized_source") >= count(before, "rejected.unauthorized_source") + 5
+                and "/stray_publisher" in probe.rec["inputs"][-1]["_message"]
+            ),
+            90,
+        ), (state(probe), log_path.read_text()[-2000:])
         inputs = probe.rec["inputs"][-1]
-        assert inputs["_level"] == DiagnosticStatus.ERROR and "untrusted publisher /stray_publisher" in inputs["_message"]
+        assert (
+            inputs["_level"] == DiagnosticStatus.ERROR and "untrusted publisher /stray_publisher" in inputs["_message"]
+        )
         accepted = count(state(probe), "chunks.accepted")
         send_chunk(probe, probe.now_s(), q0 + np.outer(0.02 * np.arange(50), AMP / 3))  # the trusted node, meanwhile
         wait_until_sim(probe, probe.now_s() + 0.5)
@@ -872,6 +1031,7 @@ def test_a_foreign_nodes_chunks_move_nothing_and_are_counted_and_named(graph):
         send_chunk(probe, probe.now_s(), q0 + np.outer(0.02 * np.arange(30), AMP / 6))
         probe.spin_for_sim(0.3)
         return count(state(probe), "chunks.accepted") > accepted
+
     assert probe.spin_until(trusted_chunk_runs, 60)
     held_command(probe)
 
@@ -885,7 +1045,9 @@ def test_out_of_limit_chunks_from_the_trusted_node_are_refused_not_clamped(graph
     n_cmd = len(probe.rec["cmd"])
     far = q0.copy()
     far[1] = 3.5
-    send_chunk(probe, probe.now_s(), q0 + np.linspace(0.0, 1.0, 40)[:, None] * (far - q0), dt_s=0.1, clip=False)  # slow, out of range
+    send_chunk(
+        probe, probe.now_s(), q0 + np.linspace(0.0, 1.0, 40)[:, None] * (far - q0), dt_s=0.1, clip=False
+    )  # slow, out of range
     fast = q0 + np.outer(np.arange(20), [0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.0])  # elbow at 5 rad/s > 2.5
     send_chunk(probe, probe.now_s(), fast)
     codes = ("rejected.position_limit", "rejected.velocity_limit")
@@ -896,12 +1058,14 @@ def test_out_of_limit_chunks_from_the_trusted_node_are_refused_not_clamped(graph
     assert count(after, "position_clamped_cycles") == count(before, "position_clamped_cycles")
     assert_holds(commands_since(probe, n_cmd)[-1], q0)
     log = (probe.logs / "controller.log").read_text()
-    assert re.search(r"rejected chunk: position_limit: point \d+: shoulder_lift_joint = [\d.]+ outside \[-1.9, 1.9\]", log), log[-2000:]
+    assert re.search(
+        r"rejected chunk: position_limit: point \d+: shoulder_lift_joint = [\d.]+ outside \[-1.9, 1.9\]", log
+    ), log[-2000:]
     assert "rejected chunk: velocity_limit: segment 0->1: elbow_joint at 5 > 2.5" in log
 
 
 def test_a_100000_point_chunk_is_refused_before_it_is_deserialized(graph):
-    """The size is read from the message's bytes: the chunk is refused as too_long and never turned into
+    """The size is read from the message's bytes: the chunk is refused as too_many_points and never turned into
     Python objects (the deserialized-chunks count does not move), so it costs the loop nothing."""
     probe = graph
     q0 = held_command(probe)
@@ -911,7 +1075,9 @@ def test_a_100000_point_chunk_is_refused_before_it_is_deserialized(graph):
     msg.points = [point] * 100_000
     before, inputs = fresh_state(probe), fresh_inputs(probe)
     probe.pub_chunk.publish(msg)
-    assert probe.spin_until(lambda: count(state(probe), "rejected.too_long") == count(before, "rejected.too_long") + 1, 60)
+    assert probe.spin_until(
+        lambda: count(state(probe), "rejected.too_many_points") == count(before, "rejected.too_many_points") + 1, 60
+    )
     assert count(fresh_inputs(probe), "chunks.deserialized") == count(inputs, "chunks.deserialized")
     assert_holds(held_command(probe), q0)
 
@@ -942,7 +1108,9 @@ def test_an_announced_reset_re_anchors_the_controller_where_the_arm_is(graph):
     send_chunk(probe, stamp, q0 + np.outer(0.02 * np.arange(150), slow))  # 3 s
     wait_until_sim(probe, stamp + 0.5)
     t_reset = reset_and_announce(probe, "2")
-    assert probe.spin_until(lambda: count(state(probe), "resets.announced") == count(before, "resets.announced") + 1, 30), state(probe)
+    assert probe.spin_until(
+        lambda: count(state(probe), "resets.announced") == count(before, "resets.announced") + 1, 30
+    ), state(probe)
     held = held_command(probe)
     np.testing.assert_allclose(held, measured(probe), atol=5e-3)  # re-anchored where the arm is
     # Near home: the reset put it there, and the old plan (0.05 rad away at the reset) is not followed.
@@ -975,7 +1143,9 @@ def test_a_plain_reset_without_announcement_trips_the_path_tolerance_and_does_no
     np.testing.assert_allclose(held_command(probe), away, atol=1e-6)
     before = fresh_state(probe)
     probe.call(probe.sim_reset, Trigger.Request())
-    assert probe.spin_until(lambda: count(state(probe), "resets.path_tolerance") == count(before, "resets.path_tolerance") + 1, 30), state(probe)
+    assert probe.spin_until(
+        lambda: count(state(probe), "resets.path_tolerance") == count(before, "resets.path_tolerance") + 1, 30
+    ), state(probe)
     wait_until_sim(probe, probe.now_s() + 1.0)
     home = np.array(HOME_Q)
     # Held near home, not back at `away` (today's main). The old hold is still sent until the first joint
@@ -1007,7 +1177,11 @@ def test_a_driver_of_other_joints_on_the_joint_state_topic_is_merged_not_a_confl
         t_next += 0.02
     after = fresh_state(probe)
     probe.node.destroy_publisher(pub)
-    changed = {k: (before.get(k), v) for k, v in after.items() if k.startswith(("rejected.", "holds.")) and v != before.get(k, "0")}
+    changed = {
+        k: (before.get(k), v)
+        for k, v in after.items()
+        if k.startswith(("rejected.", "holds.")) and v != before.get(k, "0")
+    }
     assert sent > 10 and not changed, changed
     assert not [st for st in probe.rec["state"][k_state:] if "held" in st["_message"]]
     # the sim's states are still taken: no refusal reported, the joint-state watchdog content
@@ -1041,9 +1215,14 @@ def test_a_second_joint_state_publisher_with_an_old_pose_or_a_name_twice_moves_n
             pub.publish(msg)
         sent += 1
         t_next += 0.02
-    named = [(s["_received"], s["_message"]) for s in probe.rec["inputs"][k_inputs:]
-             if s["_level"] == DiagnosticStatus.ERROR and "publishers on /joint_states" in s["_message"]
-             and PROBE in s["_message"] and "/sim" in s["_message"]]
+    named = [
+        (s["_received"], s["_message"])
+        for s in probe.rec["inputs"][k_inputs:]
+        if s["_level"] == DiagnosticStatus.ERROR
+        and "publishers on /joint_states" in s["_message"]
+        and PROBE in s["_message"]
+        and "/sim" in s["_message"]
+    ]
     held = [st for st in probe.rec["state"][k_state:] if "held (joint_state_conflict)" in st["_message"]]
     probe.node.destroy_publisher(pub)
     wait_until_sim(probe, probe.now_s() + 0.5)
@@ -1063,8 +1242,13 @@ def test_a_second_joint_state_publisher_with_an_old_pose_or_a_name_twice_moves_n
     assert np.abs(measured(probe) - q0)[ARM].max() < 0.01
     assert named, probe.rec["inputs"][k_inputs:]  # how soon: vla-ros bench faults measures it (README)
     # and clears once the second publisher is gone (other inputs, such as chunks, may still be reported)
-    assert probe.spin_until(lambda: "/joint_states" not in probe.rec["inputs"][-1]["_message"]
-                            and "joint states refused" not in probe.rec["inputs"][-1]["_message"], 30), probe.rec["inputs"][-1]
+    assert probe.spin_until(
+        lambda: (
+            "/joint_states" not in probe.rec["inputs"][-1]["_message"]
+            and "joint states refused" not in probe.rec["inputs"][-1]["_message"]
+        ),
+        30,
+    ), probe.rec["inputs"][-1]
     assert probe.spin_until(lambda: "held" not in probe.rec["state"][-1]["_message"], 30), probe.rec["state"][-1]
 
 
@@ -1082,7 +1266,9 @@ def test_a_backwards_clock_jump_restarts_from_the_reset_arm(graph):
 
     def reset_clock_on_reset(on: bool):
         v = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=on)
-        return probe.call(sim_params, SetParameters.Request(parameters=[ParameterMsg(name="reset_clock_on_reset", value=v)])).results[0]
+        return probe.call(
+            sim_params, SetParameters.Request(parameters=[ParameterMsg(name="reset_clock_on_reset", value=v)])
+        ).results[0]
 
     assert reset_clock_on_reset(True).successful
     try:

@@ -6,7 +6,6 @@ import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
-
 from ros_helpers import REPO, start_process, stop
 
 RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / "sim.launch.xml")]
@@ -15,8 +14,24 @@ RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", str(REPO / "launch" / "
 def test_scripted_demo_picks_the_named_cup_and_writes_its_outputs(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "vla_ros.cli", "demo", "--policy", "scripted", "--color", "green", "--seed", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=240, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "vla_ros.cli",
+            "demo",
+            "--policy",
+            "scripted",
+            "--color",
+            "green",
+            "--seed",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "SCRIPTED" in proc.stdout  # says plainly that no learned policy moved the arm
@@ -59,9 +74,15 @@ def test_unknown_choice_is_refused_before_anything_starts():
 def _urdf_limits() -> dict[str, dict[str, float]]:
     """Joint -> its <limit> (lower, upper, velocity, effort) and type, read from the shipped URDF here."""
     root = ET.parse(REPO / "vla_ros" / "description" / "vla_arm.urdf").getroot()
-    return {j.get("name"): {"type": j.get("type"), "mimic": j.find("mimic") is not None,
-                            **{k: float(v) for k, v in j.find("limit").attrib.items()}}
-            for j in root.iter("joint") if j.find("limit") is not None}
+    return {
+        j.get("name"): {
+            "type": j.get("type"),
+            "mimic": j.find("mimic") is not None,
+            **{k: float(v) for k, v in j.find("limit").attrib.items()},
+        }
+        for j in root.iter("joint")
+        if j.find("limit") is not None
+    }
 
 
 # MuJoCo's joint limits are soft constraints: a finger pushed open against its stop sits 1e-5 m past it.
@@ -88,10 +109,9 @@ class DemoWitness:
 
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from ros_helpers import Probe
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, Header, String
-
-        from ros_helpers import Probe
 
         try:
             from rclpy.event_handler import SubscriptionEventCallbacks  # Iron and later
@@ -101,7 +121,9 @@ class DemoWitness:
         self.probe = Probe("demo_witness")
         node = self.probe.node
         deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)  # the executor may fall behind
-        latched = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.lost: Counter[str] = Counter()
         self.statuses: list[dict] = []
         self.resets: dict[int, int] = {}  # episode -> its first instant (ns), as the sim announced it
@@ -117,11 +139,32 @@ class DemoWitness:
             return t.sec * 1_000_000_000 + t.nanosec
 
         subscribe(String, "/vla/episode_status", lambda m: self.statuses.append(json.loads(m.data)), latched)
-        subscribe(Header, "/vla/episode_reset", lambda m: m.frame_id.isdigit() and self.resets.__setitem__(int(m.frame_id), ns(m.stamp)), latched)
-        subscribe(JointState, "/joint_states", lambda m: self.joints.append((ns(m.header.stamp), tuple(m.name), tuple(m.position))), deep)
-        subscribe(Float64MultiArray, "/forward_position_controller/commands", lambda m: self.commands.append(tuple(m.data)), deep)
-        subscribe(DiagnosticArray, "/diagnostics", lambda m: self.sim_reports.extend(
-            {kv.key: kv.value for kv in st.values} for st in m.status if st.name == "sim: simulation"), deep)
+        subscribe(
+            Header,
+            "/vla/episode_reset",
+            lambda m: m.frame_id.isdigit() and self.resets.__setitem__(int(m.frame_id), ns(m.stamp)),
+            latched,
+        )
+        subscribe(
+            JointState,
+            "/joint_states",
+            lambda m: self.joints.append((ns(m.header.stamp), tuple(m.name), tuple(m.position))),
+            deep,
+        )
+        subscribe(
+            Float64MultiArray,
+            "/forward_position_controller/commands",
+            lambda m: self.commands.append(tuple(m.data)),
+            deep,
+        )
+        subscribe(
+            DiagnosticArray,
+            "/diagnostics",
+            lambda m: self.sim_reports.extend(
+                {kv.key: kv.value for kv in st.values} for st in m.status if st.name == "sim: simulation"
+            ),
+            deep,
+        )
 
 
 def test_learned_demo_lifts_exactly_when_the_sim_says_so_and_moves_within_the_urdf_limits(tmp_path):
@@ -139,8 +182,24 @@ def test_learned_demo_lifts_exactly_when_the_sim_says_so_and_moves_within_the_ur
     could have said."""
     out = tmp_path / "demo"
     log = tmp_path / "demo.log"
-    cmd = [sys.executable, "-m", "vla_ros.cli", "demo", "--color", "red", "--seed", "1", "--timeout", str(DEMO_TIMEOUT_S),
-           "--real-time-factor", str(DEMO_REAL_TIME_FACTOR), "--wall-timeout", "480", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vla_ros.cli",
+        "demo",
+        "--color",
+        "red",
+        "--seed",
+        "1",
+        "--timeout",
+        str(DEMO_TIMEOUT_S),
+        "--real-time-factor",
+        str(DEMO_REAL_TIME_FACTOR),
+        "--wall-timeout",
+        "480",
+        "--out",
+        str(out),
+    ]
     witness = DemoWitness()  # up before the graph
     try:
         proc = start_process(cmd, log)
@@ -159,8 +218,14 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
     """The checks of the test above, on what the witness recorded and what the demo printed and wrote."""
     summary = json.loads(next(line for line in reversed(text.splitlines()) if line.startswith('{"motion"')))
     assert json.loads((out / "summary.json").read_text()) == summary
-    assert summary["motion"] == "learned policy" and summary["instruction"] == "pick up the red cup" and summary["target"] == "red"
-    assert summary["episode_time_s"] > 1.0, summary  # it watched the episode (to a second past the lift, or to the timeout)
+    assert (
+        summary["motion"] == "learned policy"
+        and summary["instruction"] == "pick up the red cup"
+        and summary["target"] == "red"
+    )
+    assert summary["episode_time_s"] > 1.0, (
+        summary
+    )  # it watched the episode (to a second past the lift, or to the timeout)
 
     # The demo's episode: it resets the sim once (after the policy's first chunk) and records that episode.
     episodes: dict[int, list[dict]] = {}
@@ -170,9 +235,13 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
     statuses = sorted(episodes[summary["episode"]], key=lambda s: s["time_s"])
     start = witness.resets.get(summary["episode"], round(statuses[0]["time_s"] * 1e9)) * 1e-9
     assert {s["seed"] for s in statuses} == {1}
-    assert {float(r["real_time_factor.target"]) for r in witness.sim_reports} == {DEMO_REAL_TIME_FACTOR}  # the flag reached the sim
+    assert {float(r["real_time_factor.target"]) for r in witness.sim_reports} == {
+        DEMO_REAL_TIME_FACTOR
+    }  # the flag reached the sim
     t = np.array([s["time_s"] - start for s in statuses])
-    periods = np.maximum(np.round(np.diff(np.concatenate([[0.0], t])) / STATUS_PERIOD_S).astype(int) - 1, 0)  # statuses lost before each
+    periods = np.maximum(
+        np.round(np.diff(np.concatenate([[0.0], t])) / STATUS_PERIOD_S).astype(int) - 1, 0
+    )  # statuses lost before each
 
     # Exit code: 0 exactly when the sim reported the named cup lifted within the timeout and still lifted
     # when the demo stopped, a second after the lift (its last status may be a few late: STATUS_LAG). The
@@ -194,8 +263,12 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
     assert (summary["lifted"] == "red") == (returncode == 0)
     if returncode == 0:
         # its lift: a status it took (perhaps late, STATUS_LAG), from its own start (START_SLACK_S)
-        assert first is not None and lift_lo - START_SLACK_S <= summary["time_to_lift_s"] <= lift + STATUS_LAG * STATUS_PERIOD_S + START_SLACK_S, \
-            (summary["time_to_lift_s"], lift)
+        assert (
+            first is not None
+            and lift_lo - START_SLACK_S
+            <= summary["time_to_lift_s"]
+            <= lift + STATUS_LAG * STATUS_PERIOD_S + START_SLACK_S
+        ), (summary["time_to_lift_s"], lift)
 
     # The gripper approached the named cup: the sim's hand and cup positions.
     d = np.array([np.linalg.norm(np.subtract(s["tcp"], s["cups"]["red"])) for s in statuses])
@@ -212,11 +285,17 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
     seen = d[t <= summary["episode_time_s"] + START_SLACK_S]
     surely = d[t <= summary["episode_time_s"] - START_SLACK_S]
     first_moments = d[t <= START_SLACK_S + STATUS_LAG * STATUS_PERIOD_S]
-    assert min(abs(round(float(x), 3) - figures["start"]) for x in first_moments) <= d_tol + 1e-9, (figures["start"], first_moments)
+    assert min(abs(round(float(x), 3) - figures["start"]) for x in first_moments) <= d_tol + 1e-9, (
+        figures["start"],
+        first_moments,
+    )
     assert min(abs(round(float(x), 3) - figures["min"]) for x in seen) <= d_tol + 1e-9, figures["min"]
     k = int(np.argmin(surely))
-    assert round(float(seen.min()) - d_tol, 3) - 1e-9 <= figures["min"] <= round(float(surely[max(k - STATUS_LAG, 0):k + 1].max()), 3) + 1e-9, \
-        (figures["min"], surely[max(k - STATUS_LAG, 0):k + 1])
+    assert (
+        round(float(seen.min()) - d_tol, 3) - 1e-9
+        <= figures["min"]
+        <= round(float(surely[max(k - STATUS_LAG, 0) : k + 1].max()), 3) + 1e-9
+    ), (figures["min"], surely[max(k - STATUS_LAG, 0) : k + 1])
 
     # Joint limits, from the sim's own joint states and the URDF.
     limits = _urdf_limits()
@@ -230,11 +309,14 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
     # the witness saw the episode (most of its joint states, to its end), so the checks below cover it
     mine = stamps[stamps >= ep_start_ns]
     assert len(mine) >= 0.5 * summary["episode_time_s"] * 100, (len(mine), witness.lost)  # config/sim.yaml: 100 Hz
-    assert (mine[-1] - ep_start_ns) * 1e-9 >= summary["episode_time_s"] - START_SLACK_S, "the witness missed the episode's end"
+    assert (mine[-1] - ep_start_ns) * 1e-9 >= summary["episode_time_s"] - START_SLACK_S, (
+        "the witness missed the episode's end"
+    )
     lower = np.array([limits[n]["lower"] for n in names])
     upper = np.array([limits[n]["upper"] for n in names])
-    assert np.all(np.isfinite(q)) and np.all(q >= lower - POSITION_SLACK) and np.all(q <= upper + POSITION_SLACK), \
-        {n: (float(q[:, i].min()), float(q[:, i].max())) for i, n in enumerate(names)}
+    assert np.all(np.isfinite(q)) and np.all(q >= lower - POSITION_SLACK) and np.all(q <= upper + POSITION_SLACK), {
+        n: (float(q[:, i].min()), float(q[:, i].max())) for i, n in enumerate(names)
+    }
     # Velocities: finite differences of consecutive joint states (an average over the interval, so never
     # above the peak, also across messages the witness lost), leaving out the one pair across the reset
     # (the arm is put back home there).
@@ -265,15 +347,21 @@ def check_learned_demo(witness: DemoWitness, returncode: int, text: str, out) ->
 
 def test_scripted_motion_reports_its_plan_on_diagnostics(tmp_path):
     from diagnostic_msgs.msg import DiagnosticArray
-
     from ros_helpers import LaunchedGraph, Probe
 
     with LaunchedGraph("sim.launch.xml", "policy:=scripted", "target_color:=blue", log_path=tmp_path / "log"):
         probe = Probe("scripted_diag_probe")
         seen = []
         probe.node.create_subscription(
-            DiagnosticArray, "/diagnostics",
-            lambda m: seen.extend((s.level, s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name == "scripted_motion: scripted pick"), 20)
+            DiagnosticArray,
+            "/diagnostics",
+            lambda m: seen.extend(
+                (s.level, s.message, {kv.key: kv.value for kv in s.values})
+                for s in m.status
+                if s.name == "scripted_motion: scripted pick"
+            ),
+            20,
+        )
         ok = probe.spin_until(lambda: any(level == b"\x00" for level, _, _ in seen), 90)
         probe.close()
     assert ok, seen[-3:]

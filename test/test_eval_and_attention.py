@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from vla_ros.evaluation.attention import cup_patches, run as attention_run
+from vla_ros.evaluation.attention import cup_patches
+from vla_ros.evaluation.attention import run as attention_run
 from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig, grasp_offset
-from vla_ros.evaluation.run_eval import evaluate, load_templates, main as eval_main
+from vla_ros.evaluation.run_eval import evaluate, load_templates
+from vla_ros.evaluation.run_eval import main as eval_main
 from vla_ros.evaluation.tables import grasp_summary
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
@@ -36,7 +38,10 @@ def test_closed_loop_is_deterministic_per_seed_and_counts_what_the_filter_did(ti
     loop.close()
     assert a.chunks == b.chunks == pytest.approx(1.5 * 10, abs=2)  # 10 Hz policy ticks
     assert a.verdicts == b.verdicts and sum(a.verdicts.values()) == a.chunks
-    assert a.min_target_distance_m == b.min_target_distance_m and a.initial_target_distance_m == b.initial_target_distance_m
+    assert (
+        a.min_target_distance_m == b.min_target_distance_m
+        and a.initial_target_distance_m == b.initial_target_distance_m
+    )
     assert a.initial_target_distance_m != c.initial_target_distance_m  # another seed, another layout
     assert not a.success
 
@@ -48,9 +53,14 @@ def test_grasp_offsets_split_along_and_across_the_reach():
     across = grasp_offset(1.0, cup + [-0.8 * 0.03, 0.6 * 0.03, 0.0], cup)  # to the left seen from the base
     assert across["across_reach_m"] == pytest.approx(0.03) and across["along_reach_m"] == pytest.approx(0.0, abs=1e-4)
     assert (across["x_m"], across["y_m"]) == (pytest.approx(-0.024), pytest.approx(0.018))
-    rows = [{"success": True, "closes": [{"along_reach_m": 0.01, "across_reach_m": -0.002}]},
-            {"success": False, "closes": [{"along_reach_m": -0.04, "across_reach_m": 0.01}, {"along_reach_m": 0.0, "across_reach_m": 0.0}]},
-            {"success": False, "closes": []}]
+    rows = [
+        {"success": True, "closes": [{"along_reach_m": 0.01, "across_reach_m": -0.002}]},
+        {
+            "success": False,
+            "closes": [{"along_reach_m": -0.04, "across_reach_m": 0.01}, {"along_reach_m": 0.0, "across_reach_m": 0.0}],
+        },
+        {"success": False, "closes": []},
+    ]
     summary = grasp_summary(rows)
     assert summary["closes_per_episode"] == 1.0
     assert summary["first_close_offset"] == {"along_reach_cm": 2.5, "across_reach_cm": 0.6, "episodes": 2}
@@ -68,17 +78,37 @@ def test_the_hand_motion_at_a_close_is_summarised_per_first_close():
     assert hand_speed(path[:1]) == {"hand_speed_xy_m_s": 0.0, "hand_speed_z_m_s": 0.0}
 
     def close(xy, z, lift, fingers):
-        return {"along_reach_m": 0.0, "across_reach_m": 0.0, "hand_speed_xy_m_s": xy, "hand_speed_z_m_s": z,
-                "lift_after_s": lift, "fingers_at_lift_m": fingers}
+        return {
+            "along_reach_m": 0.0,
+            "across_reach_m": 0.0,
+            "hand_speed_xy_m_s": xy,
+            "hand_speed_z_m_s": z,
+            "lift_after_s": lift,
+            "fingers_at_lift_m": fingers,
+        }
 
-    rows = [{"success": True, "closes": [close(0.0, 0.0, 0.77, 0.0285)]},
-            {"success": True, "closes": [close(0.02, -0.01, 0.6, 0.0335), close(0.5, 0.5, None, None)]},
-            {"success": False, "closes": [close(0.04, -0.03, None, None)]}]
+    rows = [
+        {"success": True, "closes": [close(0.0, 0.0, 0.77, 0.0285)]},
+        {"success": True, "closes": [close(0.02, -0.01, 0.6, 0.0335), close(0.5, 0.5, None, None)]},
+        {"success": False, "closes": [close(0.04, -0.03, None, None)]},
+    ]
     s = grasp_summary(rows)
-    assert s["first_close_motion"] == {"hand_speed_xy_cm_s": 2.0, "hand_speed_z_cm_s": -1.0, "lift_after_s": 0.685,
-                                       "fingers_at_lift_mm": 31.0, "episodes": 3, "lifted_after_close": 2}
-    assert s["first_close_motion_failed"] == {"hand_speed_xy_cm_s": 4.0, "hand_speed_z_cm_s": -3.0, "lift_after_s": None,
-                                              "fingers_at_lift_mm": None, "episodes": 1, "lifted_after_close": 0}
+    assert s["first_close_motion"] == {
+        "hand_speed_xy_cm_s": 2.0,
+        "hand_speed_z_cm_s": -1.0,
+        "lift_after_s": 0.685,
+        "fingers_at_lift_mm": 31.0,
+        "episodes": 3,
+        "lifted_after_close": 2,
+    }
+    assert s["first_close_motion_failed"] == {
+        "hand_speed_xy_cm_s": 4.0,
+        "hand_speed_z_cm_s": -3.0,
+        "lift_after_s": None,
+        "fingers_at_lift_mm": None,
+        "episodes": 1,
+        "lifted_after_close": 0,
+    }
 
 
 def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
@@ -99,7 +129,9 @@ def test_the_evaluation_records_where_each_grasp_closes(tiny_model):
 
         def execute(self, q_policy):
             sim = self.sim
-            q = self.expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
+            q = self.expert.command(
+                sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions()
+            )
             if self.shut_at is None and q[-1] < 0.02:
                 self.shut_at = (sim.time_s, sim.tcp_position() - sim.cup_positions()[self.color])
             return q, False
@@ -165,19 +197,41 @@ def test_eval_summary_is_what_its_episodes_add_up_to(tiny_model, tmp_path):
     instruction are the ones the seed draws from the held-out phrasings; a random model lifts nothing."""
     from vla_ros.sim.tasks import HELDOUT_TEMPLATES, episode_task
 
-    summary = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", out=tmp_path, progress=False, config=EvalConfig(max_episode_s=1.0))
+    summary = evaluate(
+        str(tiny_model),
+        2,
+        0,
+        load_templates(None),
+        backend="torch",
+        out=tmp_path,
+        progress=False,
+        config=EvalConfig(max_episode_s=1.0),
+    )
     assert "held_after_lift" not in summary  # only asked for with a hold
     episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
     assert [(e["seed"], e["color"], e["instruction"]) for e in episodes] == [
-        (seed, *episode_task(seed, HELDOUT_TEMPLATES)) for seed in (1_000_000, 1_000_001)]
+        (seed, *episode_task(seed, HELDOUT_TEMPLATES)) for seed in (1_000_000, 1_000_001)
+    ]
     assert not any(e["success"] for e in episodes) and summary["success_rate"] == 0.0
-    assert summary["success_by_color"] == {c: (0.0 if any(e["color"] == c for e in episodes) else None) for c in ("red", "green", "blue")}
+    assert summary["success_by_color"] == {
+        c: (0.0 if any(e["color"] == c for e in episodes) else None) for c in ("red", "green", "blue")
+    }
     assert summary["mean_time_to_success_s"] is None
     all_verdicts = sum((Counter(e["verdicts"]) for e in episodes), Counter())
-    assert summary["safety_verdicts"] == dict(all_verdicts) and sum(all_verdicts.values()) == sum(e["chunks"] for e in episodes)
+    assert summary["safety_verdicts"] == dict(all_verdicts) and sum(all_verdicts.values()) == sum(
+        e["chunks"] for e in episodes
+    )
     assert summary["safety_interventions"] == sum(all_verdicts.values()) - all_verdicts["pass"]
     assert summary["grasps"]["closes_per_episode"] == pytest.approx(np.mean([len(e["closes"]) for e in episodes]))
-    held = evaluate(str(tiny_model), 2, 0, load_templates(None), backend="torch", progress=False, config=EvalConfig(max_episode_s=1.0, hold_after_success_s=0.5))
+    held = evaluate(
+        str(tiny_model),
+        2,
+        0,
+        load_templates(None),
+        backend="torch",
+        progress=False,
+        config=EvalConfig(max_episode_s=1.0, hold_after_success_s=0.5),
+    )
     assert held["held_after_lift"] == {"hold_s": 0.5, "rate": 0.0, "dropped": 0}  # nothing lifted, nothing dropped
     assert summary["episodes"] == 2 and summary["seeds"] == [1_000_000, 1_000_001]
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -189,7 +243,9 @@ def test_eval_summary_is_what_its_episodes_add_up_to(tiny_model, tmp_path):
         assert e["instruction"].replace(e["color"], "{color}", 1) in by_phrasing
     verdicts = summary["safety_verdicts"]
     total = sum(verdicts.values())
-    assert total > 0 and summary["filter_pass_unmodified_pct"] == pytest.approx(100 * verdicts.get("pass", 0) / total, abs=0.01)
+    assert total > 0 and summary["filter_pass_unmodified_pct"] == pytest.approx(
+        100 * verdicts.get("pass", 0) / total, abs=0.01
+    )
     assert summary["filter_rejected_pct"] == pytest.approx(100 * verdicts.get("rejected", 0) / total, abs=0.01)
     # every chunk the filter acted on has at least one finding code; a passed chunk has none
     findings = summary["safety_findings"]
@@ -203,8 +259,28 @@ def test_eval_in_worker_processes_gives_the_same_episodes(tiny_model, tmp_path):
     """Episodes spread over two processes (one torch thread each) match a single process with one thread."""
     torch.set_num_threads(1)
     cfg = EvalConfig(max_episode_s=1.0)
-    one = evaluate(str(tiny_model), 3, 5, load_templates(None), backend="torch", out=tmp_path / "one", progress=False, config=cfg, workers=1)
-    two = evaluate(str(tiny_model), 3, 5, load_templates(None), backend="torch", out=tmp_path / "two", progress=False, config=cfg, workers=2)
+    one = evaluate(
+        str(tiny_model),
+        3,
+        5,
+        load_templates(None),
+        backend="torch",
+        out=tmp_path / "one",
+        progress=False,
+        config=cfg,
+        workers=1,
+    )
+    two = evaluate(
+        str(tiny_model),
+        3,
+        5,
+        load_templates(None),
+        backend="torch",
+        out=tmp_path / "two",
+        progress=False,
+        config=cfg,
+        workers=2,
+    )
     assert (one["workers"], two["workers"]) == (1, 2) and one["episodes"] == two["episodes"] == 3
     eps = [json.loads((tmp_path / d / "results.json").read_text())["episodes"] for d in ("one", "two")]
     assert [e["seed"] for e in eps[1]] == [1_000_005, 1_000_006, 1_000_007]  # back in seed order
@@ -225,9 +301,13 @@ def test_a_model_that_cannot_load_is_one_error_not_endless_worker_restarts(tmp_p
     previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(300)  # wall-clock guard only against a hang; it normally returns in seconds
     try:
-        assert eval_main(["--model", str(missing), "--episodes", "2", "--workers", "2", "--out", str(tmp_path / "x")]) == 2
+        assert (
+            eval_main(["--model", str(missing), "--episodes", "2", "--workers", "2", "--out", str(tmp_path / "x")]) == 2
+        )
         err = capsys.readouterr().err
-        assert err.startswith("vla-ros eval: ") and "model folder not found" in err and len(err.strip().splitlines()) == 1, err
+        assert (
+            err.startswith("vla-ros eval: ") and "model folder not found" in err and len(err.strip().splitlines()) == 1
+        ), err
         assert not (tmp_path / "x").exists()
         with pytest.raises(FileNotFoundError, match="model folder not found"):
             evaluate(str(missing), 2, 0, load_templates(None), backend="torch", progress=False, workers=2)
@@ -238,9 +318,24 @@ def test_a_model_that_cannot_load_is_one_error_not_endless_worker_restarts(tmp_p
 
 def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_model, tmp_path, capsys):
     """Before anything loads: exit 2 and one line naming the option and why (the node parameter's check)."""
-    for bad, why in (("-0.5", "is below the minimum 0.0"), ("11", "is above the maximum 10.0"), ("nan", "must be a number, got NaN")):
+    for bad, why in (
+        ("-0.5", "is below the minimum 0.0"),
+        ("11", "is above the maximum 10.0"),
+        ("nan", "must be a number, got NaN"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
-            eval_main(["--model", str(tiny_model), "--episodes", "1", "--temporal-ensemble", bad, "--out", str(tmp_path / "x")])
+            eval_main(
+                [
+                    "--model",
+                    str(tiny_model),
+                    "--episodes",
+                    "1",
+                    "--temporal-ensemble",
+                    bad,
+                    "--out",
+                    str(tmp_path / "x"),
+                ]
+            )
         assert exit_info.value.code == 2
         assert "--temporal-ensemble: temporal_ensemble_s" in (err := capsys.readouterr().err) and why in err, err
     assert not (tmp_path / "x").exists()
@@ -248,8 +343,12 @@ def test_an_out_of_range_temporal_ensemble_is_refused_on_the_command_line(tiny_m
 
 def test_a_bad_hold_is_refused_on_the_command_line(tiny_model, tmp_path, capsys):
     """--hold outside [0, 5] s (or NaN), or with --live: exit 2 and one line, before anything loads."""
-    for argv, why in ((["--hold", "-1"], "--hold must be in [0, 5]"), (["--hold", "nan"], "--hold must be in [0, 5]"),
-                      (["--hold", "6"], "--hold must be in [0, 5]"), (["--hold", "1", "--live"], "--hold do not apply")):
+    for argv, why in (
+        (["--hold", "-1"], "--hold must be in [0, 5]"),
+        (["--hold", "nan"], "--hold must be in [0, 5]"),
+        (["--hold", "6"], "--hold must be in [0, 5]"),
+        (["--hold", "1", "--live"], "--hold do not apply"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             eval_main(["--model", str(tiny_model), "--episodes", "1", "--out", str(tmp_path / "x"), *argv])
         assert exit_info.value.code == 2
@@ -281,7 +380,9 @@ def test_cup_patches_cover_where_the_cup_is_drawn():
         cells = cup_patches(sim, color, (4, 6)).reshape(4, 6)
         # the cell with the most strongly coloured pixels is one of the cup's cells
         strong = (rgb[:, :, channel].astype(int) - rgb.astype(int).mean(axis=2)) > 60
-        counts = np.add.reduceat(np.add.reduceat(strong, np.arange(0, 240, 60), axis=0), np.linspace(0, 320, 7)[:-1].astype(int), axis=1)
+        counts = np.add.reduceat(
+            np.add.reduceat(strong, np.arange(0, 240, 60), axis=0), np.linspace(0, 320, 7)[:-1].astype(int), axis=1
+        )
         r, c = np.unravel_index(np.argmax(counts), counts.shape)
         assert cells[r, c], (color, counts, cells.astype(int))
     sim.close()
@@ -299,7 +400,9 @@ def _spy(monkeypatch, module, name: str, calls: list) -> None:
     monkeypatch.setattr(module, name, spy)
 
 
-def test_attention_reports_the_grounding_ratio_of_its_attention_weights_and_draws_a_panel_per_word(tmp_path, monkeypatch):
+def test_attention_reports_the_grounding_ratio_of_its_attention_weights_and_draws_a_panel_per_word(
+    tmp_path, monkeypatch
+):
     """The ratio recomputed here from the definition, on what the tool looked at: for each sampled frame,
     the attention weights of the newest frame's patches (layers, heads, words, patches) and the patches
     that cover the named cup, with the colour word found here in the instruction the episode's seed draws.
@@ -317,7 +420,7 @@ def test_attention_reports_the_grounding_ratio_of_its_attention_weights_and_draw
     with torch.no_grad():
         for block in model.blocks:
             attn = block.attn
-            attn.qkv_proj.weight[:(attn.num_heads + attn.num_kv_heads) * attn.head_dim] *= 8.0
+            attn.qkv_proj.weight[: (attn.num_heads + attn.num_kv_heads) * attn.head_dim] *= 8.0
     save_model(model, tmp_path / "sharp")
     atts, masks = [], []
     _spy(monkeypatch, attention, "frame_attention", atts)
@@ -354,7 +457,7 @@ def test_attention_that_prefers_no_patch_has_a_grounding_ratio_of_one(tmp_path):
     with torch.no_grad():
         for block in model.blocks:
             attn = block.attn
-            attn.qkv_proj.weight[:(attn.num_heads + attn.num_kv_heads) * attn.head_dim] = 0.0
+            attn.qkv_proj.weight[: (attn.num_heads + attn.num_kv_heads) * attn.head_dim] = 0.0
     save_model(model, tmp_path / "even")
     result = attention_run(tmp_path / "even", episodes=1, seed=0, frames_per_episode=2, out=None)
     assert result["frames"] == 2
@@ -386,17 +489,28 @@ def test_attention_reports_where_the_aux_head_puts_the_named_cup_at_rest(tmp_pat
 
     torch.manual_seed(0)
     folder = tmp_path / "aux"
-    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3, frame_aux_loss_weight=1.0)), folder)
+    save_model(
+        VLATransformer(
+            tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3, frame_aux_loss_weight=1.0)
+        ),
+        folder,
+    )
     estimates = []
     _spy(monkeypatch, attention, "cup_estimates", estimates)
-    rest = attention_run(folder, episodes=0, seed=3, frames_per_episode=1, out=None, rest_layouts=3)["named_cup_error_at_rest_m"]
+    rest = attention_run(folder, episodes=0, seed=3, frames_per_episode=1, out=None, rest_layouts=3)[
+        "named_cup_error_at_rest_m"
+    ]
     truth = _true_cup_xy(EVAL_SEED_START + 3 + e for e in range(3))
     assert rest["layouts"] == len(estimates) == 3
     predictions = np.array([xy for _args, (xy, _frame_xy) in estimates])
     errors = np.linalg.norm(predictions - truth, axis=1)
     frame_errors = np.linalg.norm(np.array([frame_xy for _args, (_xy, frame_xy) in estimates]) - truth, axis=1)
-    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(errors.max(), abs=2e-4)
-    assert rest["prediction_spread"] == pytest.approx(np.linalg.norm(predictions.std(axis=0)), abs=6e-5)  # (rounded to 0.1 mm)
+    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(
+        errors.max(), abs=2e-4
+    )
+    assert rest["prediction_spread"] == pytest.approx(
+        np.linalg.norm(predictions.std(axis=0)), abs=6e-5
+    )  # (rounded to 0.1 mm)
     assert rest["frame_head_mean"] == pytest.approx(frame_errors.mean(), abs=2e-4)
 
 
@@ -405,7 +519,7 @@ def test_an_aux_head_that_always_says_one_point_is_off_by_that_points_distance_t
     the prediction spread is 0 and the error of each layout is the distance from that point to the named
     cup; a model without a frame head reports no frame-head figure."""
     from vla_ros.sim.tasks import EVAL_SEED_START
-    from vla_ros.training.data import scale_aux
+    from vla_ros.tasks.cups import scale_aux
 
     torch.manual_seed(0)
     model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16, aux_dim=3))
@@ -414,15 +528,24 @@ def test_an_aux_head_that_always_says_one_point_is_off_by_that_points_distance_t
         model.aux_head.weight.zero_()
         model.aux_head.bias.copy_(torch.from_numpy(scale_aux(point)))
     save_model(model, tmp_path / "fixed")
-    rest = attention_run(tmp_path / "fixed", episodes=0, seed=0, frames_per_episode=1, out=None, rest_layouts=3)["named_cup_error_at_rest_m"]
+    rest = attention_run(tmp_path / "fixed", episodes=0, seed=0, frames_per_episode=1, out=None, rest_layouts=3)[
+        "named_cup_error_at_rest_m"
+    ]
     errors = np.linalg.norm(point[:2] - np.array(_true_cup_xy(EVAL_SEED_START + e for e in range(3))), axis=1)
     assert rest["layouts"] == 3 and rest["prediction_spread"] == 0.0
-    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(errors.max(), abs=2e-4)
+    assert rest["mean"] == pytest.approx(errors.mean(), abs=2e-4) and rest["max"] == pytest.approx(
+        errors.max(), abs=2e-4
+    )
     assert "frame_head_mean" not in rest
 
 
 def test_no_auxiliary_head_no_rest_figure(tiny_model):
-    assert attention_run(tiny_model, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)["named_cup_error_at_rest_m"] is None
+    assert (
+        attention_run(tiny_model, episodes=1, seed=0, frames_per_episode=1, out=None, rest_layouts=2)[
+            "named_cup_error_at_rest_m"
+        ]
+        is None
+    )
 
 
 def test_aim_reads_the_hand_and_both_cup_heads_at_the_first_close():

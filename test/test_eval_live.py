@@ -27,16 +27,40 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from ros_helpers import REPO, Probe, stop
+
 from vla_ros.evaluation.run_eval import load_templates
 from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
 
-IN_PROCESS_KEYS = {"success_rate", "success_by_color", "mean_time_to_success_s", "safety_interventions", "safety_verdicts",
-                   "wrong_cup", "mean_distance_reduction", "episodes", "seeds", "model", "backend", "wall_s", "load_avg_1min",
-                   "success_by_phrasing", "filter_pass_unmodified_pct", "filter_rejected_pct"}
-LIVE_KEYS = {"latency_ms_p50", "latency_ms_p99", "latency_chunks", "joint_msgs_dropped_pct", "image_msgs_dropped_pct",
-             "filter_pass_unmodified_pct", "controller_period_err_ms_p99", "real_time_factor", "real_time_factor_achieved"}
+IN_PROCESS_KEYS = {
+    "success_rate",
+    "success_by_color",
+    "mean_time_to_success_s",
+    "safety_interventions",
+    "safety_verdicts",
+    "wrong_cup",
+    "mean_distance_reduction",
+    "episodes",
+    "seeds",
+    "model",
+    "backend",
+    "wall_s",
+    "load_avg_1min",
+    "success_by_phrasing",
+    "filter_pass_unmodified_pct",
+    "filter_rejected_pct",
+}
+LIVE_KEYS = {
+    "latency_ms_p50",
+    "latency_ms_p99",
+    "latency_chunks",
+    "joint_msgs_dropped_pct",
+    "image_msgs_dropped_pct",
+    "filter_pass_unmodified_pct",
+    "controller_period_err_ms_p99",
+    "real_time_factor",
+    "real_time_factor_achieved",
+}
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 CHUNKS_IN, CHUNKS_OUT, DIAGNOSTICS = "/vla/action_chunk", "/vla/safe_action_chunk", "/diagnostics"
 
@@ -84,7 +108,9 @@ class Witness:
         # Deep reliable queues: the executor may fall behind without losing anything (a DDS loss, when this
         # process is starved, is reported by message_lost and counted in self.lost).
         deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.lost: Counter[str] = Counter()  # topic -> messages DDS says this process lost
         self.statuses: list[dict] = []
         self.resets: dict[int, int] = {}  # episode -> its first simulated instant (ns), as the sim announced it
@@ -100,7 +126,12 @@ class Witness:
 
         subscribe(String, "/vla/episode_status", lambda m: self.statuses.append(json.loads(m.data)), latched)
         # the sim's announcement of each episode: stamp = its first instant, frame_id = its number
-        subscribe(Header, "/vla/episode_reset", lambda m: m.frame_id.isdigit() and self.resets.__setitem__(int(m.frame_id), _ns(m.stamp)), latched)
+        subscribe(
+            Header,
+            "/vla/episode_reset",
+            lambda m: m.frame_id.isdigit() and self.resets.__setitem__(int(m.frame_id), _ns(m.stamp)),
+            latched,
+        )
         subscribe(JointTrajectory, CHUNKS_IN, self._on_chunk_in, deep)
         subscribe(JointTrajectory, CHUNKS_OUT, self._on_chunk_out, deep)
         subscribe(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, deep)
@@ -111,8 +142,12 @@ class Witness:
 
     def _chunk(self, msg) -> tuple:
         """(joint names, positions per point, times ns per point, received ns on /clock)"""
-        return (tuple(msg.joint_names), tuple(tuple(p.positions) for p in msg.points), tuple(_ns(p.time_from_start) for p in msg.points),
-                self.probe.node.get_clock().now().nanoseconds)
+        return (
+            tuple(msg.joint_names),
+            tuple(tuple(p.positions) for p in msg.points),
+            tuple(_ns(p.time_from_start) for p in msg.points),
+            self.probe.node.get_clock().now().nanoseconds,
+        )
 
     def _on_chunk_in(self, msg) -> None:
         self.chunks_in.setdefault(_ns(msg.header.stamp), []).append(self._chunk(msg))
@@ -151,11 +186,17 @@ class Witness:
             return reports[exact[0]][0], reports[exact[-1]][0], exact
         c = count(values)
         if not self.lost[DIAGNOSTICS]:
-            assert reports and c <= count(reports[0][1]), f"the {name} report the command used never crossed the graph: {values}"
+            assert reports and c <= count(reports[0][1]), (
+                f"the {name} report the command used never crossed the graph: {values}"
+            )
             return 0, reports[0][0], [0]
         before = [i for i, (_, v) in enumerate(reports) if count(v) < c][-1:]
         after = [i for i, (_, v) in enumerate(reports) if count(v) > c][:1]
-        return (reports[before[0]][0] if before else 0), (reports[after[0]][0] if after else float("inf")), before + after
+        return (
+            (reports[before[0]][0] if before else 0),
+            (reports[after[0]][0] if after else float("inf")),
+            before + after,
+        )
 
     def latency_ms(self, stamp: int) -> float:
         """Stamp to the witness's receipt of the safe chunk, on /clock."""
@@ -205,7 +246,7 @@ def classify(chunk_in: tuple, chunk_out: tuple | None) -> str:
     a, b = np.asarray(q_in), np.asarray(q_out)
     n = len(b)
     for first in range(len(a) - n + 1):
-        if n and np.all(np.abs(a[first:first + n] - b) <= tol):
+        if n and np.all(np.abs(a[first : first + n] - b) <= tol):
             return "modified" if first + n == len(a) else "truncated"
     return "unexplained"
 
@@ -229,8 +270,24 @@ def test_classify_tells_the_verdicts_apart():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     out = tmp_path_factory.mktemp("live_eval")
-    cmd = [sys.executable, "-m", "vla_ros.cli", "eval", "--live", "--episodes", "2", "--seed", "3", "--max-episode-s", str(MAX_EPISODE_S),
-           "--real-time-factor", str(REAL_TIME_FACTOR), "--out", str(out), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vla_ros.cli",
+        "eval",
+        "--live",
+        "--episodes",
+        "2",
+        "--seed",
+        "3",
+        "--max-episode-s",
+        str(MAX_EPISODE_S),
+        "--real-time-factor",
+        str(REAL_TIME_FACTOR),
+        "--out",
+        str(out),
+        "--json",
+    ]
     witness = Witness()  # up before the graph, so it sees the graph from its first message
     try:
         with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
@@ -274,10 +331,21 @@ def sim_episodes(live):
         end = next(i for i, s in enumerate(statuses) if s["lifted"] is not None or t[i] >= MAX_EPISODE_S)
         lifts = [i for i, s in enumerate(statuses) if s["lifted"] == e["color"]]
         first = lifts[0] if lifts else None
-        out.append(SimpleNamespace(
-            statuses=statuses, start_s=start, t=t, d=d, d_tol=d_tol, end=end, end_s=t[end], lifted=statuses[end]["lifted"],
-            end_lo=t[end] - max(periods[end] - 1, 0) * STATUS_PERIOD_S, first_lift=None if first is None else t[first],
-            first_lift_lo=None if first is None else t[first] - max(periods[first] - 1, 0) * STATUS_PERIOD_S))
+        out.append(
+            SimpleNamespace(
+                statuses=statuses,
+                start_s=start,
+                t=t,
+                d=d,
+                d_tol=d_tol,
+                end=end,
+                end_s=t[end],
+                lifted=statuses[end]["lifted"],
+                end_lo=t[end] - max(periods[end] - 1, 0) * STATUS_PERIOD_S,
+                first_lift=None if first is None else t[first],
+                first_lift_lo=None if first is None else t[first] - max(periods[first] - 1, 0) * STATUS_PERIOD_S,
+            )
+        )
     return out
 
 
@@ -328,16 +396,25 @@ def test_the_episodes_are_the_sims_episodes(live, sim_episodes):
         assert e["lifted"] == sim.lifted and e["success"] == (sim.lifted == color), (e, sim.lifted)
         # the start: the distance at the reset's own status, or at one the command took instead having missed it
         early = sim.d[sim.t <= STATUS_LAG_S]
-        assert np.abs(early - e["initial_target_distance_m"]).min() <= sim.d_tol + 1e-9, (e["initial_target_distance_m"], early)
+        assert np.abs(early - e["initial_target_distance_m"]).min() <= sim.d_tol + 1e-9, (
+            e["initial_target_distance_m"],
+            early,
+        )
         # the minimum: a distance the sim reported in the episode, not below the sim's minimum, and no larger
         # than the largest of the statuses before the minimum that the command may have missed
         m = e["min_target_distance_m"]
         assert np.abs(sim.d - m).min() <= sim.d_tol + 1e-9, m
-        k = int(np.argmin(sim.d[:sim.end + 1]))
-        assert sim.d.min() - sim.d_tol - 1e-9 <= m <= sim.d[max(k - missed, 0):k + 1].max() + 1e-9, (m, sim.d[max(k - missed, 0):k + 1])
+        k = int(np.argmin(sim.d[: sim.end + 1]))
+        assert sim.d.min() - sim.d_tol - 1e-9 <= m <= sim.d[max(k - missed, 0) : k + 1].max() + 1e-9, (
+            m,
+            sim.d[max(k - missed, 0) : k + 1],
+        )
         if e["success"]:
             # the time of the first status with the cup lifted, or of one the command took instead
-            assert sim.first_lift_lo - 1e-3 <= e["time_to_success_s"] <= sim.first_lift + STATUS_LAG_S, (e["time_to_success_s"], sim.first_lift)
+            assert sim.first_lift_lo - 1e-3 <= e["time_to_success_s"] <= sim.first_lift + STATUS_LAG_S, (
+                e["time_to_success_s"],
+                sim.first_lift,
+            )
             times.append(e["time_to_success_s"])
         else:
             assert e["time_to_success_s"] is None
@@ -354,7 +431,9 @@ def test_the_counted_chunks_crossed_the_graph_and_their_latency_is_the_witnesss(
     filter may reject a slow policy's chunks as stale for a whole episode; the run as a whole must have some.)"""
     w, summary = live.witness, live.summary
     # every chunk out of the filter came in from the policy (but for chunks the witness lost)
-    assert len(set(w.chunks_out) - set(w.chunks_in)) <= w.lost[CHUNKS_IN], sorted(set(w.chunks_out) - set(w.chunks_in))[:5]
+    assert len(set(w.chunks_out) - set(w.chunks_in)) <= w.lost[CHUNKS_IN], sorted(set(w.chunks_out) - set(w.chunks_in))[
+        :5
+    ]
     latest_ms = max(w.latency_ms(s) for s in w.chunks_out)
     all_stamps, all_ms = [], []
     for e, sim in zip(live.results["episodes"], sim_episodes):
@@ -362,7 +441,9 @@ def test_the_counted_chunks_crossed_the_graph_and_their_latency_is_the_witnesss(
         assert e["chunks"] == len(stamps), e
         start_ns = round(sim.start_s * 1e9)
         assert len(set(stamps) - set(w.chunks_out)) <= w.lost[CHUNKS_OUT], "counted chunks that never left the filter"
-        assert len(set(stamps)) == len(stamps) and all(s >= start_ns for s in stamps), "counted a chunk twice or from before the episode"
+        assert len(set(stamps)) == len(stamps) and all(s >= start_ns for s in stamps), (
+            "counted a chunk twice or from before the episode"
+        )
         # Every safe chunk stamped in the episode that reached the witness before the end status: the
         # command takes the end status at most a status period after it, and a chunk a latency after its stamp.
         end_ns = start_ns + (sim.end_lo - latest_ms * 1e-3 - CLOCK_SLACK_S) * 1e9
@@ -381,8 +462,13 @@ def test_the_counted_chunks_crossed_the_graph_and_their_latency_is_the_witnesss(
     assert abs(mine - witness) <= LATENCY_MEDIAN_SLACK_MS, (mine, witness)
     # The controller itself took chunks during the episodes: its own count (since it started), on the
     # witness's /diagnostics, rose between the first episode's start and the last one's end.
-    accepted = [(stamp, int(v["chunks.accepted"])) for stamp, v in w.reports("controller: state") if "chunks.accepted" in v]
-    start_ns, end_ns = sim_episodes[0].start_s * 1e9, (sim_episodes[-1].start_s + sim_episodes[-1].end_s + CLOCK_SLACK_S) * 1e9
+    accepted = [
+        (stamp, int(v["chunks.accepted"])) for stamp, v in w.reports("controller: state") if "chunks.accepted" in v
+    ]
+    start_ns, end_ns = (
+        sim_episodes[0].start_s * 1e9,
+        (sim_episodes[-1].start_s + sim_episodes[-1].end_s + CLOCK_SLACK_S) * 1e9,
+    )
     before = max((c for stamp, c in accepted if stamp <= start_ns), default=0)
     assert max((c for stamp, c in accepted if start_ns < stamp <= end_ns), default=0) > before, accepted
 
@@ -398,12 +484,17 @@ def test_the_filter_verdicts_are_the_chunks_the_witness_saw_cross_the_filter(liv
     The snapshots are the filter's reports (1 Hz): found among the witness's by their values, their stamps
     bound the window in simulated time. A chunk is handled at or after its stamp and, if it passed, before
     the witness received its output; a rejected one, no later than the slowest chunk the witness saw
-    arrive, and a stall (``STALL_S``). Only the chunks whose handling may lie on either side of a snapshot are uncertain: the counts
+    arrive, and a stall (``STALL_S``). Only the chunks whose handling may lie on either side of a snapshot are
+    uncertain: the counts
     must lie between the chunks surely inside and those possibly inside, verdict by verdict, widened by the
     chunks the witness lost (a lost output reads as a rejection, a lost input is a chunk it cannot read)."""
     w, summary, results = live.witness, live.summary, live.results
-    a_lo, a_hi, _ = w.report_window("safety_filter: filter", results["diagnostics"]["before"]["safety_filter: filter"], _filter_count)
-    b_lo, b_hi, _ = w.report_window("safety_filter: filter", results["diagnostics"]["after"]["safety_filter: filter"], _filter_count)
+    a_lo, a_hi, _ = w.report_window(
+        "safety_filter: filter", results["diagnostics"]["before"]["safety_filter: filter"], _filter_count
+    )
+    b_lo, b_hi, _ = w.report_window(
+        "safety_filter: filter", results["diagnostics"]["after"]["safety_filter: filter"], _filter_count
+    )
     slack = CLOCK_SLACK_S * 1e9
     latest = max(out[0][3] - s for s, out in w.chunks_out.items())
     surely, possibly = Counter(), Counter()
@@ -440,7 +531,7 @@ def _intake_lag_ns(w: Witness, indices: list[int], key: str) -> float:
     the one after (the messages taken next). None of them with a figure: nothing was taken, so any earlier
     message may be."""
     reports = [v for _, v in w.reports("policy: policy")]
-    near = reports[max(min(indices) - 1, 0):max(indices) + 2]
+    near = reports[max(min(indices) - 1, 0) : max(indices) + 2]
     lags = [float(v[f"{key}.arrival_lag_ms.p99"]) for v in near if f"{key}.arrival_lag_ms.p99" in v]
     return max(lags) * 1e6 if lags else float("inf")
 
@@ -462,7 +553,10 @@ def test_the_dropped_message_counts_fit_what_the_sim_published(live):
     a_lo, a_hi, a_at = w.report_window("policy: policy", results["diagnostics"]["before"]["policy: policy"], received)
     b_lo, b_hi, b_at = w.report_window("policy: policy", results["diagnostics"]["after"]["policy: policy"], received)
     slack = CLOCK_SLACK_S * 1e9
-    for source, key, stamps in (("joint_msgs", "joint_states", w.joint_stamps), ("image_msgs", "image", w.image_stamps)):
+    for source, key, stamps in (
+        ("joint_msgs", "joint_states", w.joint_stamps),
+        ("image_msgs", "image", w.image_stamps),
+    ):
         lag_a, lag_b = _intake_lag_ns(w, a_at, key) + STALL_S * 1e9, _intake_lag_ns(w, b_at, key) + STALL_S * 1e9
         surely = published(stamps, a_hi + slack, b_lo - lag_b - slack)
         possibly = published(stamps, a_lo - lag_a - slack, b_hi + slack)
@@ -473,12 +567,17 @@ def test_the_dropped_message_counts_fit_what_the_sim_published(live):
         assert pct == pytest.approx(100 * counts["dropped"] / (counts["received"] + counts["lost"]), abs=1e-3)
     # each chunk published at or after its stamp, before the witness received it
     surely = sum(a_hi < stamp - slack and c[0][3] + slack < b_lo for stamp, c in w.chunks_in.items())
-    possibly = sum(c[0][3] + slack > a_lo and stamp - slack < b_hi for stamp, c in w.chunks_in.items()) + w.lost[CHUNKS_IN]
+    possibly = (
+        sum(c[0][3] + slack > a_lo and stamp - slack < b_hi for stamp, c in w.chunks_in.items()) + w.lost[CHUNKS_IN]
+    )
     assert 1 <= surely <= summary["policy_chunks"] <= possibly, (surely, possibly, summary["policy_chunks"])
     assert summary["policy_ticks"] >= summary["policy_chunks"]  # every chunk comes from a tick
     # The controller's worst period error is one the controller reported (on the witness's /diagnostics,
     # unless the witness lost reports).
-    reported = {round(float(v["period_err_ms.p99"]), 3) for _, n, v in w.diagnostics
-                if n.startswith("controller:") and n.endswith(": loop") and "period_err_ms.p99" in v}
+    reported = {
+        round(float(v["period_err_ms.p99"]), 3)
+        for _, n, v in w.diagnostics
+        if n.startswith("controller:") and n.endswith(": loop") and "period_err_ms.p99" in v
+    }
     worst = summary["controller_period_err_ms_p99"]
     assert worst in reported or w.lost[DIAGNOSTICS] and worst >= 0.0, (worst, sorted(reported)[-5:])

@@ -114,8 +114,22 @@ def test_hold_after_lift_records_that_long_past_the_lift_with_the_cup_held(tmp_p
     end, the expert's fingers shut on the cup; out of range refused. Seed 12 holds the cup off the pads'
     centre: the default hold aims at the cup and the hand creeps after it, `--still-hold` keeps it still."""
     for name, still in (("follows", []), ("still", ["--still-hold"])):
-        assert collect.main(["--episodes", "1", "--seed-start", "12", "--hold-after-lift", "2.5", *still,
-                             "--out", str(tmp_path / name)]) == 0
+        assert (
+            collect.main(
+                [
+                    "--episodes",
+                    "1",
+                    "--seed-start",
+                    "12",
+                    "--hold-after-lift",
+                    "2.5",
+                    *still,
+                    "--out",
+                    str(tmp_path / name),
+                ]
+            )
+            == 0
+        )
         summary = json.loads((tmp_path / name / "collect_summary.json").read_text())["episodes"][0]
         assert summary["success"] and summary["duration_s"] - summary["time_to_lift_s"] == pytest.approx(2.5, abs=0.011)
         ep = replay(tmp_path / name / "episode_0000012.mcap", make_stream(TokenizerConfig(), StreamConfig()))
@@ -132,8 +146,8 @@ def test_hold_after_lift_records_that_long_past_the_lift_with_the_cup_held(tmp_p
 def test_grasp_tolerance_aims_off_the_cup_along_or_across_the_reach(sim, capsys):
     """``python -m vla_ros.evaluation.grasp_tolerance``: the offsets are split as the evaluation splits a
     close; on the cup the expert lifts it, 5 cm off along the reach (beyond a cup's radius) it cannot."""
-    from vla_ros.evaluation.closed_loop import grasp_offset
     from vla_ros.evaluation import grasp_tolerance as gt
+    from vla_ros.evaluation.closed_loop import grasp_offset
 
     cup = np.array([0.42, -0.17, 0.045])
     for axis in gt.AXES:
@@ -156,7 +170,9 @@ def test_expert_commands_stay_inside_the_robots_velocity_and_acceleration_limits
     expert, commands = PickExpert(), []
     while sim.time_s < 6.0 and expert.phase != "hold":
         if sim.is_joint_state_step():
-            commands.append(expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()["red"], sim.joint_positions()))
+            commands.append(
+                expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()["red"], sim.joint_positions())
+            )
             sim.command_positions(None, commands[-1])
         sim.step()
     assert expert.phase == "hold"
@@ -185,7 +201,9 @@ def test_tasks_are_deterministic_and_splits_disjoint():
     assert colors == {"red", "green", "blue"}
     heldout = {t.format(color="red") for t in HELDOUT_TEMPLATES}
     assert heldout.isdisjoint({t.format(color="red") for t in TRAIN_TEMPLATES})
-    assert episode_task(EVAL_SEED_START, HELDOUT_TEMPLATES)[1] in {t.format(color=episode_task(EVAL_SEED_START, HELDOUT_TEMPLATES)[0]) for t in HELDOUT_TEMPLATES}
+    assert episode_task(EVAL_SEED_START, HELDOUT_TEMPLATES)[1] in {
+        t.format(color=episode_task(EVAL_SEED_START, HELDOUT_TEMPLATES)[0]) for t in HELDOUT_TEMPLATES
+    }
 
 
 def test_collect_records_episodes_the_dataset_reader_turns_into_samples(tmp_path, capsys):
@@ -208,7 +226,9 @@ def test_collect_records_episodes_the_dataset_reader_turns_into_samples(tmp_path
     # the hand camera is recorded beside the fixed one, frame for frame: a model that reads it trains on it
     counts = episode.topic_counts
     assert counts["/camera/image_raw"] > 60 and "/wrist_camera/image_raw" not in counts  # not asked for: not read
-    wrist = replay(path, make_stream(TokenizerConfig(), StreamConfig()), Topics().with_cameras(("camera", "wrist_camera")))
+    wrist = replay(
+        path, make_stream(TokenizerConfig(), StreamConfig()), Topics().with_cameras(("camera", "wrist_camera"))
+    )
     assert wrist.topic_counts["/wrist_camera/image_raw"] == counts["/camera/image_raw"]
     frames = [o for o in wrist.observations if o.kind == Kind.IMAGE]
     assert [o.camera for o in frames].count(1) == [o.camera for o in frames].count(0) > 20  # the last second: both
@@ -231,15 +251,17 @@ def test_policy_rollouts_with_expert_takeovers_carry_targets_only_where_the_expe
     commands are recorded only in the expert's segments, and training targets come only from those."""
     import torch
 
+    from vla_ros.data.targets import chunk_targets
     from vla_ros.model.config import tiny_config
     from vla_ros.model.io import save_model
     from vla_ros.model.model import VLATransformer
-    from vla_ros.data.targets import chunk_targets
 
     torch.manual_seed(0)
     save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, max_text_tokens=16)), tmp_path / "tiny")
     cfg = collect.TakeoverConfig(policy_s=(0.5, 0.8), expert_s=(0.6, 0.9), max_episode_s=3.0)
-    summaries = collect.collect_rollouts(str(tmp_path / "tiny"), range(40, 42), tmp_path / "rollouts", cfg, progress=False)
+    summaries = collect.collect_rollouts(
+        str(tmp_path / "tiny"), range(40, 42), tmp_path / "rollouts", cfg, progress=False
+    )
     assert [s["seed"] for s in summaries] == [40, 41] and all(s["expert_segments"] >= 1 for s in summaries)
     ep = replay(tmp_path / "rollouts" / "rollout_0000040.mcap", make_stream(TokenizerConfig(), StreamConfig()))
     t = ep.command_t_s
@@ -283,7 +305,9 @@ def test_a_near_miss_goes_down_beside_the_cup_and_hands_over_before_tipping_it(s
 def test_near_miss_episodes_label_only_the_experts_part_and_leave_other_seeds_unchanged(tmp_path, capsys, sim):
     from vla_ros.data.targets import chunk_targets, chunk_usable
 
-    assert collect.main(["--episodes", "1", "--seed-start", "12", "--near-miss", "1", "--out", str(tmp_path / "nm")]) == 0
+    assert (
+        collect.main(["--episodes", "1", "--seed-start", "12", "--near-miss", "1", "--out", str(tmp_path / "nm")]) == 0
+    )
     summary = json.loads((tmp_path / "nm" / "collect_summary.json").read_text())["episodes"][0]
     assert summary["success"] and 0.02 <= summary["near_miss_m"] <= 0.05
     ep = replay(tmp_path / "nm" / "episode_0000012.mcap", make_stream(TokenizerConfig(), StreamConfig()))
@@ -293,7 +317,9 @@ def test_near_miss_episodes_label_only_the_experts_part_and_leave_other_seeds_un
     assert not chunk_usable(chunk_targets(ep.command_t_s, ep.command_positions, ep.joint_t_s[5], offsets))
     assert chunk_usable(chunk_targets(ep.command_t_s, ep.command_positions, ep.command_t_s[1], offsets))
     # a seed whose draw says "no near miss" records the same episode as without the option
-    seed = next(s for s in range(20, 60) if not collect.NearMiss(s, collect.CollectConfig(near_miss_probability=0.5)).drawn)
+    seed = next(
+        s for s in range(20, 60) if not collect.NearMiss(s, collect.CollectConfig(near_miss_probability=0.5)).drawn
+    )
     plain = collect.record_episode(sim, seed, tmp_path / "plain.mcap", collect.CollectConfig())
     mixed = collect.record_episode(sim, seed, tmp_path / "mixed.mcap", collect.CollectConfig(near_miss_probability=0.5))
     assert plain == mixed and plain["near_miss_m"] is None
@@ -312,8 +338,12 @@ def test_a_takeover_over_the_cup_goes_on_down_only_with_resume_descent(sim):
     sim.reset(0, arm_noise_rad=0.0)
     q, cup = sim.joint_positions(), np.array([0.45, 0.05, 0.03])
     v = np.zeros(7)
-    cases = [((0.02, 0.10), True, "descend"), ((0.02, 0.10), False, "approach"), ((0.05, 0.10), True, "approach"),
-             ((0.01, APPROACH_TCP_Z_M + 0.05), True, "approach")]
+    cases = [
+        ((0.02, 0.10), True, "descend"),
+        ((0.02, 0.10), False, "approach"),
+        ((0.05, 0.10), True, "approach"),
+        ((0.01, APPROACH_TCP_Z_M + 0.05), True, "approach"),
+    ]
     for (off, z), resume, phase in cases:
         expert = PickExpert()
         expert.take_over(cup + [off, 0, 0] - [0, 0, cup[2] - z], cup, q, q, v, resume_descent=resume)
@@ -327,8 +357,23 @@ def test_the_grasp_round_labels_the_last_centimetres_from_where_the_policy_broug
     from vla_ros.sim.scripted import GRIPPER_OPEN_M
 
     out = tmp_path / "grasp_round"
-    assert collect.main(["--policy", "models/vla_cups", "--takeover-near-cup", "0.06", "--episodes", "2",
-                         "--seed-start", "7", "--out", str(out)]) == 0
+    assert (
+        collect.main(
+            [
+                "--policy",
+                "models/vla_cups",
+                "--takeover-near-cup",
+                "0.06",
+                "--episodes",
+                "2",
+                "--seed-start",
+                "7",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "collect_summary.json").read_text())
     for s in summary["episodes"]:
         assert s["expert_segments"] == 1 and s["success"] and not s["wrong_cup"], s

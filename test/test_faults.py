@@ -6,7 +6,8 @@ The figures are recomputed here from what the bench's witness recorded (the simu
 every /diagnostics status), against the velocity limits read by this test from the bundled URDF: the
 bench's own arithmetic is checked, not trusted. Velocities are the simulator's measurements over the bench's
 VELOCITY_WINDOW_S (commands reach it a DDS hop late and unevenly on a loaded machine; each command's own
-step is checked exactly by the property tests of the controller's core). Half real time, so the policy keeps up on a loaded machine
+step is checked exactly by the property tests of the controller's core). Half real time, so the policy keeps up on a
+loaded machine
 (the arm moves in every episode); the seconds to the diagnostic are the bench's to print, not asserted here.
 """
 
@@ -38,8 +39,11 @@ def faults(tmp_path_factory):
 
 def urdf_velocity_limits() -> dict[str, float]:
     root = ET.parse(bundled_urdf_path()).getroot()
-    return {j.get("name"): float(j.find("limit").get("velocity")) for j in root.iter("joint")
-            if j.get("type") in ("revolute", "prismatic") and j.find("limit") is not None}
+    return {
+        j.get("name"): float(j.find("limit").get("velocity"))
+        for j in root.iter("joint")
+        if j.get("type") in ("revolute", "prismatic") and j.find("limit") is not None
+    }
 
 
 @pytest.mark.parametrize("name", TESTED)
@@ -61,7 +65,11 @@ def test_no_fault_moves_a_joint_faster_than_its_limit_and_each_is_named(faults, 
     assert worst <= LIMIT_RATIO, (name, worst, r)
     assert abs(worst - r["max_velocity_ratio"]) < 1e-3, (worst, r)  # the bench reports what happened
     cause = re.compile(FAULTS[name].cause)
-    named = [(wall - wall0, level, text) for wall, level, text in raw["statuses"] if wall >= wall0 and level in (1, 2) and cause.search(text)]
+    named = [
+        (wall - wall0, level, text)
+        for wall, level, text in raw["statuses"]
+        if wall >= wall0 and level in (1, 2) and cause.search(text)
+    ]
     if name == "none":
         assert r["cause_named_s"] is None
         return
@@ -74,4 +82,6 @@ def test_the_arm_moved_in_the_baseline(faults):
     out, raw = faults
     t_from, t_to, _, _ = raw["windows"]["none"]
     q = np.array([q for t, _, q in raw["states"] if t_from <= t <= t_to])
-    assert np.abs(q[-1] - q[0]).max() > 0.02 and out["faults"]["none"]["max_velocity_ratio"] > 0.01, out["faults"]["none"]
+    assert np.abs(q[-1] - q[0]).max() > 0.02 and out["faults"]["none"]["max_velocity_ratio"] > 0.01, out["faults"][
+        "none"
+    ]

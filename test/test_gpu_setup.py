@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from ros_helpers import REPO
 
 
@@ -25,7 +24,9 @@ def test_gpu_requirements_replace_the_cpu_wheels_at_the_same_torch():
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_setup_is_cpu_by_default_and_cuda_with_gpu_1():
     def recipe(*args):
-        return subprocess.run(["make", "-n", "-B", "setup", *args], capture_output=True, text=True, cwd=REPO, check=True).stdout
+        return subprocess.run(
+            ["make", "-n", "-B", "setup", *args], capture_output=True, text=True, cwd=REPO, check=True
+        ).stdout
 
     cpu, gpu = recipe(), recipe("GPU=1")
     assert "-r requirements.txt" in cpu and "requirements-gpu.txt" not in cpu

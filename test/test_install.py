@@ -26,12 +26,21 @@ PYVER = f"python{sys.version_info.major}.{sys.version_info.minor}"
 def _source_files() -> list[str]:
     """The files a clone would have: tracked plus untracked-but-not-ignored (so a new module counts)."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, check=True, timeout=60).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         return [f for f in out.decode().split("\0") if f and (REPO / f).is_file()]
     except (OSError, subprocess.CalledProcessError):  # no git: everything but build outputs
         skip = {".venv", "build", "install", "log", "runs", ".git", "__pycache__"}
-        return [str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file() and not skip & set(p.relative_to(REPO).parts)]
+        return [
+            str(p.relative_to(REPO))
+            for p in REPO.rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(REPO).parts)
+        ]
 
 
 def _clean_python(root: Path) -> Path:
@@ -58,36 +67,91 @@ def installs(tmp_path_factory):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, src / rel)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AMENT_PREFIX_PATH", "COLCON_PREFIX_PATH")}
-    env.update(HOME=str(tmp), COLCON_HOME=str(tmp / "colcon_home"), ROS_LOG_DIR=str(tmp / "ros_log"), PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        HOME=str(tmp),
+        COLCON_HOME=str(tmp / "colcon_home"),
+        ROS_LOG_DIR=str(tmp / "ros_log"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     # The wheel, as `pip install .` builds it (the build backend in this venv, no download).
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), f"{src}/"],
-         env, tmp)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            f"{src}/",
+        ],
+        env,
+        tmp,
+    )
     wheel = next((tmp / "dist").glob("vla_ros-*.whl"))
     wheel_venv = tmp / "wheel_venv"
     python = _clean_python(wheel_venv)
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], env, tmp)
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        env,
+        tmp,
+    )
     # The ROS workspace build, as `colcon build` does it in a sourced workspace.
-    _run([sys.executable, "-m", "colcon", "--log-base", str(tmp / "log"), "build", "--base-paths", str(tmp / "src"),
-          "--build-base", str(tmp / "build"), "--install-base", str(tmp / "install")], env, tmp)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "colcon",
+            "--log-base",
+            str(tmp / "log"),
+            "build",
+            "--base-paths",
+            str(tmp / "src"),
+            "--build-base",
+            str(tmp / "build"),
+            "--install-base",
+            str(tmp / "install"),
+        ],
+        env,
+        tmp,
+    )
     prefix = tmp / "install" / "vla_ros"
     colcon_env = dict(env, AMENT_PREFIX_PATH=str(prefix), PYTHONPATH=str(prefix / "lib" / PYVER / "site-packages"))
-    return {"tmp": tmp, "wheel": wheel, "wheel_venv": wheel_venv, "python": python, "env": env,
-            "colcon_prefix": prefix, "colcon_env": colcon_env}
+    return {
+        "tmp": tmp,
+        "wheel": wheel,
+        "wheel_venv": wheel_venv,
+        "python": python,
+        "env": env,
+        "colcon_prefix": prefix,
+        "colcon_env": colcon_env,
+    }
 
 
 def test_every_package_under_vla_ros_is_in_the_wheel(installs):
     names = zipfile.ZipFile(installs["wheel"]).namelist()
-    source_packages = {p.parent.relative_to(REPO).as_posix() for p in (REPO / "vla_ros").rglob("*.py") if "__pycache__" not in p.parts}
+    source_packages = {
+        p.parent.relative_to(REPO).as_posix() for p in (REPO / "vla_ros").rglob("*.py") if "__pycache__" not in p.parts
+    }
     for package in sorted(source_packages):
         assert f"{package}/__init__.py" in names, f"{package} has Python files but is not installed (no __init__.py?)"
-    for data in ("share/vla_ros/package.xml", "share/vla_ros/launch/sim.launch.xml", "share/vla_ros/models/vla_cups/config.json",
-                 "share/ament_index/resource_index/packages/vla_ros", "vla_ros/description/vla_arm.urdf"):
+    for data in (
+        "share/vla_ros/package.xml",
+        "share/vla_ros/launch/sim.launch.xml",
+        "share/vla_ros/models/vla_cups/config.json",
+        "share/ament_index/resource_index/packages/vla_ros",
+        "vla_ros/description/vla_arm.urdf",
+    ):
         assert any(n.endswith(data) for n in names), data
 
 
 def test_cli_verbs_and_nodes_run_from_the_wheel_install(installs):
     bin_dir, env, cwd = installs["wheel_venv"] / "bin", installs["env"], installs["tmp"]
-    where = _run([str(installs["python"]), "-c", "import vla_ros, vla_ros.data.dataset; print(vla_ros.__file__)"], env, cwd).stdout
+    where = _run(
+        [str(installs["python"]), "-c", "import vla_ros, vla_ros.data.dataset; print(vla_ros.__file__)"], env, cwd
+    ).stdout
     assert where.strip().startswith(str(installs["wheel_venv"])), where  # the install, not the source tree
     for verb in ("record", "train", "bag"):
         assert "usage: vla-ros " + verb in _run([str(bin_dir / "vla-ros"), verb, "--help"], env, cwd).stdout
@@ -100,7 +164,12 @@ def test_cli_verbs_and_nodes_run_from_the_wheel_install(installs):
 
 
 def test_cli_verbs_and_nodes_run_from_the_colcon_install(installs):
-    prefix, env, cwd, python = installs["colcon_prefix"], installs["colcon_env"], installs["tmp"], str(installs["python"])
+    prefix, env, cwd, python = (
+        installs["colcon_prefix"],
+        installs["colcon_env"],
+        installs["tmp"],
+        str(installs["python"]),
+    )
     lib = prefix / "lib" / "vla_ros"
     for node in ("sim_node", "policy_node", "safety_filter_node", "controller_node", "scripted_motion_node"):
         assert os.access(lib / node, os.X_OK), node  # what `ros2 run vla_ros <node>` starts
@@ -111,6 +180,7 @@ def test_cli_verbs_and_nodes_run_from_the_colcon_install(installs):
         assert "usage: vla-ros " + verb in _run([python, str(lib / "vla-ros"), verb, "--help"], env, cwd).stdout
     _run([python, "-c", "import vla_ros.nodes.controller_node"], env, cwd)
     # The launch runner finds the package through the ament index and its executables under lib/.
-    printed = _run([python, str(lib / "vla-ros"), "launch", "vla_ros", "sim.launch.xml", "policy:=none", "--print"], env, cwd).stdout
+    printed = _run(
+        [python, str(lib / "vla-ros"), "launch", "vla_ros", "sim.launch.xml", "policy:=none", "--print"], env, cwd
+    ).stdout
     assert str(lib / "sim_node") in printed and str(prefix / "share" / "vla_ros" / "config" / "sim.yaml") in printed
-

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vla_ros.joint_state_check import JUMP_SLACK, JUMP_TOL, REASONS, RESYNC_S, JointStateCheck, JointStateRefused, StateSources
+from vla_ros.joint_state_check import (
+    JUMP_SLACK,
+    JUMP_TOL,
+    REASONS,
+    RESYNC_S,
+    JointStateCheck,
+    JointStateRefused,
+    StateSources,
+)
 
 JOINTS = ("a", "b", "c")
 VMAX = np.array([1.0, 2.0, 0.1])
@@ -26,16 +34,22 @@ def test_each_malformed_message_is_refused_with_its_code_and_a_good_one_is_reord
     assert refused(check, JOINTS, [0, 0, 0], stamp=0) == "joint_state_unstamped"
     assert refused(check, JOINTS, [0, 0]) == "joint_state_size"
     assert refused(check, ("a", "b", "c", "b"), [0, 0, 0, 0.8]) == "joint_state_duplicate_name"
-    assert refused(check, ("a", "x", "c", "x"), [0, 0, 0, 0]) == "joint_state_duplicate_name"  # even of a joint not needed
+    assert (
+        refused(check, ("a", "x", "c", "x"), [0, 0, 0, 0]) == "joint_state_duplicate_name"
+    )  # even of a joint not needed
     assert refused(check, ("a", "c"), [0, 0]) == "joint_state_missing_joint"
     assert refused(check, JOINTS, [0, np.nan, 0]) == "joint_state_non_finite"
     assert refused(check, JOINTS, [0, 0, -np.inf]) == "joint_state_non_finite"
     # extra joints are ignored, the order is the check's
-    np.testing.assert_array_equal(check.check(("gripper", "c", "a", "b"), [9.0, 3.0, 1.0, 2.0], 5 * MS), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(
+        check.check(("gripper", "c", "a", "b"), [9.0, 3.0, 1.0, 2.0], 5 * MS), [1.0, 2.0, 3.0]
+    )
     # a refused name list stays refused (the cache keeps the verdict), a good one stays good
     assert refused(check, ("a", "b", "c", "b"), [0, 0, 0, 0.8]) == "joint_state_duplicate_name"
     assert refused(check, ("x", "y"), [0, 0]) == "joint_state_missing_joint"  # none of the node's joints
-    np.testing.assert_array_equal(check.check(("gripper", "c", "a", "b"), [9.0, 6.0, 4.0, 5.0], 6 * MS), [4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(
+        check.check(("gripper", "c", "a", "b"), [9.0, 6.0, 4.0, 5.0], 6 * MS), [4.0, 5.0, 6.0]
+    )
     assert check.stamp_ns == 6 * MS
 
 
@@ -128,8 +142,15 @@ def test_an_arm_really_moved_is_taken_once_states_that_agree_span_the_resync_tim
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    steps=st.lists(st.tuples(st.integers(0, 30), st.lists(st.floats(-3.0, 3.0), min_size=3, max_size=3),
-                             st.sampled_from(["driver", "driver", "driver", "impostor", "nan"])), min_size=1, max_size=80),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 30),
+            st.lists(st.floats(-3.0, 3.0), min_size=3, max_size=3),
+            st.sampled_from(["driver", "driver", "driver", "impostor", "nan"]),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
 )
 def test_every_accepted_state_is_within_the_limits_of_the_one_before_or_follows_agreeing_ones(steps):
     """Oracle from the sequence alone: a state is accepted only if it moves within JUMP_SLACK x limit x dt

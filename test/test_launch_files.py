@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import yaml
-
 from ros_helpers import REPO
 
 RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", "--print"]
@@ -14,7 +13,9 @@ RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", "--print"]
 
 def resolve(launch_file: str, *args: str) -> dict[str, dict]:
     """{executable: {"params": merged params from its files, "remaps": {...}}} from --print."""
-    proc = subprocess.run([*RUNNER, str(REPO / "launch" / launch_file), *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [*RUNNER, str(REPO / "launch" / launch_file), *args], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     nodes = {}
     for line in proc.stdout.splitlines():
@@ -47,9 +48,15 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
 
 
 def test_robot_launch_remaps_topics_and_selects_the_output_interface():
-    nodes = resolve("robot.launch.xml", "camera_topic:=/wrist/image", "joint_states_topic:=/arm/joint_states",
-                    "controller_interface:=joint_trajectory", "trajectory_controller:=arm_controller", "image_transport:=compressed",
-                    "controller_realtime_priority:=50")
+    nodes = resolve(
+        "robot.launch.xml",
+        "camera_topic:=/wrist/image",
+        "joint_states_topic:=/arm/joint_states",
+        "controller_interface:=joint_trajectory",
+        "trajectory_controller:=arm_controller",
+        "image_transport:=compressed",
+        "controller_realtime_priority:=50",
+    )
     assert set(nodes) == {"policy_node", "safety_filter_node", "controller_node"}
     assert nodes["policy_node"]["params"]["image_topic"] == "/wrist/image"
     assert nodes["policy_node"]["params"]["image_transport"] == "compressed"
@@ -70,7 +77,9 @@ def test_isaac_preset_sends_joint_commands_to_isaac():
 
 
 def test_gazebo_preset_needs_ros_gz_bridge_and_its_config_is_well_formed():
-    proc = subprocess.run([*RUNNER, str(REPO / "launch" / "gazebo.launch.xml")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [*RUNNER, str(REPO / "launch" / "gazebo.launch.xml")], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert proc.returncode != 0 and re.search(r"parameter_bridge.*ros_gz_bridge.*not found", proc.stdout + proc.stderr)
     bridges = yaml.safe_load((REPO / "config" / "gz_bridge.yaml").read_text())
     keys = {"ros_topic_name", "gz_topic_name", "ros_type_name", "gz_type_name", "direction"}
@@ -85,3 +94,31 @@ def test_sensor_qos_reaches_every_joint_state_subscriber_and_the_controller_chec
     isaac = resolve("isaac_sim.launch.xml", "sensor_qos:=best_effort")
     assert all(n["params"]["sensor_qos"] == "best_effort" for n in isaac.values())
     assert all(n["params"]["sensor_qos"] == "reliable" for n in resolve("robot.launch.xml").values())
+
+
+def test_the_filter_the_controller_and_the_policy_read_one_joint_limits_file(tmp_path):
+    """robot.launch.xml gives the filter and the controller the same limits file (after their own, so that the
+    launch file's named parameters, a later /** section, still win over the node's own section: rcl applies
+    sections in the order their keys first appear), and points the policy's chunk shaping at it;
+    limits_config swaps it."""
+    limits = tmp_path / "limits.yaml"
+    limits.write_text((REPO / "config" / "limits.yaml").read_text())
+    for args, expected in (((), REPO / "config" / "limits.yaml"), ((f"limits_config:={limits}",), limits)):
+        proc = subprocess.run(
+            [*RUNNER, str(REPO / "launch" / "robot.launch.xml"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        files = {}
+        for line in proc.stdout.splitlines():
+            if line.startswith("/"):
+                parts = line.split()
+                files[parts[0].rsplit("/", 1)[-1]] = [parts[i + 1] for i, t in enumerate(parts) if t == "--params-file"]
+        for exe, own in (("safety_filter_node", "safety_filter.yaml"), ("controller_node", "controller.yaml")):
+            paths = [p.rsplit("/", 1)[-1] for p in files[exe]]
+            assert files[exe][paths.index("limits.yaml")] == str(expected), files[exe]
+            assert paths.index(own) < paths.index("limits.yaml")
+        assert resolve("robot.launch.xml", *args)["policy_node"]["params"]["limits_file"] == str(expected)

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 import pytest
-
 from ros_helpers import REPO
+
 from vla_ros.safety.robot import RobotModelError, load_robot, load_robot_files, resolve_package_uri
 
 SHARED_FR3 = REPO.parent / "shared" / "robots" / "fr3"
@@ -22,11 +22,30 @@ def write_box_stl(path, half=(0.03, 0.03, 0.1)) -> None:
     """An ASCII STL box (12 triangles) centred on its frame."""
     hx, hy, hz = half
     v = np.array([[sx * hx, sy * hy, sz * hz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
-    faces = [(0, 1, 3), (0, 3, 2), (4, 6, 7), (4, 7, 5), (0, 4, 5), (0, 5, 1), (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
+    faces = [
+        (0, 1, 3),
+        (0, 3, 2),
+        (4, 6, 7),
+        (4, 7, 5),
+        (0, 4, 5),
+        (0, 5, 1),
+        (2, 3, 7),
+        (2, 7, 6),
+        (0, 2, 6),
+        (0, 6, 4),
+        (1, 5, 7),
+        (1, 7, 3),
+    ]
     lines = ["solid box"]
     for a, b, c in faces:
         n = np.cross(v[b] - v[a], v[c] - v[a])
-        lines += [f"facet normal {n[0]:g} {n[1]:g} {n[2]:g}", "outer loop", *(f"vertex {x:g} {y:g} {z:g}" for x, y, z in v[[a, b, c]]), "endloop", "endfacet"]
+        lines += [
+            f"facet normal {n[0]:g} {n[1]:g} {n[2]:g}",
+            "outer loop",
+            *(f"vertex {x:g} {y:g} {z:g}" for x, y, z in v[[a, b, c]]),
+            "endloop",
+            "endfacet",
+        ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines + ["endsolid box"]) + "\n")
 
@@ -67,23 +86,40 @@ def test_package_uri_resolves_through_the_ament_index(prefix, tmp_path):
     # An explicit package_paths entry wins over the index.
     other = tmp_path / "override" / "meshes" / "link.stl"
     write_box_stl(other)
-    assert resolve_package_uri("package://meshbot_description/meshes/link.stl", [f"meshbot_description={other.parent.parent}"], None) == other.resolve()
+    assert (
+        resolve_package_uri(
+            "package://meshbot_description/meshes/link.stl", [f"meshbot_description={other.parent.parent}"], None
+        )
+        == other.resolve()
+    )
     robot = load_robot(urdf_with_mesh("package://meshbot_description/meshes/link.stl"))
-    assert robot.name == "meshbot" and list(robot.joint_names) == ["pan_joint"] and sorted(robot.geom_links) == ["arm_link", "base_link"]
+    assert (
+        robot.name == "meshbot"
+        and list(robot.joint_names) == ["pan_joint"]
+        and sorted(robot.geom_links) == ["arm_link", "base_link"]
+    )
 
 
 def test_each_form_says_what_failed(prefix, tmp_path):
-    with pytest.raises(RobotModelError, match=r"cannot resolve package://no_such_description/meshes/link.stl \(a package:// mesh\).*/opt/nowhere.*not in the ament index"):
+    with pytest.raises(
+        RobotModelError,
+        match=r"cannot resolve package://no_such_description/meshes/link.stl \(a package:// "
+        r"mesh\).*/opt/nowhere.*not in the ament index",
+    ):
         resolve_package_uri("package://no_such_description/meshes/link.stl", ["/opt/nowhere"], None)
     with pytest.raises(RobotModelError, match=r"ament index has meshbot_description at .* without meshes/missing.stl"):
         resolve_package_uri("package://meshbot_description/meshes/missing.stl", [], None)
-    with pytest.raises(RobotModelError, match=r"file:// mesh 'file:///no/such.stl' not found \(looked at /no/such.stl\)"):
+    with pytest.raises(
+        RobotModelError, match=r"file:// mesh 'file:///no/such.stl' not found \(looked at /no/such.stl\)"
+    ):
         resolve_package_uri("file:///no/such.stl", [], None)
     with pytest.raises(RobotModelError, match=r"relative mesh path 'meshes/link.stl' in a URDF given as a string"):
         resolve_package_uri("meshes/link.stl", [], None)
     mesh = prefix / "share" / "meshbot_description" / "meshes" / "link.stl"
     assert resolve_package_uri(f"file://{mesh}", [], None) == mesh.resolve()
-    assert resolve_package_uri("file://meshes/link.stl", [], mesh.parent.parent) == mesh.resolve()  # relative to the URDF
+    assert (
+        resolve_package_uri("file://meshes/link.stl", [], mesh.parent.parent) == mesh.resolve()
+    )  # relative to the URDF
     spaced = tmp_path / "with space" / "link.stl"
     write_box_stl(spaced)
     assert resolve_package_uri(f"file://{str(spaced).replace(' ', '%20')}", [], None) == spaced.resolve()
@@ -101,11 +137,16 @@ def test_a_real_arms_urdf_string_finds_its_meshes_through_the_index(tmp_path, mo
     # the same robot as loaded from the files with the package's folder given outright: same joints, same
     # meshes (their vertex counts), the same self-collision pairs left after the SRDF's exclusions
     direct = load_robot_files(SHARED_FR3 / "fr3.urdf", SHARED_FR3 / "fr3.srdf", [str(SHARED_FR3.parent)])
-    assert robot.joint_names == direct.joint_names and len(robot.joint_names) == 8  # 7 arm joints and a finger (its twin mimics it)
+    assert (
+        robot.joint_names == direct.joint_names and len(robot.joint_names) == 8
+    )  # 7 arm joints and a finger (its twin mimics it)
     assert robot.self_pairs == direct.self_pairs and len(robot.self_pairs) > 0
 
     def vertices(r):
-        return [g.geometry.num_points if hasattr(g.geometry, "num_points") else -1 for g in r.geom_model.geometryObjects]
+        return [
+            g.geometry.num_points if hasattr(g.geometry, "num_points") else -1 for g in r.geom_model.geometryObjects
+        ]
+
     assert vertices(robot) == vertices(direct)
 
 
@@ -121,21 +162,46 @@ def test_the_filter_node_loads_a_package_uri_description_from_the_ament_index(tm
     env = dict(os.environ, AMENT_PREFIX_PATH=str(root))
     log = tmp_path / "filter.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vla_ros.nodes.safety_filter_node", "--ros-args", "-r", "__node:=mesh_filter",
-         "-r", "/robot_description:=/mesh_test/robot_description", "-r", "/joint_states:=/mesh_test/joint_states",
-         "-r", "/vla/action_chunk:=/mesh_test/action_chunk", "-p", "diagnostics_period_s:=0.2"],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "vla_ros.nodes.safety_filter_node",
+            "--ros-args",
+            "-r",
+            "__node:=mesh_filter",
+            "-r",
+            "/robot_description:=/mesh_test/robot_description",
+            "-r",
+            "/joint_states:=/mesh_test/joint_states",
+            "-r",
+            "/vla/action_chunk:=/mesh_test/action_chunk",
+            "-p",
+            "diagnostics_period_s:=0.2",
+        ],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node("mesh_test_probe", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     statuses = []
-    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
-        (s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name == "mesh_filter: filter"), 50)
+    node.create_subscription(
+        DiagnosticArray,
+        "/diagnostics",
+        lambda m: statuses.extend(
+            (s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name == "mesh_filter: filter"
+        ),
+        50,
+    )
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
     node.create_publisher(String, "/mesh_test/robot_description", latched).publish(
-        String(data=urdf_with_mesh("package://meshbot_description/meshes/link.stl")))
+        String(data=urdf_with_mesh("package://meshbot_description/meshes/link.stl"))
+    )
     try:
         end = time.monotonic() + 60
         while time.monotonic() < end and not (statuses and statuses[-1][1].get("robot") == "meshbot"):

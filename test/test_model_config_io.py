@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.model import ModelConfig, ModelFileError, VLATransformer, load_config, load_model, save_model, tiny_config
 from vla_ros.model.io import sha256_file
 from vla_ros.model.sequence import build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 
 def test_shipped_config_is_sized_for_cpu_training():
@@ -26,10 +26,28 @@ def test_shipped_config_is_sized_for_cpu_training():
 
 def test_config_json_has_the_keys_the_tokenizer_reads():
     data = ModelConfig().to_dict()
-    for key in ("image_height", "image_width", "image_mean", "image_std", "joint_names", "state_velocities",
-                "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "intermediate_size", "rms_norm_eps", "rope_min_period_s", "rope_max_period_s", "window_seconds",
-                "chunk_length", "chunk_rate_hz", "num_visual_tokens", "text_embedding_dim", "crop"):
+    for key in (
+        "image_height",
+        "image_width",
+        "image_mean",
+        "image_std",
+        "joint_names",
+        "state_velocities",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "rms_norm_eps",
+        "rope_min_period_s",
+        "rope_max_period_s",
+        "window_seconds",
+        "chunk_length",
+        "chunk_rate_hz",
+        "num_visual_tokens",
+        "text_embedding_dim",
+        "crop",
+    ):
         assert key in data, key
         value = getattr(ModelConfig(), key)  # what the model itself uses, as JSON writes it
         assert data[key] == (list(value) if isinstance(value, tuple) else value), (key, data[key], value)
@@ -37,17 +55,20 @@ def test_config_json_has_the_keys_the_tokenizer_reads():
     assert ModelConfig.from_dict(json.loads(json.dumps(data))) == ModelConfig()
 
 
-@pytest.mark.parametrize("changes, words", [
-    (dict(hidden_size=130), ["hidden_size=130", "num_attention_heads=4"]),
-    (dict(num_key_value_heads=3), ["num_attention_heads=4", "num_key_value_heads=3"]),
-    (dict(patch_grid=(5, 6)), ["patch_grid=(5, 6)", "36x48"]),
-    (dict(rope_min_period_s=5.0, rope_max_period_s=1.0), ["rope_min_period_s=5.0", "rope_max_period_s=1.0"]),
-    (dict(window_seconds=0.0), ["window_seconds=0.0"]),
-    (dict(action_std=(1.0,) * 6), ["action_std has 6 values, expected 7"]),
-    (dict(state_std=(0.0,) * 14), ["state_std"]),
-    (dict(relative_actions="yes"), ["relative_actions='yes'", "true or false"]),
-    (dict(action_loss="huber"), ["action_loss='huber'", "mse, l1"]),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(hidden_size=130), ["hidden_size=130", "num_attention_heads=4"]),
+        (dict(num_key_value_heads=3), ["num_attention_heads=4", "num_key_value_heads=3"]),
+        (dict(patch_grid=(5, 6)), ["patch_grid=(5, 6)", "36x48"]),
+        (dict(rope_min_period_s=5.0, rope_max_period_s=1.0), ["rope_min_period_s=5.0", "rope_max_period_s=1.0"]),
+        (dict(window_seconds=0.0), ["window_seconds=0.0"]),
+        (dict(action_std=(1.0,) * 6), ["action_std has 6 values, expected 7"]),
+        (dict(state_std=(0.0,) * 14), ["state_std"]),
+        (dict(relative_actions="yes"), ["relative_actions='yes'", "true or false"]),
+        (dict(action_loss="huber"), ["action_loss='huber'", "mse, l1"]),
+    ],
+)
 def test_config_errors_quote_the_values(changes, words):
     with pytest.raises(ValueError) as err:
         ModelConfig(**changes)
@@ -129,7 +150,9 @@ def test_shape_and_name_mismatches_are_listed(tmp_path):
     _resave_config(folder, intermediate_size=64, weights_sha256=sha256_file(folder / "model.safetensors"))
     with pytest.raises(ModelFileError) as err:
         load_model(folder)
-    assert "missing tensors ['norm.weight']" in str(err.value) and "unexpected tensors ['extra.weight']" in str(err.value)
+    assert "missing tensors ['norm.weight']" in str(err.value) and "unexpected tensors ['extra.weight']" in str(
+        err.value
+    )
 
 
 def test_bad_json_and_bad_values_name_the_file(tmp_path):
@@ -161,4 +184,7 @@ def test_the_sim_is_asked_for_the_hand_camera_only_by_a_model_that_reads_it(tmp_
     wrist.mkdir()
     (wrist / "config.json").write_text(json.dumps(tiny_config(cameras=("camera", "wrist_camera")).to_dict()))
     assert model_cameras(wrist) == ("camera", "wrist_camera") and sim_launch_args(wrist) == ["wrist_camera:=true"]
-    assert sim_launch_args(Path(__file__).parents[1] / "models" / "vla_cups") == [] and sim_launch_args(tmp_path / "missing") == []
+    assert (
+        sim_launch_args(Path(__file__).parents[1] / "models" / "vla_cups") == []
+        and sim_launch_args(tmp_path / "missing") == []
+    )

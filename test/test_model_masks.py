@@ -4,15 +4,13 @@ one, padding never attended and never in the loss, time-RoPE depends on time dif
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.model import VLATransformer, tiny_config
 from vla_ros.model.layers import rotate
 from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
-from vla_ros.model.timeline import (ACTION, IMAGE, STATE, TEXT, TokenTimes, rope_tables, rope_tables_np,
-                                    visibility)
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
-
+from vla_ros.model.timeline import ACTION, IMAGE, STATE, TEXT, TokenTimes, rope_tables, rope_tables_np, visibility
 
 MS = 1_000_000
 
@@ -25,24 +23,31 @@ def test_worked_example_from_the_docstring():
     chunk = np.array([-1, -1, -1, -1, -1, -1, 0, 0])
     t = TokenTimes(kind, stamp, order, chunk, np.ones(8, bool))
     got = visibility(t, t, 100 * MS).astype(int)
-    want = np.array([
-        [1, 0, 0, 0, 0, 0, 0, 0],  # text sees text only
-        [1, 1, 0, 0, 0, 0, 0, 0],  # S@0
-        [1, 1, 1, 1, 0, 0, 0, 0],  # I@20 patch 0: bidirectional inside its frame
-        [1, 1, 1, 1, 0, 0, 0, 0],
-        [1, 1, 1, 1, 1, 0, 0, 0],  # S@90: 90 - 0 <= 100
-        [1, 0, 0, 0, 1, 1, 0, 0],  # S@130: S@0 and I@20 are more than 100 ms older
-        [1, 0, 0, 0, 1, 1, 1, 1],  # actions: the anchor's window, and each other
-        [1, 0, 0, 0, 1, 1, 1, 1],
-    ])
+    want = np.array(
+        [
+            [1, 0, 0, 0, 0, 0, 0, 0],  # text sees text only
+            [1, 1, 0, 0, 0, 0, 0, 0],  # S@0
+            [1, 1, 1, 1, 0, 0, 0, 0],  # I@20 patch 0: bidirectional inside its frame
+            [1, 1, 1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 1, 1, 0, 0, 0],  # S@90: 90 - 0 <= 100
+            [1, 0, 0, 0, 1, 1, 0, 0],  # S@130: S@0 and I@20 are more than 100 ms older
+            [1, 0, 0, 0, 1, 1, 1, 1],  # actions: the anchor's window, and each other
+            [1, 0, 0, 0, 1, 1, 1, 1],
+        ]
+    )
     np.testing.assert_array_equal(got, want)
 
 
 def test_window_boundary_is_inclusive_and_exact():
     W = 100 * MS
     for dt, seen in ((W, 1), (W + 1, 0), (W - 1, 1)):
-        t = TokenTimes(np.array([STATE, STATE]), np.array([10**18, 10**18 + dt]), np.array([0, 1]),
-                       np.array([-1, -1]), np.ones(2, bool))
+        t = TokenTimes(
+            np.array([STATE, STATE]),
+            np.array([10**18, 10**18 + dt]),
+            np.array([0, 1]),
+            np.array([-1, -1]),
+            np.ones(2, bool),
+        )
         assert visibility(t, t, W)[1, 0] == seen
 
 
@@ -89,8 +94,10 @@ def _sequence(config, seconds, seed, n_chunks=2, text_len=5, targets=True):
     rng = np.random.default_rng(seed)
     states = [o for o in stream if o.kind == STATE]
     anchors = [states[-1 - 3 * i].key for i in range(n_chunks)]
-    chunks = [ChunkSpec(a, rng.standard_normal((config.chunk_length, 7)).astype(np.float32) if targets else None)
-              for a in anchors]
+    chunks = [
+        ChunkSpec(a, rng.standard_normal((config.chunk_length, 7)).astype(np.float32) if targets else None)
+        for a in anchors
+    ]
     return build_sequence(config, stream, random_instruction(config, text_len, seed).embeddings, chunks)
 
 
@@ -121,7 +128,7 @@ def test_padding_is_never_attended_and_never_in_the_loss():
     assert padded.shape[1] > short.num_tokens  # short really is padded
     with torch.no_grad():
         h_alone = model.full_pass(alone).hidden[0]
-        h_padded = model.full_pass(padded).hidden[0, :short.num_tokens]
+        h_padded = model.full_pass(padded).hidden[0, : short.num_tokens]
         torch.testing.assert_close(h_padded, h_alone, atol=1e-5, rtol=1e-5)
         loss, info = model(padded)
         garbage = padded.targets.clone()
@@ -157,6 +164,6 @@ def test_observations_never_see_action_tokens():
     with_chunks = _sequence(config, 0.2, 5, n_chunks=2, targets=False)
     without = _sequence(config, 0.2, 5, n_chunks=0)
     with torch.no_grad():
-        a = model.full_pass(collate([with_chunks])).hidden[0, :without.num_tokens]
+        a = model.full_pass(collate([with_chunks])).hidden[0, : without.num_tokens]
         b = model.full_pass(collate([without])).hidden[0]
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

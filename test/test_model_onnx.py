@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.model import ModelFileError, StreamingPolicy, VLATransformer, save_model, tiny_config
 from vla_ros.model import export_onnx as export_cli
@@ -13,16 +14,20 @@ from vla_ros.model.io import export_to_folder
 from vla_ros.model.onnx_backend import OnnxBackend
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
-
 
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
 
 
-@pytest.fixture(scope="module", params=[dict(cameras=("camera",)), dict(cameras=("camera", "wrist_camera")),
-                                        dict(cameras=("camera",), pin_first_frame=True)],
-                ids=["one_camera", "wrist_camera", "pinned_frame"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        dict(cameras=("camera",)),
+        dict(cameras=("camera", "wrist_camera")),
+        dict(cameras=("camera",), pin_first_frame=True),
+    ],
+    ids=["one_camera", "wrist_camera", "pinned_frame"],
+)
 def folder(tmp_path_factory, request):
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("model")
@@ -92,7 +97,11 @@ def test_onnx_file_that_does_not_fit_the_config_is_refused(tmp_path, folder):
     with pytest.raises(ValueError, match="past_key shape"):
         OnnxBackend(folder / "model.onnx", tiny_config(num_hidden_layers=3, cameras=cameras, pin_first_frame=pinned))
     # the wrong number of cameras, or a pinned frame's graph for a config without one
-    mismatched = tiny_config(cameras=cameras) if pinned else tiny_config(cameras=("camera",) if len(cameras) > 1 else ("camera", "wrist_camera"))
+    mismatched = (
+        tiny_config(cameras=cameras)
+        if pinned
+        else tiny_config(cameras=("camera",) if len(cameras) > 1 else ("camera", "wrist_camera"))
+    )
     with pytest.raises(ValueError, match="not the step graph of this config.json"):
         OnnxBackend(folder / "model.onnx", mismatched)
     export_to_folder(VLATransformer(tiny_config(num_hidden_layers=3)), other)
@@ -103,7 +112,9 @@ def test_cuda_provider_request_falls_back_to_cpu(folder):
     import onnxruntime as ort
 
     policy = StreamingPolicy.from_pretrained(folder, backend="onnx", device="cuda")
-    expected = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPUExecutionProvider"
+    expected = (
+        "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPUExecutionProvider"
+    )
     assert policy.backend.providers[0] == expected
     chunk = policy.select_action(synthetic_stream(policy.config, seconds=0.1, seed=4))
     assert np.all(np.isfinite(chunk.positions))

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.model import StreamingPolicy, VLATransformer, tiny_config
 from vla_ros.model.check import compare_with_full_pass, record_stream
@@ -14,7 +15,6 @@ from vla_ros.model.sequence import build_sequence, pinned_frame
 from vla_ros.model.synthetic import random_instruction, synthetic_stream, ticks
 from vla_ros.model.timeline import TokenTimes, visibility
 from vla_ros.tokens.types import Kind
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
@@ -50,7 +50,9 @@ def test_the_pinned_frame_is_seen_by_every_observation_and_chunk_beyond_the_wind
     last_state = [o for o in stream if o.kind == Kind.STATE][-1]
     from vla_ros.model.sequence import ChunkSpec
 
-    seq = build_sequence(config, stream, random_instruction(config, 3).embeddings, [ChunkSpec(last_state.key)], pinned=first)
+    seq = build_sequence(
+        config, stream, random_instruction(config, 3).embeddings, [ChunkSpec(last_state.key)], pinned=first
+    )
     times = TokenTimes(seq.kind, seq.stamp_ns, seq.order, seq.chunk, np.ones(seq.num_tokens, bool))
     allowed = visibility(times, times, config.window_ns)
     P, L = config.num_visual_tokens, 3
@@ -61,7 +63,7 @@ def test_the_pinned_frame_is_seen_by_every_observation_and_chunk_beyond_the_wind
     old = [t for t in later if seq.kind[t] == Kind.IMAGE and seq.token_obs[t] == 0]  # ... and the same frame in
     assert old and not allowed[-1, old].any()  # the window is out of the last chunk's sight (0.5 s > W = 0.1 s)
     assert not allowed[:L, pin].any()  # text sees text only
-    assert allowed[pin][:, :L].all() and allowed[pin][:, pin].all() and not allowed[pin][:, L + P:].any()
+    assert allowed[pin][:, :L].all() and allowed[pin][:, pin].all() and not allowed[pin][:, L + P :].any()
 
 
 def test_the_pin_carries_the_first_frame_into_every_later_chunk(pinned_model):

@@ -6,13 +6,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.model import PolicyNotReady, StreamingPolicy, VLATransformer, tiny_config
 from vla_ros.model.check import compare_with_full_pass, full_pass_outputs, record_stream
 from vla_ros.model.synthetic import random_instruction, shifted, synthetic_stream, ticks
 from vla_ros.tokens.types import Kind, Observation
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
-
 
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
@@ -52,7 +51,7 @@ def _groups(stream, how):
         return [[o] for o in stream]
     if how == "ticks":
         return ticks(stream)
-    return [stream[i:i + 60] for i in range(0, len(stream), 60)]  # big batches: several steps per call
+    return [stream[i : i + 60] for i in range(0, len(stream), 60)]  # big batches: several steps per call
 
 
 @pytest.mark.parametrize("how", ["one_by_one", "ticks", "batches"])
@@ -99,11 +98,14 @@ def test_outputs_depend_on_time_differences(model):
     config = model.config
     instruction = random_instruction(config, 6)
     stream = synthetic_stream(config, seconds=0.4, seed=3, start_ns=EPOCH_NS)
-    stretched = [Observation(o.kind, EPOCH_NS + (o.stamp_ns - EPOCH_NS) * 3 // 4, o.t_s, o.seq, o.data, o.source)
-                 for o in stream]
+    stretched = [
+        Observation(o.kind, EPOCH_NS + (o.stamp_ns - EPOCH_NS) * 3 // 4, o.t_s, o.seq, o.data, o.source) for o in stream
+    ]
     pos0, hid0 = _stream_chunks(model, stream, instruction)
     pos1, hid1 = _stream_chunks(model, stretched, instruction)
-    assert np.abs(pos1 - pos0).max() > 1e-4 and np.abs(hid1 - hid0).max() > 1e-3  # same tokens, other spacing: time matters
+    assert (
+        np.abs(pos1 - pos0).max() > 1e-4 and np.abs(hid1 - hid0).max() > 1e-3
+    )  # same tokens, other spacing: time matters
 
 
 def test_late_observations_are_inserted_exactly(model):
@@ -282,9 +284,15 @@ def test_each_camera_is_its_own_stream_and_the_model_knows_which(wrist_model):
     P, D = config.num_visual_tokens, config.hidden_size
     gather = torch.arange(1, 2 * P + 1)[None]
     with torch.no_grad():
-        x, _, _ = wrist_model.embed(images, torch.zeros(0, config.state_dim), torch.zeros(0, 384),
-                                    torch.zeros(0, dtype=torch.int64), gather, torch.zeros(1, 384),
-                                    image_camera=torch.tensor([0, 1]))
+        x, _, _ = wrist_model.embed(
+            images,
+            torch.zeros(0, config.state_dim),
+            torch.zeros(0, 384),
+            torch.zeros(0, dtype=torch.int64),
+            gather,
+            torch.zeros(1, 384),
+            image_camera=torch.tensor([0, 1]),
+        )
         want = wrist_model.camera_embedding.weight[1] - wrist_model.camera_embedding.weight[0]
     assert torch.allclose(x[0, P:] - x[0, :P], want.expand(P, D), atol=1e-5)
     assert float(want.abs().max()) > 0.1
@@ -321,7 +329,9 @@ def test_a_state_relative_chunk_is_the_offsets_plus_the_newest_joint_state(model
             continue
         r, newest_state = relative.select_action(tick), states[-1]
         assert not np.allclose(newest_state.data[:n], newest_state.data[n:])
-        np.testing.assert_allclose(r.positions - a.positions, np.broadcast_to(newest_state.data[:n], a.positions.shape), atol=1e-6)
+        np.testing.assert_allclose(
+            r.positions - a.positions, np.broadcast_to(newest_state.data[:n], a.positions.shape), atol=1e-6
+        )
         checked += 1
     assert checked >= 5
     groups = ticks(stream)
@@ -345,7 +355,7 @@ def test_a_state_relative_model_without_a_joint_state_refuses_and_stays_exact(mo
         policy.select_action(frames_only)
     with pytest.raises(PolicyNotReady, match="joint state"):
         policy.predict_action_chunk()
-    chunk = policy.select_action(stream[len(frames_only):])
+    chunk = policy.select_action(stream[len(frames_only) :])
     fresh = _policy(twin, instruction).select_action(stream)
     assert chunk.stamp_ns == fresh.stamp_ns
     np.testing.assert_allclose(chunk.positions, fresh.positions, atol=TOL)

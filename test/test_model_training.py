@@ -1,5 +1,6 @@
 """Training path: forward(batch) -> (loss, info) overfits a handful of samples (catches target shift, mask and
-padding mistakes), chunk targets sit at anchor + (k + 1) / rate and leave gaps in the recording without a target (data.targets);
+padding mistakes), chunk targets sit at anchor + (k + 1) / rate and leave gaps in the recording without a target
+(data.targets);
 and the benchmarks' command lines."""
 
 import json
@@ -7,13 +8,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 from vla_ros.bench import gpu_check, policy_bench
 from vla_ros.data.targets import chunk_offsets_s, chunk_targets, chunk_usable, target_track
 from vla_ros.model import ChunkSpec, ModelConfig, VLATransformer, build_sequence, collate, tiny_config
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture)
 
 
 def test_chunk_targets_are_the_future_positions():
@@ -40,7 +41,9 @@ def test_chunk_targets_leave_gaps_in_the_recording_without_a_target():
     positions = np.stack([t_s, -t_s], axis=1)
     offsets = np.arange(1, 9) * 0.05
     targets = chunk_targets(t_s, positions, 0.9, offsets)  # points at 0.95 ... 1.30 s
-    assert np.isfinite(targets[0]).all() and np.isnan(targets[1:]).all()  # 1.0 s, 10 ms after a command, is inside the silence
+    assert (
+        np.isfinite(targets[0]).all() and np.isnan(targets[1:]).all()
+    )  # 1.0 s, 10 ms after a command, is inside the silence
     np.testing.assert_allclose(targets[0], [0.95, -0.95], atol=1e-12)
     after = chunk_targets(t_s, positions, 1.55, offsets)  # 1.60 lies on the first sample after the silence
     assert np.isfinite(after).all() and chunk_usable(after)
@@ -87,8 +90,9 @@ def handful_of_samples(config):
         rng = np.random.default_rng(seed)
         stream = synthetic_stream(config, seconds=0.15, seed=seed)
         states = [o for o in stream if o.kind == Kind.STATE]
-        chunks = [ChunkSpec(states[i].key, rng.uniform(-1, 1, (config.chunk_length, 7)).astype(np.float32))
-                  for i in (-1, -6)]
+        chunks = [
+            ChunkSpec(states[i].key, rng.uniform(-1, 1, (config.chunk_length, 7)).astype(np.float32)) for i in (-1, -6)
+        ]
         sequences.append(build_sequence(config, stream, random_instruction(config, 3 + seed, seed).embeddings, chunks))
     return collate(sequences)
 
@@ -100,7 +104,7 @@ def test_overfits_a_handful_of_samples():
     assert not bool(batch.valid.all())
     model = VLATransformer(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(400):
+    for step in range(400):  # noqa: B007 (the message after the loop names it)
         loss, info = model(batch)
         optimizer.zero_grad()
         loss.backward()
@@ -148,7 +152,12 @@ def test_policy_bench_figures_are_what_its_timings_and_the_config_give(tiny_json
     from vla_ros.model.config import ModelConfig
 
     raw_path = tmp_path / "raw.json"
-    assert policy_bench.main(["--json", "--config", str(tiny_json), "--ticks", "6", "--recompute-ticks", "3", "--raw", str(raw_path)]) == 0
+    assert (
+        policy_bench.main(
+            ["--json", "--config", str(tiny_json), "--ticks", "6", "--recompute-ticks", "3", "--raw", str(raw_path)]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     raw = json.loads(raw_path.read_text())
     config = ModelConfig.from_dict(json.loads(tiny_json.read_text()))
@@ -157,17 +166,42 @@ def test_policy_bench_figures_are_what_its_timings_and_the_config_give(tiny_json
         return pytest.approx(np.percentile(values, q), abs=6e-4)  # the bench rounds to 0.001
 
     tick, chunk = raw["tick_ms"], raw["chunk_ms"]
-    assert {k: len(v) for k, v in tick.items()} == {k: len(v) for k, v in chunk.items()} == {"stream": 6, "onnx": 6, "torch_cpu": 6}
+    assert (
+        {k: len(v) for k, v in tick.items()}
+        == {k: len(v) for k, v in chunk.items()}
+        == {"stream": 6, "onnx": 6, "torch_cpu": 6}
+    )
     assert len(raw["recompute_ms"]) == len(raw["chunk_nocache_ms"]) == 3 and result["ticks"] == 6
-    assert (result["tick_ms_p50_streaming"], result["tick_ms_p99_streaming"]) == (pct(tick["stream"], 50), pct(tick["stream"], 99))
-    assert (result["tick_ms_p50_recompute"], result["tick_ms_p99_recompute"]) == (pct(raw["recompute_ms"], 50), pct(raw["recompute_ms"], 99))
-    assert (result["chunk_ms_p50_kv"], result["chunk_ms_p99_kv"]) == (pct(chunk["stream"], 50), pct(chunk["stream"], 99))
+    assert (result["tick_ms_p50_streaming"], result["tick_ms_p99_streaming"]) == (
+        pct(tick["stream"], 50),
+        pct(tick["stream"], 99),
+    )
+    assert (result["tick_ms_p50_recompute"], result["tick_ms_p99_recompute"]) == (
+        pct(raw["recompute_ms"], 50),
+        pct(raw["recompute_ms"], 99),
+    )
+    assert (result["chunk_ms_p50_kv"], result["chunk_ms_p99_kv"]) == (
+        pct(chunk["stream"], 50),
+        pct(chunk["stream"], 99),
+    )
     assert result["chunk_ms_p50_nocache"] == pct(raw["chunk_nocache_ms"], 50)
-    assert result["streaming_speedup"] == pytest.approx(result["tick_ms_p50_recompute"] / result["tick_ms_p50_streaming"], abs=0.0051)
-    assert result["kv_decode_speedup"] == pytest.approx(result["chunk_ms_p50_nocache"] / result["chunk_ms_p50_kv"], abs=0.0051)
-    assert result["missed_deadlines"] == sum(a + b > 1e3 / config.camera_rate_hz for a, b in zip(tick["stream"], chunk["stream"]))
-    assert (result["onnx_cpu_ms_p50"], result["onnx_cpu_chunk_ms_p50"]) == (pct(tick["onnx"], 50), pct(chunk["onnx"], 50))
-    assert (result["torch_cpu_ms_p50"], result["torch_cpu_chunk_ms_p50"]) == (pct(tick["torch_cpu"], 50), pct(chunk["torch_cpu"], 50))
+    assert result["streaming_speedup"] == pytest.approx(
+        result["tick_ms_p50_recompute"] / result["tick_ms_p50_streaming"], abs=0.0051
+    )
+    assert result["kv_decode_speedup"] == pytest.approx(
+        result["chunk_ms_p50_nocache"] / result["chunk_ms_p50_kv"], abs=0.0051
+    )
+    assert result["missed_deadlines"] == sum(
+        a + b > 1e3 / config.camera_rate_hz for a, b in zip(tick["stream"], chunk["stream"])
+    )
+    assert (result["onnx_cpu_ms_p50"], result["onnx_cpu_chunk_ms_p50"]) == (
+        pct(tick["onnx"], 50),
+        pct(chunk["onnx"], 50),
+    )
+    assert (result["torch_cpu_ms_p50"], result["torch_cpu_chunk_ms_p50"]) == (
+        pct(tick["torch_cpu"], 50),
+        pct(chunk["torch_cpu"], 50),
+    )
     session, intake = raw["session_tick_ms"], raw["intake_us"]
     assert {k: len(v) for k, v in session.items()} == {"onnx": 6, "torch": 6}
     for backend in ("onnx", "torch"):
@@ -175,7 +209,9 @@ def test_policy_bench_figures_are_what_its_timings_and_the_config_give(tiny_json
         assert result[f"session_tick_ms_p99_{backend}"] == pct(session[backend], 99)
     joint_states, images = intake["sensor_msgs/msg/JointState"], intake["sensor_msgs/msg/Image"]
     assert len(joint_states) == 60 and len(images) in (18, 19), (len(joint_states), len(images))
-    assert result["intake_us_p50_joint_state"] == pct(joint_states, 50) and result["intake_us_p50_image_320x240"] == pct(images, 50)
+    assert result["intake_us_p50_joint_state"] == pct(joint_states, 50) and result[
+        "intake_us_p50_image_320x240"
+    ] == pct(images, 50)
     assert result["cache_capacity_tokens"] == config.cache_capacity
     kv_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * config.cache_capacity * config.head_dim * 4
     assert result["cache_mb"] == pytest.approx(kv_bytes / 2**20, abs=6e-4)
@@ -240,7 +276,9 @@ def test_model_files_with_a_raw_keypoint_temperature_still_load(tmp_path):
         tensors["patch_encoder.keypoint_temperature"] = torch.tensor([value])
         save_file(tensors, str(folder / "model.safetensors"))
         data = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**data, "weights_sha256": sha256_file(folder / "model.safetensors")}))
+        (folder / "config.json").write_text(
+            json.dumps({**data, "weights_sha256": sha256_file(folder / "model.safetensors")})
+        )
         if ok:
             assert load_model(folder).patch_encoder.keypoint_temperature.item() == pytest.approx(0.07, rel=1e-6)
         else:

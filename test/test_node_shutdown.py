@@ -11,10 +11,10 @@ import sys
 
 import pytest
 import torch
+from ros_helpers import LaunchedGraph, Probe, node_cmd, shutdown_problem, spin_until, start_process, stop, stop_cleanly
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import LaunchedGraph, Probe, node_cmd, shutdown_problem, spin_until, start_process, stop, stop_cleanly
 from vla_ros.data.bag import info as bag_info
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
@@ -57,8 +57,9 @@ sys.exit(run_node(QuietNode, []))
 """
 
 
-@pytest.mark.parametrize("when, signum", [("spinning", signal.SIGINT), ("spinning", signal.SIGTERM),
-                                          ("signal_while_building", None)])
+@pytest.mark.parametrize(
+    "when, signum", [("spinning", signal.SIGINT), ("spinning", signal.SIGTERM), ("signal_while_building", None)]
+)
 def test_run_node_stops_a_quiet_node_on_a_signal_at_any_moment(tmp_path, when, signum):
     script, log = tmp_path / "quiet_node.py", tmp_path / "quiet.log"
     script.write_text(QUIET_NODE)
@@ -75,22 +76,37 @@ def test_run_node_stops_a_quiet_node_on_a_signal_at_any_moment(tmp_path, when, s
 
 def test_the_full_graph_and_the_recorder_stop_cleanly_on_ctrl_c(tmp_path):
     """sim, policy (a tiny model), safety filter and controller through the launch runner, with `vla-ros record`
-    beside them: Ctrl-C while chunks (a random model: the filter rejects them) and commands flow. Every node exits 0 with no traceback (LaunchedGraph checks the
+    beside them: Ctrl-C while chunks (a random model: the filter rejects them) and commands flow. Every node exits 0
+    with no traceback (LaunchedGraph checks the
     runner's log on the way out) and the recorder closes a readable file."""
     torch.manual_seed(0)
-    save_model(VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0)), tmp_path / "tiny", onnx=True)  # the default backend
+    save_model(
+        VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0)), tmp_path / "tiny", onnx=True
+    )  # the default backend
     log = tmp_path / "launch.log"
-    with LaunchedGraph("sim.launch.xml", "policy:=vla", f"model:={tmp_path / 'tiny'}", "instruction:=pick up the red cup",
-                       log_path=log) as graph:
+    with LaunchedGraph(
+        "sim.launch.xml", "policy:=vla", f"model:={tmp_path / 'tiny'}", "instruction:=pick up the red cup", log_path=log
+    ) as graph:
         record_log, bag = tmp_path / "record.log", tmp_path / "episode"
-        recorder = start_process([sys.executable, "-m", "vla_ros.cli", "record", "--use-sim-time", "--out", str(bag)], record_log)
+        recorder = start_process(
+            [sys.executable, "-m", "vla_ros.cli", "record", "--use-sim-time", "--out", str(bag)], record_log
+        )
         probe = Probe("shutdown_probe")
         try:
             flow = {"chunks": 0, "commands": 0}
-            probe.node.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: flow.update(chunks=flow["chunks"] + 1), 10)
-            probe.node.create_subscription(Float64MultiArray, "/forward_position_controller/commands",
-                                           lambda m: flow.update(commands=flow["commands"] + 1), 100)
-            assert probe.spin_until(lambda: flow["chunks"] >= 3 and flow["commands"] >= 100, 300), (flow, log.read_text()[-3000:])
+            probe.node.create_subscription(
+                JointTrajectory, "/vla/action_chunk", lambda m: flow.update(chunks=flow["chunks"] + 1), 10
+            )
+            probe.node.create_subscription(
+                Float64MultiArray,
+                "/forward_position_controller/commands",
+                lambda m: flow.update(commands=flow["commands"] + 1),
+                100,
+            )
+            assert probe.spin_until(lambda: flow["chunks"] >= 3 and flow["commands"] >= 100, 300), (
+                flow,
+                log.read_text()[-3000:],
+            )
         finally:
             probe.close()
             record_problem = stop_cleanly(recorder, record_log)
@@ -132,8 +148,10 @@ def test_shutdown_problem_reports_exit_codes_and_tracebacks(tmp_path):
         ("all good\n", 0): "",
         ("all good\n", 1): "plain.log: exit code 1:\nall good\n",
         ("killed\n", -9): "plain.log: exit code -9:\nkilled\n",
-        ("Traceback (most recent call last):\nRuntimeError: x\n", 0):
-            "plain.log: exit code 0, a traceback:\nTraceback (most recent call last):\nRuntimeError: x\n",
+        (
+            "Traceback (most recent call last):\nRuntimeError: x\n",
+            0,
+        ): "plain.log: exit code 0, a traceback:\nTraceback (most recent call last):\nRuntimeError: x\n",
     }
     for (content, exit_code), expected in cases.items():
         log.write_text(content)

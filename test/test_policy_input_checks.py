@@ -19,8 +19,8 @@ from vla_ros.params.policy import PARAMS
 from vla_ros.params.spec import default_values
 from vla_ros.policy import PolicySession
 from vla_ros.policy.input_checks import InstructionGate, RepeatedFrames, instruction_size_error
-from vla_ros.ros.rejections import RecentRefusals
 from vla_ros.policy.session import SessionConfig
+from vla_ros.ros.rejections import RecentRefusals
 from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens.convert import CONTROL_CHARACTERS, TokenError, instruction_text
 from vla_ros.tokens.text import minilm_path, shared_encoder
@@ -117,7 +117,9 @@ def test_a_run_of_identical_frames_is_told_from_frames_that_differ_in_one_byte()
     assert run.count == 31 and run.span_s == pytest.approx(1.0) and run.frozen(1.0) and not run.frozen(1.1)
     run.observe_state(np.array([0.5, 0.0]))  # the first state of the run: where the arm was
     run.observe_state(np.array([0.51, -0.015]))
-    assert run.motion == pytest.approx(0.015) and not run.frozen(1.0, min_motion=0.02)  # a still arm may give one picture
+    assert run.motion == pytest.approx(0.015) and not run.frozen(
+        1.0, min_motion=0.02
+    )  # a still arm may give one picture
     run.observe_state(np.array([0.53, 0.0]))
     assert run.motion == pytest.approx(0.03) and run.frozen(1.0, min_motion=0.02)
     other = picture.copy()
@@ -157,8 +159,10 @@ def test_refusals_are_held_for_a_second_and_counted_within_it():
     for k in range(30):
         refusals.note("/camera/image_raw", "unknown_encoding", f"frame {k}", 10.0 + k / 30)
     refusals.note("/joint_states", "joint_state_non_finite", "NaN", 10.5)
-    assert refusals.recent(11.0) == [("/camera/image_raw", "unknown_encoding", 30, "frame 29"),
-                                     ("/joint_states", "joint_state_non_finite", 1, "NaN")]
+    assert refusals.recent(11.0) == [
+        ("/camera/image_raw", "unknown_encoding", 30, "frame 29"),
+        ("/joint_states", "joint_state_non_finite", 1, "NaN"),
+    ]
     assert refusals.recent(11.65) == [("/camera/image_raw", "unknown_encoding", 10, "frame 29")]  # frames 20-29
     assert refusals.recent(12.0) == []
 
@@ -185,10 +189,15 @@ def test_a_session_publishes_no_chunk_while_its_camera_repeats_one_picture_as_th
     long), and start again with the first different frame. With 0 (off) they never stop; nor while the
     arm stands still (a noise-free simulator renders a still scene byte for byte the same)."""
     torch.manual_seed(0)
-    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)).eval()
+    model = VLATransformer(
+        tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)
+    ).eval()
     torch.set_num_threads(1)
-    session = PolicySession(StreamingPolicy.from_model(model, device="cpu"), shared_encoder(model.config.max_text_tokens),
-                            SessionConfig(frozen_camera_s=frozen_camera_s))
+    session = PolicySession(
+        StreamingPolicy.from_model(model, device="cpu"),
+        shared_encoder(model.config.max_text_tokens),
+        SessionConfig(frozen_camera_s=frozen_camera_s),
+    )
     session.set_instruction("pick up the red cup", 0)
     rng = np.random.default_rng(0)
     still = rng.integers(0, 256, 24 * 96, dtype=np.uint8).tobytes()
@@ -208,7 +217,13 @@ def test_a_session_publishes_no_chunk_while_its_camera_repeats_one_picture_as_th
         return
     frozen = [(t, r.detail) for t, r in results if r.skip == "frozen_camera"]
     # frames at 0, 30, ..., 990 ms span 0.99 s (the tick at 1 s publishes); at 1.1 s the 37 up to 1080 ms span 1.08 s
-    assert frozen[0][0] == 1100 * MS and "camera frozen: 37 identical frames over 1.08 s while the joints moved up to 0.11" in frozen[0][1], frozen[0]
+    assert (
+        frozen[0][0] == 1100 * MS
+        and "camera frozen: 37 identical frames over 1.08 s while the joints moved up to 0.11" in frozen[0][1]
+    ), frozen[0]
     assert [t for t, _ in frozen] == list(range(1100 * MS, 2000 * MS + 1, 100 * MS))
-    assert max(t for t in published if t < 2000 * MS) == 1000 * MS and min(t for t in published if t > 1000 * MS) == 2100 * MS
+    assert (
+        max(t for t in published if t < 2000 * MS) == 1000 * MS
+        and min(t for t in published if t > 1000 * MS) == 2100 * MS
+    )
     assert session.frozen_cameras() == [] and session.sources["image"].accepted == 84

@@ -20,10 +20,10 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import Header, String
-
 from ros_helpers import REPO, stop
 from sensor_feed import MS, SensorFeed, camera_frame, joint_state
+from std_msgs.msg import Header, String
+
 from vla_ros.model.config import tiny_config
 from vla_ros.model.io import save_model
 from vla_ros.model.model import VLATransformer
@@ -36,8 +36,14 @@ from vla_ros.tokens.text import shared_encoder
 INSTRUCTION = "pick up the red cup"
 # shape_chunks off: the in-process sessions these chunks are compared with do not shape, and the one test that
 # shapes (the table lift) switches it on and off again.
-PARAMS_SET = {"rate_hz": 10.0, "threads": 1, "diagnostics_period_s": 0.05, "max_image_age_s": 0.2, "source_timeout_s": 0.5,
-              "shape_chunks": False}
+PARAMS_SET = {
+    "rate_hz": 10.0,
+    "threads": 1,
+    "diagnostics_period_s": 0.05,
+    "max_image_age_s": 0.2,
+    "source_timeout_s": 0.5,
+    "shape_chunks": False,
+}
 FRAME_PERIOD_NS = 100 * MS // 3
 
 
@@ -137,7 +143,16 @@ def tiny_policy(tmp, probe: str, params: dict):
     feed = SensorFeed(probe)
     log_path = tmp / "policy.log"
     log = open(log_path, "w")
-    args = [sys.executable, "-m", "vla_ros.nodes.policy_node", "--ros-args", "-p", "use_sim_time:=true", "-p", f"model:={tmp / 'tiny'}"]
+    args = [
+        sys.executable,
+        "-m",
+        "vla_ros.nodes.policy_node",
+        "--ros-args",
+        "-p",
+        "use_sim_time:=true",
+        "-p",
+        f"model:={tmp / 'tiny'}",
+    ]
     for name, value in params.items():
         args += ["-p", f"{name}:={value}"]
     proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -170,12 +185,16 @@ def node_and_session_chunks(robot, **params) -> list[tuple[np.ndarray, np.ndarra
     assert sum(c is not None for c in node_chunks) >= 6, robot.latest()
 
     values = default_values(PARAMS) | PARAMS_SET | params
-    session = PolicySession.from_pretrained(robot.folder, backend="onnx", threads=1, config=session_config_from_params(values))
+    session = PolicySession.from_pretrained(
+        robot.folder, backend="onnx", threads=1, config=session_config_from_params(values)
+    )
     session.set_instruction(INSTRUCTION, 0)
     pairs = []
     for (now, batch), node_chunk in zip(player.log, node_chunks):
         for type_name, msg in batch:
-            session.add_message(type_name, msg, now, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states")
+            session.add_message(
+                type_name, msg, now, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states"
+            )
         local = session.tick(now + 100 * MS).chunk
         assert (local is None) == (node_chunk is None)
         if local is None:
@@ -193,8 +212,11 @@ def test_the_node_and_the_in_process_session_give_the_same_chunks_for_the_same_m
 def test_temporal_ensembling_follows_a_run_time_change(robot):
     """``temporal_ensemble_s`` set to 0 at run time: the node publishes each decode alone, as a session
     without averaging does, and no longer what the shipped 0.4 s average gives; a negative value is refused."""
+
     def set_tau(value: float):
-        return set_param(robot, "temporal_ensemble_s", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
+        return set_param(
+            robot, "temporal_ensemble_s", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+        )
 
     shipped = default_values(PARAMS)["temporal_ensemble_s"]
     assert shipped > 0
@@ -215,7 +237,9 @@ def test_temporal_ensembling_follows_a_run_time_change(robot):
 def test_a_paused_camera_stops_the_chunks_and_is_reported_with_the_nodes_name(robot):
     player = robot.player
     assert player.step() is not None and player.step() is not None
-    last_frame = max(ns_from_time_msg(m.header.stamp) for _, batch in player.log[-1:] for t, m in batch if t.endswith("Image"))
+    last_frame = max(
+        ns_from_time_msg(m.header.stamp) for _, batch in player.log[-1:] for t, m in batch if t.endswith("Image")
+    )
     paused_at = time.monotonic()
     chunks = [player.step(camera=False) for _ in range(6)]  # 0.6 s of joint states, no frame
     stamps = [ns_from_time_msg(c.header.stamp) for c in chunks if c is not None]
@@ -224,8 +248,13 @@ def test_a_paused_camera_stops_the_chunks_and_is_reported_with_the_nodes_name(ro
     reasons = {s[2]["status"] for s in robot.statuses(since=paused_at)}
     assert reasons & {"stale_image", "no_image"}, reasons
     # the wall-clock watchdog: the camera is silent, whatever the simulated time does
-    assert robot.spin_until(lambda: any(s[0] == b"\x02" and "no image" in s[1] for s in robot.statuses(since=paused_at)), 30)
-    assert "no image message for more than 0.5 s" in robot.log_path.read_text() and "[policy]" in robot.log_path.read_text()
+    assert robot.spin_until(
+        lambda: any(s[0] == b"\x02" and "no image" in s[1] for s in robot.statuses(since=paused_at)), 30
+    )
+    assert (
+        "no image message for more than 0.5 s" in robot.log_path.read_text()
+        and "[policy]" in robot.log_path.read_text()
+    )
     assert any(player.step() is not None for _ in range(4))  # frames again: chunks again
 
 
@@ -246,26 +275,33 @@ def test_switching_to_a_wrist_camera_model_subscribes_to_the_hand_camera_and_nee
     from sensor_msgs.msg import Image
 
     torch.manual_seed(3)
-    config = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
-                         cameras=("camera", "wrist_camera"))
+    config = tiny_config(
+        chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1, cameras=("camera", "wrist_camera")
+    )
     save_model(VLATransformer(config), tmp_path / "wrist", onnx=True)
     player = robot.player
 
     def use(folder):
-        result = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=str(folder)))
+        result = set_param(
+            robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=str(folder))
+        )
         assert result.successful, result.reason
         assert robot.spin_until(lambda: (robot.latest() or {}).get("model") == str(folder), 30)
         player.sent = {"joints": 0, "images": 0}  # a new session counts from zero
 
     def wrist_subscribed() -> bool:
-        return any(i.node_name == "policy" for i in robot.node.get_subscriptions_info_by_topic("/wrist_camera/image_raw"))
+        return any(
+            i.node_name == "policy" for i in robot.node.get_subscriptions_info_by_topic("/wrist_camera/image_raw")
+        )
 
     use(tmp_path / "wrist")
     blind_at = time.monotonic()
     assert all(player.step() is None for _ in range(4))  # the main camera only
     messages = [s[1] for s in robot.statuses(since=blind_at) if s[2].get("status") in ("no_image", "stale_image")]
     assert messages and "wrist_camera" in messages[-1], messages
-    player.wrist = robot.node.create_publisher(Image, "/wrist_camera/image_raw", QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+    player.wrist = robot.node.create_publisher(
+        Image, "/wrist_camera/image_raw", QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+    )
     try:
         assert robot.spin_until(wrist_subscribed, 30)
         chunks = [player.step() for _ in range(5)]
@@ -281,7 +317,9 @@ def test_switching_to_a_wrist_camera_model_subscribes_to_the_hand_camera_and_nee
 
 
 def test_a_model_that_cannot_load_is_refused_and_the_running_one_stays(robot):
-    missing = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="/nonexistent"))
+    missing = set_param(
+        robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="/nonexistent")
+    )
     assert not missing.successful and "cannot load model /nonexistent" in missing.reason
     empty = set_param(robot, "model", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=""))
     assert not empty.successful and "model must name" in empty.reason
@@ -321,7 +359,9 @@ def test_every_rejection_reason_reaches_the_log(robot):
     # Received is counted on arrival, a rejection when the window takes the message in: wait for both. How
     # many of the burst are late depends on how far the policy had drained when it came (lateness is judged
     # against the newest stamp it consumed), so the count is checked for "some", the log for the reason.
-    counted = lambda v: int(v.get("joint_states.rejected.late", 0)) >= 1 and int(v.get("image.rejected.unknown_encoding", 0)) >= 1  # noqa: E731
+    counted = lambda v: (
+        int(v.get("joint_states.rejected.late", 0)) >= 1 and int(v.get("image.rejected.unknown_encoding", 0)) >= 1
+    )  # noqa: E731
     assert robot.spin_until(lambda: counted(robot.latest()), 30), robot.latest()
     assert int(robot.latest()["image.rejected.unknown_encoding"]) == 1
 
@@ -391,16 +431,21 @@ def test_the_table_lift_raises_every_point_that_comes_near_the_table_and_no_othe
     into the table (the safety filter's own collision model says so) has every published point lifted, and
     ``shaping.lifted_points`` grows by exactly the points published; a model whose every point keeps the arm
     far above the table has none lifted. The counts are read between steps, when no tick runs."""
+    from ros_helpers import REPO as repo
+
     from vla_ros.params import safety_filter as filter_params
     from vla_ros.params.spec import values_from_yaml
     from vla_ros.safety import SafetyFilter, load_robot
     from vla_ros.sim import default_urdf_path
 
-    from ros_helpers import REPO as repo
-
     urdf = default_urdf_path().read_text()
     filter_config = filter_params.config_from_params(
-        values_from_yaml(filter_params.PARAMS, repo / "config" / "safety_filter.yaml", "safety_filter"))
+        values_from_yaml(
+            filter_params.PARAMS,
+            [repo / "config" / "limits.yaml", repo / "config" / "safety_filter.yaml"],
+            "safety_filter",
+        )
+    )
     checker = SafetyFilter(load_robot(urdf), filter_config).checker
     names = list(checker.robot.joint_names)
 
@@ -422,7 +467,9 @@ def test_the_table_lift_raises_every_point_that_comes_near_the_table_and_no_othe
     description = robot.node.create_publisher(String, "/robot_description", latched)
     description.publish(String(data=urdf))
     try:
-        assert set_param(robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=True)).successful
+        assert set_param(
+            robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=True)
+        ).successful
         assert robot.spin_until(lambda: (robot.latest() or {}).get("shaping") == "on", 60), robot.latest()
         for name, must_lift in (("down", True), ("up", False)):
             use_model(robot, tmp_path / name)
@@ -435,9 +482,13 @@ def test_the_table_lift_raises_every_point_that_comes_near_the_table_and_no_othe
             assert points == len(chunks) * robot.config.chunk_length  # the whole chunk is published (and shaped)
             assert int(v["shaping.lifted_points"]) - lifted_before == (points if must_lift else 0), (name, v)
             if not must_lift:  # nothing to do: the points go out as decoded
-                np.testing.assert_allclose([p.positions for c in chunks for p in c.points[1:]], [up] * (points - len(chunks)), atol=1e-5)
+                np.testing.assert_allclose(
+                    [p.positions for c in chunks for p in c.points[1:]], [up] * (points - len(chunks)), atol=1e-5
+                )
     finally:
-        assert set_param(robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False)).successful
+        assert set_param(
+            robot, "shape_chunks", ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False)
+        ).successful
         use_model(robot, robot.folder)
         robot.node.destroy_publisher(description)
     assert robot.spin_until(lambda: (robot.latest() or {}).get("shaping") == "off", 60), robot.latest()

@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 import pytest
+from sensor_feed import MS, camera_frame, joint_state
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
-
-from sensor_feed import MS, camera_frame, joint_state
 from test_policy_node_contracts import INSTRUCTION, PARAMS_SET, tiny_policy
+
 from vla_ros.ros.time import ns_from_time_msg
 
 OK, WARN = b"\x00", b"\x01"
@@ -33,7 +33,9 @@ FROZEN_S = 1.0  # frozen_camera_s, the default
 @pytest.fixture(scope="module")
 def robot(tmp_path_factory):
     with tiny_policy(tmp_path_factory.mktemp("policy_inputs"), "inputs_probe", PARAMS_SET) as feed:
-        assert feed.spin_until(lambda: (feed.latest(INPUTS) or {}).get("instruction") == INSTRUCTION, 60), feed.latest(INPUTS)
+        assert feed.spin_until(lambda: (feed.latest(INPUTS) or {}).get("instruction") == INSTRUCTION, 60), feed.latest(
+            INPUTS
+        )
         yield feed
 
 
@@ -48,9 +50,18 @@ def good_frames(robot):
 def first_report(robot, since: float, predicate, name: str = INPUTS, wall_timeout_s: float = 30.0):
     """(receive time, level, message, values) of the node's first report after ``since`` that ``predicate``
     (level, message, values) holds for, waiting for it."""
+
     def found():
-        return next(((t, st) for t, st in robot.diag if t > since and st.name == name
-                     and predicate(st.level, st.message, {kv.key: kv.value for kv in st.values})), None)
+        return next(
+            (
+                (t, st)
+                for t, st in robot.diag
+                if t > since
+                and st.name == name
+                and predicate(st.level, st.message, {kv.key: kv.value for kv in st.values})
+            ),
+            None,
+        )
 
     assert robot.spin_until(lambda: found() is not None, wall_timeout_s), robot.statuses(name, since)[-3:]
     t, st = found()
@@ -72,7 +83,10 @@ def test_a_1mb_instruction_is_refused_from_its_size_and_no_tick_waits_for_it(rob
     robot.pub_instruction.publish(String(data="pick up the blue cup " * 49_933))  # 1 MB
     t, level, message, values = first_report(robot, sent, lambda lv, m, v: "instruction_too_long" in m)
     assert level == WARN, (t - sent, message)  # how soon: printed by the test output, not asserted (any load)
-    assert "/vla/instruction refused: instruction_too_long" in message and "more than max_instruction_bytes=1024" in message
+    assert (
+        "/vla/instruction refused: instruction_too_long" in message
+        and "more than max_instruction_bytes=1024" in message
+    )
     stamps = steps_with_chunks(player, 5)  # every tick on time, on the instruction that was in force
     assert np.diff(stamps).tolist() == [100 * MS] * 4
     v = robot.latest(INPUTS)
@@ -87,7 +101,9 @@ def test_a_flood_of_200_instructions_in_a_second_delays_no_tick_and_the_newest_w
     player = robot.player
     steps_with_chunks(player, 1)
     before = robot.latest(INPUTS)
-    texts = [f"pick up cup {k} of the {('red', 'green', 'blue')[k % 3]} ones" for k in range(199)] + ["pick up the green cup"]
+    texts = [f"pick up cup {k} of the {('red', 'green', 'blue')[k % 3]} ones" for k in range(199)] + [
+        "pick up the green cup"
+    ]
 
     def flood():
         for k, text in enumerate(texts):
@@ -106,11 +122,15 @@ def test_a_flood_of_200_instructions_in_a_second_delays_no_tick_and_the_newest_w
     assert np.diff(stamps).tolist() == [100 * MS] * (len(stamps) - 1)
     t, level, message, _ = first_report(robot, started, lambda lv, m, v: "instruction_flood" in m)
     assert level == WARN and "/vla/instruction refused: instruction_flood" in message
-    _, _, _, v = first_report(robot, started, lambda lv, m, v: v.get("instruction") == texts[-1] and v.get("instruction.waiting") == "0")
+    _, _, _, v = first_report(
+        robot, started, lambda lv, m, v: v.get("instruction") == texts[-1] and v.get("instruction.waiting") == "0"
+    )
     encoded = int(v["instruction.encoded"]) - int(before["instruction.encoded"])
     assert 1 <= encoded <= 2 + flood_s / INTERVAL_S, (encoded, flood_s, v)
     received = int(v["instruction.received"]) - int(before["instruction.received"])
-    flooded = int(v["instruction.refused.instruction_flood"]) - int(before.get("instruction.refused.instruction_flood", 0))
+    flooded = int(v["instruction.refused.instruction_flood"]) - int(
+        before.get("instruction.refused.instruction_flood", 0)
+    )
     assert received == encoded + flooded and received > 20, v  # DDS may merge some (a depth-1 latched topic)
 
 
@@ -124,15 +144,20 @@ def half_size_frame(t_ns: int) -> Image:
     return camera_frame(t_ns, width=24, height=18)
 
 
-@pytest.mark.parametrize("bad, source, code", [
-    (grey_frame, "/camera/image_raw", "unknown_encoding"),
-    (half_size_frame, "/camera/image_raw", "wrong_image_size"),
-    ("nan_joint_state", "/joint_states", "joint_state_non_finite"),
-])
+@pytest.mark.parametrize(
+    "bad, source, code",
+    [
+        (grey_frame, "/camera/image_raw", "unknown_encoding"),
+        (half_size_frame, "/camera/image_raw", "wrong_image_size"),
+        ("nan_joint_state", "/joint_states", "joint_state_non_finite"),
+    ],
+)
 def test_refused_frames_and_joint_states_raise_the_inputs_status_to_warn_while_they_come(robot, bad, source, code):
     player = robot.player
     steps_with_chunks(player, 2)  # the camera's first frames set its size and encoding long before
-    before = int((robot.latest() or {}).get(f"{'image' if source.startswith('/camera') else 'joint_states'}.rejected.{code}", 0))
+    before = int(
+        (robot.latest() or {}).get(f"{'image' if source.startswith('/camera') else 'joint_states'}.rejected.{code}", 0)
+    )
     sent = time.monotonic()
     if bad == "nan_joint_state":
         msg = joint_state(player.t + 5 * MS, 0.1)
@@ -182,7 +207,9 @@ def test_a_frozen_camera_is_warned_within_a_second_and_sends_no_chunk(robot):
     t, level, message, _ = first_report(robot, crossed, lambda lv, m, v: "camera frozen" in m)
     assert level == WARN, (t - crossed, message)
     assert message.startswith("camera frozen: ") and " identical frames over 1." in message
-    assert robot.spin_until(lambda: int(robot.latest()["image.accepted"]) - accepted == player.sent["images"] - sent, 30)  # all taken in
+    assert robot.spin_until(
+        lambda: int(robot.latest()["image.accepted"]) - accepted == player.sent["images"] - sent, 30
+    )  # all taken in
     player.frame = camera_frame  # a new picture: chunks again, the warning gone
     moving = time.monotonic()
     assert player.step() is not None

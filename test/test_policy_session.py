@@ -22,10 +22,17 @@ from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
 from vla_ros.policy import PolicySession, SessionConfig, stream_config
-from vla_ros.policy.intake import ReasonThrottle, StampGaps
+from vla_ros.policy.intake import StampGaps
+from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig, TokenStream
-from vla_ros.tokens.convert import TokenError, check_image_size, compressed_image_size, instruction_text, rgb_from_compressed_msg
+from vla_ros.tokens.convert import (
+    TokenError,
+    check_image_size,
+    compressed_image_size,
+    instruction_text,
+    rgb_from_compressed_msg,
+)
 from vla_ros.tokens.text import shared_encoder
 
 NS = 1_000_000_000
@@ -40,7 +47,9 @@ def joints(t_ns: int, q: float = 0.1) -> JointState:
 
 
 def frame(t_ns: int, width: int = 32, height: int = 24, encoding: str = "rgb8", value: int = 90) -> Image:
-    msg = Image(height=height, width=width, encoding=encoding, step=width * 3, data=bytes([value % 256]) * (width * height * 3))
+    msg = Image(
+        height=height, width=width, encoding=encoding, step=width * 3, data=bytes([value % 256]) * (width * height * 3)
+    )
     msg.header.stamp = time_msg_from_ns(t_ns)
     return msg
 
@@ -48,19 +57,31 @@ def frame(t_ns: int, width: int = 32, height: int = 24, encoding: str = "rgb8", 
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)).eval()
+    return VLATransformer(
+        tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1)
+    ).eval()
 
 
 def make_session(model, **config) -> PolicySession:
     torch.set_num_threads(1)
-    session = PolicySession(StreamingPolicy.from_model(model, device="cpu"), shared_encoder(model.config.max_text_tokens),
-                            SessionConfig(**config))
+    session = PolicySession(
+        StreamingPolicy.from_model(model, device="cpu"),
+        shared_encoder(model.config.max_text_tokens),
+        SessionConfig(**config),
+    )
     session.set_instruction("pick up the red cup", 0)
     return session
 
 
-def feed(session, t0_ns: int, t1_ns: int, camera: bool = True, frame_delay_ns: int = 20 * MS, tick_every_ns: int = 100 * MS,
-         wrist: bool = False):
+def feed(
+    session,
+    t0_ns: int,
+    t1_ns: int,
+    camera: bool = True,
+    frame_delay_ns: int = 20 * MS,
+    tick_every_ns: int = 100 * MS,
+    wrist: bool = False,
+):
     """Joint states at 100 Hz and frames at 30 Hz (delivered ``frame_delay_ns`` late) over [t0, t1), ticking
     every ``tick_every_ns``; the tick results in order, with the time of each tick. ``wrist``: the same
     frames again from ``/wrist_camera/image_raw``."""
@@ -103,7 +124,9 @@ def test_chunks_are_stamped_with_the_newest_observation_cut_and_smoothed(model):
     # the published points are the first 5 of the model's 8, after a degree-2 fit over all 8
     session2 = make_session(model, chunk_smoothing_degree=0)
     raw = [r.chunk for _, r in feed(session2, 0, NS) if r.chunk is not None][-1]
-    np.testing.assert_allclose(chunks[-1][1].positions, smooth_positions(raw.time_from_start_s, raw.positions, 2)[:5], atol=1e-6)
+    np.testing.assert_allclose(
+        chunks[-1][1].positions, smooth_positions(raw.time_from_start_s, raw.positions, 2)[:5], atol=1e-6
+    )
 
 
 def test_temporal_ensembling_averages_the_decoded_plans_and_starts_over_with_each_episode(model):
@@ -158,10 +181,14 @@ def test_a_tick_without_a_chunk_starts_the_average_over(model):
     out = [r for _, r in feed(averaged, 0, NS)]
     decoded = [i for i, r in enumerate(raw) if r.chunk is not None]
     bad = decoded[3]
-    assert out[bad].chunk is None and out[bad].skip == "non_finite_output" and averaged.skipped["non_finite_output"] == 1
+    assert (
+        out[bad].chunk is None and out[bad].skip == "non_finite_output" and averaged.skipped["non_finite_output"] == 1
+    )
     after = [i for i in decoded if i > bad]
     assert len(after) >= 3
-    np.testing.assert_array_equal(out[after[0]].chunk.positions, raw[after[0]].chunk.positions)  # nothing older averaged in
+    np.testing.assert_array_equal(
+        out[after[0]].chunk.positions, raw[after[0]].chunk.positions
+    )  # nothing older averaged in
     reference = TemporalEnsemble(0.4)
     for i in after:
         want = reference(raw[i].chunk.stamp_ns, raw[i].chunk.time_from_start_s, raw[i].chunk.positions)
@@ -187,8 +214,15 @@ def test_a_wrist_camera_model_needs_both_cameras_and_counts_each_apart():
     figures); with the wrist camera silent there is no chunk and the reason names it; a frame from a topic
     that is neither camera is refused as ``unknown_camera``, never taken for the main view."""
     torch.manual_seed(0)
-    model = VLATransformer(tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
-                                       cameras=("camera", "wrist_camera"))).eval()
+    model = VLATransformer(
+        tiny_config(
+            chunk_length=8,
+            chunk_rate_hz=20.0,
+            window_seconds=0.3,
+            max_lateness_s=0.1,
+            cameras=("camera", "wrist_camera"),
+        )
+    ).eval()
     session = make_session(model, max_image_age_s=0.2)
     assert session.camera_topics == ("/camera/image_raw", "/wrist_camera/image_raw")
     both = feed(session, 0, NS, wrist=True)
@@ -214,8 +248,14 @@ def test_a_15_hz_model_takes_every_other_frame_of_each_30_hz_camera_and_says_so(
     the rest counted as thinned, neither rejected nor dropped; the cache is sized for 15 Hz and chunks
     come as with every frame."""
     torch.manual_seed(0)
-    cfg = tiny_config(chunk_length=8, chunk_rate_hz=20.0, window_seconds=0.3, max_lateness_s=0.1,
-                      cameras=("camera", "wrist_camera"), max_frame_rate_hz=15.0)
+    cfg = tiny_config(
+        chunk_length=8,
+        chunk_rate_hz=20.0,
+        window_seconds=0.3,
+        max_lateness_s=0.1,
+        cameras=("camera", "wrist_camera"),
+        max_frame_rate_hz=15.0,
+    )
     assert cfg.min_frame_interval_s == pytest.approx(0.05) and cfg.frame_rate_hz == 15.0
     assert cfg.cache_capacity < cfg.replace(max_frame_rate_hz=0.0).cache_capacity
     session = make_session(VLATransformer(cfg).eval(), max_image_age_s=0.2)
@@ -249,7 +289,7 @@ def test_no_chunk_without_a_recent_joint_state(model):
     session = make_session(model, max_state_age_s=0.05)
     feed(session, 0, NS)
     r = session.tick(NS + 100 * MS)  # nothing for 100 ms
-    assert r.chunk is None and r.skip == "stale_joint_states" and "0.1" in r.detail
+    assert r.chunk is None and r.skip == "stale_joint_state" and "0.1" in r.detail
 
 
 def test_a_new_episode_restarts_the_window_and_refuses_older_stamps(model):
@@ -296,14 +336,18 @@ def test_counts_per_source_add_up_and_losses_show_in_the_stamps(model):
     dropped = {30, 31, 32, 77}  # joint states 30-32 and 77 never arrive (a DDS queue that overflowed)
     for i in range(120):
         if i not in dropped:
-            session.add_message("sensor_msgs/msg/JointState", joints(i * 10 * MS or 1), i * 10 * MS, "/joint_states")  # 0: unstamped, refused
+            session.add_message(
+                "sensor_msgs/msg/JointState", joints(i * 10 * MS or 1), i * 10 * MS, "/joint_states"
+            )  # 0: unstamped, refused
     session.tick(1195 * MS)  # the policy takes everything up to 1.19 s
     session.add_message("sensor_msgs/msg/JointState", joints(500 * MS), 1200 * MS, "/joint_states")  # late
     session.add_message("sensor_msgs/msg/Image", frame(1190 * MS, encoding="yuv422"), 1200 * MS, "/camera/image_raw")
     values = session.source_values()
     assert values["joint_states.received"] == 117 and values["joint_states.accepted"] == 116
     assert values["joint_states.lost"] == 4 and values["joint_states.rejected.late"] == 1
-    assert values["joint_states.dropped"] == 5 and values["joint_states.dropped_pct"] == pytest.approx(100 * 5 / 121, abs=1e-3)
+    assert values["joint_states.dropped"] == 5 and values["joint_states.dropped_pct"] == pytest.approx(
+        100 * 5 / 121, abs=1e-3
+    )
     assert values["image.rejected.unknown_encoding"] == 1 and values["image.accepted"] == 0
     assert values["joint_states.period_ms"] == pytest.approx(10.0)
 
@@ -350,11 +394,25 @@ def test_an_instruction_with_a_control_character_is_refused_not_cut():
 
 
 def test_each_reason_has_its_own_log_throttle():
-    throttle = ReasonThrottle(2.0)
-    assert throttle.allow("late", 0.0) == (True, 0)
-    assert [throttle.allow("late", 0.1 * i)[0] for i in range(1, 10)] == [False] * 9
-    assert throttle.allow("corrupt_image", 0.5) == (True, 0)  # a rare reason is not hidden by a frequent one
-    assert throttle.allow("late", 2.5) == (True, 9)  # and the held-back count is told
+    """The policy node's refusals for timing: logged on one throttle per reason, counted by the session only."""
+    lines, now = [], [0.0]
+    log = ReasonLog(lines.append, period_s=2.0, clock=lambda: now[0])
+    log.reject("/joint_states", "late", "0", log_only=True)
+    for i in range(1, 10):
+        now[0] = 0.1 * i
+        log.reject("/joint_states", "late", str(i), log_only=True)
+    assert lines == ["rejected /joint_states: late: 0"]
+    now[0] = 0.5
+    log.reject(
+        "/camera/image_raw", "corrupt_image", "x", log_only=True
+    )  # a rare reason is not hidden by a frequent one
+    assert lines[-1] == "rejected /camera/image_raw: corrupt_image: x"
+    now[0] = 2.5
+    log.reject("/joint_states", "late", "10", log_only=True)
+    assert (
+        lines[-1] == "rejected /joint_states: late: 10 (and 9 more like it since the last report)"
+    )  # the held-back count
+    assert not log.counter and not log.recent.recent(now[0])  # log only: neither counted nor held for a status
 
 
 def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_not_late(model):
@@ -362,7 +420,9 @@ def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_no
     (30 Hz). Frames newer than the newest joint state wait for the next tick, so nothing is late."""
     session = make_session(model)
     lag = 250 * MS  # joint states arrive 250 ms behind frames of the same instant (lateness is 100 ms)
-    events = [(t + lag, "sensor_msgs/msg/JointState", joints(t or 1)) for t in range(0, 2 * NS, 10 * MS)]  # 0: unstamped
+    events = [
+        (t + lag, "sensor_msgs/msg/JointState", joints(t or 1)) for t in range(0, 2 * NS, 10 * MS)
+    ]  # 0: unstamped
     events += [(t, "sensor_msgs/msg/Image", frame(t)) for t in range(0, 2 * NS, NS // 30)]
     events.sort(key=lambda e: e[0])
     chunks, next_tick = [], 100 * MS
@@ -372,7 +432,9 @@ def test_frames_newer_than_every_joint_state_wait_so_lagging_joint_states_are_no
             if r.chunk is not None:
                 chunks.append((next_tick, r.chunk.stamp_ns))
             next_tick += 100 * MS
-        session.add_message(type_name, msg, arrival, "/joint_states" if type_name.endswith("JointState") else "/camera/image_raw")
+        session.add_message(
+            type_name, msg, arrival, "/joint_states" if type_name.endswith("JointState") else "/camera/image_raw"
+        )
     values = session.source_values()
     assert values["joint_states.rejected"] == 0 and values["image.rejected"] == 0, values
     assert values["joint_states.unused"] == 0 and session.policy.total_dropped_late == 0

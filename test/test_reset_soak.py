@@ -5,7 +5,8 @@ controller); an independent probe records what is on the wire and resets the epi
 is on its way to the named cup. What every reset must leave intact, judged from the wire alone:
 
 1. no joint moves faster than its URDF velocity limit: neither measured (``/joint_states`` velocities of the
-   arm joints) nor commanded (the controller's ``/forward_position_controller/commands``, every joint). The reset's own placement of the
+   arm joints) nor commanded (the controller's ``/forward_position_controller/commands``, every joint). The reset's own
+   placement of the
    arm is a jump in position, not a velocity (the sim zeroes it), so nothing needs excusing here; a
    controller that keeps its pre-reset plan yanks the arm back towards it and fails this;
 2. no cup is displaced (``/vla/episode_status`` against the positions the reset's reply gave) before the
@@ -28,12 +29,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import LaunchedGraph, Probe
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import LaunchedGraph, Probe
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control.config import limits_from_urdf
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -80,12 +81,22 @@ class Recorder:
         self.rejections: list[tuple[float, str]] = []  # (receive time s, reason) from the filter's events
         self._index = None
         n.create_subscription(JointState, "/joint_states", self._on_js, 200)
-        n.create_subscription(Float64MultiArray, "/forward_position_controller/commands",
-                              lambda m: self.cmds.append((self.now_ns(), np.array(m.data))), 200)
-        n.create_subscription(JointTrajectory, "/vla/action_chunk", lambda m: self.chunks.append(ns_from_time_msg(m.header.stamp)), 50)
-        n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", lambda m: self.safe.add(ns_from_time_msg(m.header.stamp)), 50)
+        n.create_subscription(
+            Float64MultiArray,
+            "/forward_position_controller/commands",
+            lambda m: self.cmds.append((self.now_ns(), np.array(m.data))),
+            200,
+        )
+        n.create_subscription(
+            JointTrajectory, "/vla/action_chunk", lambda m: self.chunks.append(ns_from_time_msg(m.header.stamp)), 50
+        )
+        n.create_subscription(
+            JointTrajectory, "/vla/safe_action_chunk", lambda m: self.safe.add(ns_from_time_msg(m.header.stamp)), 50
+        )
         n.create_subscription(String, "/vla/episode_status", lambda m: self.status.append(json.loads(m.data)), LATCHED)
-        n.create_subscription(Header, EPISODE_RESET_TOPIC, lambda m: self.announced.append(reset_from_msg(m)), episode_reset_qos())
+        n.create_subscription(
+            Header, EPISODE_RESET_TOPIC, lambda m: self.announced.append(reset_from_msg(m)), episode_reset_qos()
+        )
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
 
     def now_ns(self) -> int:
@@ -117,6 +128,7 @@ def _set_seed(probe: Probe, seed: int) -> None:
 def _wait_for_approach(rec: Recorder, episode: int, wall_timeout_s: float) -> bool:
     """Spin until ``episode`` has run MIN_EPISODE_S and the gripper is APPROACH times its start distance from
     the cup; False when that has not happened after EPISODE_TIMEOUT_S simulated seconds."""
+
     def mine():
         return [s for s in rec.status if s["episode"] == episode]
 
@@ -140,8 +152,12 @@ def judge(rec: Recorder, resets: list[dict], ends_ns: list[int]) -> tuple[list[s
     """Every violation of the four rules, one line each (none when the resets were clean), and the figures."""
     lim = limits_from_urdf(default_urdf_path(), list(COMMANDED_JOINTS))
     problems = []
-    figures = {"resets": len(resets), "measured_velocity_ratio_max": 0.0, "commanded_velocity_ratio_max": 0.0,
-               "first_pass_after_reset_s": []}
+    figures = {
+        "resets": len(resets),
+        "measured_velocity_ratio_max": 0.0,
+        "commanded_velocity_ratio_max": 0.0,
+        "first_pass_after_reset_s": [],
+    }
     # 1. measured velocities (the sim zeroes them at a reset), and commanded ones from the controller's output
     figures["measured_velocity_ratio_max_away_from_resets"] = 0.0  # not in the first second after a reset
     for stamp, _q, v in rec.js:
@@ -149,14 +165,19 @@ def judge(rec: Recorder, resets: list[dict], ends_ns: list[int]) -> tuple[list[s
         j = int(np.argmax(ratio))
         figures["measured_velocity_ratio_max"] = max(figures["measured_velocity_ratio_max"], float(ratio[j]))
         if not any(0 <= stamp - r["start_ns"] <= 1_000_000_000 for r in resets):
-            figures["measured_velocity_ratio_max_away_from_resets"] = max(figures["measured_velocity_ratio_max_away_from_resets"], float(ratio[j]))
+            figures["measured_velocity_ratio_max_away_from_resets"] = max(
+                figures["measured_velocity_ratio_max_away_from_resets"], float(ratio[j])
+            )
         if ratio[j] > MEASURED_VELOCITY_SLACK:
-            problems.append(f"measured {COMMANDED_JOINTS[j]} at {abs(v[j]):.2f} > {lim.velocity[j]:.2f} (limit) at t={stamp * 1e-9:.3f} s")
+            problems.append(
+                f"measured {COMMANDED_JOINTS[j]} at {abs(v[j]):.2f} > {lim.velocity[j]:.2f} (limit) at "
+                f"t={stamp * 1e-9:.3f} s"
+            )
     times = np.array([t for t, _ in rec.cmds], dtype=np.int64)
     # The command may jump where a reset moved the arm (the controller re-anchors at the new measured
     # position): windows around a reset (its receive time is uncertain by DDS lag) are not velocities.
     excused = [(r["start_ns"] - 200_000_000, r["start_ns"] + 300_000_000) for r in resets]
-    for i, (t, q) in enumerate(rec.cmds):
+    for t, q in rec.cmds:
         j = int(np.searchsorted(times, t + COMMAND_WINDOW_S * 1e9))
         if j >= len(rec.cmds):
             break
@@ -168,8 +189,10 @@ def judge(rec: Recorder, resets: list[dict], ends_ns: list[int]) -> tuple[list[s
         k = int(np.argmax(ratio))
         figures["commanded_velocity_ratio_max"] = max(figures["commanded_velocity_ratio_max"], float(ratio[k]))
         if ratio[k] > COMMANDED_VELOCITY_SLACK:
-            problems.append(f"commanded {COMMANDED_JOINTS[k]} at {ratio[k] * lim.velocity[k]:.2f} > {lim.velocity[k]:.2f} (limit) "
-                            f"over {dt:.3f} s from t={t * 1e-9:.3f} s")
+            problems.append(
+                f"commanded {COMMANDED_JOINTS[k]} at {ratio[k] * lim.velocity[k]:.2f} > {lim.velocity[k]:.2f} (limit) "
+                f"over {dt:.3f} s from t={t * 1e-9:.3f} s"
+            )
     reasons = sorted({why for _, why in rec.rejections})
     for r, end_ns in zip(resets, ends_ns):
         start = r["start_ns"]
@@ -182,18 +205,27 @@ def judge(rec: Recorder, resets: list[dict], ends_ns: list[int]) -> tuple[list[s
                     reached.add(color)
                 moved = float(np.linalg.norm(np.subtract(pos, r["cups"][color])))
                 if moved > CUP_TOLERANCE_M and color not in reached:
-                    problems.append(f"{tag}: {color} cup displaced by {moved:.3f} m at t={s['time_s']:.3f} s before the gripper reached it")
+                    problems.append(
+                        f"{tag}: {color} cup displaced by {moved:.3f} m at t={s['time_s']:.3f} s before the "
+                        "gripper reached it"
+                    )
                     reached.add(color)  # once is enough
         # 3. the refusals right after the reset last at most REJECTION_LIMIT_S
         after = sorted(c for c in rec.chunks if start <= c < end_ns)
         passed = [c for c in after if c in rec.safe]
         if not passed:
-            problems.append(f"{tag}: none of the {len(after)} chunks stamped after it passed the filter (rejections seen: {reasons})")
+            problems.append(
+                f"{tag}: none of the {len(after)} chunks stamped after it passed the filter (rejections seen: "
+                f"{reasons})"
+            )
             continue
         delay_s = (passed[0] - start) * 1e-9
         figures["first_pass_after_reset_s"].append(round(delay_s, 3))
         if delay_s > REJECTION_LIMIT_S:
-            problems.append(f"{tag}: chunks refused for {delay_s:.2f} s ({after.index(passed[0])} chunks; rejections seen: {reasons})")
+            problems.append(
+                f"{tag}: chunks refused for {delay_s:.2f} s ({after.index(passed[0])} chunks; rejections seen: "
+                f"{reasons})"
+            )
         # 4. chunks flow again (the approach to the cup is checked while running)
         if len(passed) < 3:
             problems.append(f"{tag}: only {len(passed)} chunks passed in the episode after it")
@@ -210,8 +242,10 @@ def test_plain_resets_during_the_pick_leave_no_yank_no_displaced_cup_and_the_tas
         rec = Recorder(probe)
         try:
             ready = probe.spin_until(lambda: rec.safe and rec.status and rec.announced, 300)
-            assert ready, (f"not ready: {len(rec.safe)} safe chunks, {len(rec.status)} episode statuses, "
-                           f"{len(rec.announced)} reset announcements\n" + log.read_text()[-4000:])
+            assert ready, (
+                f"not ready: {len(rec.safe)} safe chunks, {len(rec.status)} episode statuses, "
+                f"{len(rec.announced)} reset announcements\n" + log.read_text()[-4000:]
+            )
             reset = probe.node.create_client(Trigger, "/sim/reset")
             # The first reset comes once the policy acts (it is moving the arm by then), the others each time
             # the gripper is on its way to the cup.
@@ -219,8 +253,10 @@ def test_plain_resets_during_the_pick_leave_no_yank_no_displaced_cup_and_the_tas
             for k in range(RESETS + 1):
                 episode = resets[-1]["episode"]
                 if not _wait_for_approach(rec, episode, wall_timeout_s=240):
-                    missed.append(f"episode {episode}: the gripper did not get {1 - APPROACH:.0%} closer to the "
-                                  f"{TARGET} cup within {EPISODE_TIMEOUT_S} s")
+                    missed.append(
+                        f"episode {episode}: the gripper did not get {1 - APPROACH:.0%} closer to the "
+                        f"{TARGET} cup within {EPISODE_TIMEOUT_S} s"
+                    )
                 if k == RESETS:
                     break
                 _set_seed(probe, SEEDS[(k + 1) % len(SEEDS)])

@@ -21,11 +21,21 @@ import pytest
 import yaml
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from ros_helpers import (
+    REPO,
+    LaunchedGraph,
+    Probe,
+    controller_trusts,
+    node_cmd,
+    override_params,
+    spin_until,
+    start_process,
+    stop,
+)
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, controller_trusts, node_cmd, override_params, spin_until, start_process, stop
 from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.control.ros2_control import JTC_DISTROS, check_controller_joints, controlled_stop, validate_jtc_trajectory
 from vla_ros.ros.chunk_msgs import msg_from_chunk
@@ -51,7 +61,9 @@ def traj(names, points, stamp_ns=0, tfs_s=None, velocities=None, effort=None) ->
     tfs_s = tfs_s if tfs_s is not None else [0.01 * (k + 1) for k in range(len(points))]
     for k, q in enumerate(points):
         ns = round(tfs_s[k] * 1e9)
-        p = JointTrajectoryPoint(positions=[float(x) for x in q], time_from_start=Duration(sec=ns // 10**9, nanosec=ns % 10**9))
+        p = JointTrajectoryPoint(
+            positions=[float(x) for x in q], time_from_start=Duration(sec=ns // 10**9, nanosec=ns % 10**9)
+        )
         if velocities is not None:
             p.velocities = [float(x) for x in velocities[k]]
         if effort is not None:
@@ -71,17 +83,24 @@ def test_jtc_validation_follows_each_distros_rules():
     assert validate_jtc_trajectory(moving, JOINTS, now, "humble") is None
     for d in ("jazzy", "kilted"):
         assert "last trajectory point" in validate_jtc_trajectory(moving, JOINTS, now, d)
-        assert validate_jtc_trajectory(moving, JOINTS, now, d, {"allow_nonzero_velocity_at_trajectory_end": True}) is None
+        assert (
+            validate_jtc_trajectory(moving, JOINTS, now, d, {"allow_nonzero_velocity_at_trajectory_end": True}) is None
+        )
     tiny = traj(JOINTS, q, velocities=np.full((3, 7), 1e-8))  # below float epsilon counts as zero
     assert validate_jtc_trajectory(tiny, JOINTS, now, "jazzy") is None
     # Joint set: all of them, none unknown; the order is free.
     assert "don't match" in validate_jtc_trajectory(traj(JOINTS[:6], q[:, :6]), JOINTS, now, "kilted")
-    assert validate_jtc_trajectory(traj(JOINTS[:6], q[:, :6]), JOINTS, now, "kilted", {"allow_partial_joints_goal": True}) is None
+    assert (
+        validate_jtc_trajectory(traj(JOINTS[:6], q[:, :6]), JOINTS, now, "kilted", {"allow_partial_joints_goal": True})
+        is None
+    )
     assert "bogus" in validate_jtc_trajectory(traj(JOINTS[:6] + ["bogus"], q), JOINTS, now, "humble")
     assert validate_jtc_trajectory(traj(JOINTS[::-1], q), JOINTS, now, "humble") is None
     # Times: strictly increasing, a first point at 0 allowed.
     assert validate_jtc_trajectory(traj(JOINTS, q, tfs_s=[0.0, 0.01, 0.02]), JOINTS, now, "jazzy") is None
-    assert "strictly increasing" in validate_jtc_trajectory(traj(JOINTS, q, tfs_s=[0.0, 0.02, 0.02]), JOINTS, now, "jazzy")
+    assert "strictly increasing" in validate_jtc_trajectory(
+        traj(JOINTS, q, tfs_s=[0.0, 0.02, 0.02]), JOINTS, now, "jazzy"
+    )
     # Stamp: 0 starts on arrival; a non-zero stamp whose trajectory is over by now is dropped.
     assert validate_jtc_trajectory(traj(JOINTS, q, stamp_ns=0), JOINTS, 10**12, "jazzy") is None
     late = traj(JOINTS, q, stamp_ns=now - 31_000_000)  # ends 30 ms after its stamp, received 31 ms after it
@@ -94,7 +113,9 @@ def test_jtc_validation_follows_each_distros_rules():
     with_effort = traj(JOINTS, q, effort=np.zeros(7))
     assert all("effort" in validate_jtc_trajectory(with_effort, JOINTS, now, d) for d in JTC_DISTROS)
     assert validate_jtc_trajectory(with_effort, JOINTS, now, "jazzy", {"effort_command_interface": True}) is None
-    assert validate_jtc_trajectory(with_effort, JOINTS, now, "humble", {"effort_command_interface": True})  # Humble: never
+    assert validate_jtc_trajectory(
+        with_effort, JOINTS, now, "humble", {"effort_command_interface": True}
+    )  # Humble: never
 
 
 def test_the_joint_check_compares_order_for_forward_controllers_and_sets_for_jtc():
@@ -105,7 +126,9 @@ def test_the_joint_check_compares_order_for_forward_controllers_and_sets_for_jtc
     assert "'velocity'" in check_controller_joints("forward_position", JOINTS, JOINTS, interface_name="velocity")
     assert check_controller_joints("joint_trajectory", JOINTS, shuffled) is None
     assert "no joints ['left_finger_joint']" in check_controller_joints("joint_trajectory", JOINTS, JOINTS[:6])
-    assert "do not send joints ['extra_joint']" in check_controller_joints("joint_trajectory", JOINTS, JOINTS + ["extra_joint"])
+    assert "do not send joints ['extra_joint']" in check_controller_joints(
+        "joint_trajectory", JOINTS, JOINTS + ["extra_joint"]
+    )
     assert check_controller_joints("joint_trajectory", JOINTS, JOINTS + ["extra_joint"], allow_partial=True) is None
     assert "empty" in check_controller_joints("joint_trajectory", JOINTS, [])
 
@@ -114,8 +137,12 @@ def hermite(t0, t1, q0, v0, q1, v1, t):
     """Cubic Hermite between (q0, v0) at t0 and (q1, v1) at t1: JTC's spline for positions + velocities."""
     h = t1 - t0
     s = (t - t0) / h
-    return ((2 * s**3 - 3 * s**2 + 1) * q0 + (s**3 - 2 * s**2 + s) * h * v0
-            + (-2 * s**3 + 3 * s**2) * q1 + (s**3 - s**2) * h * v1)
+    return (
+        (2 * s**3 - 3 * s**2 + 1) * q0
+        + (s**3 - 2 * s**2 + s) * h * v0
+        + (-2 * s**3 + 3 * s**2) * q1
+        + (s**3 - s**2) * h * v1
+    )
 
 
 def test_the_controlled_stop_brakes_within_the_limits_along_a_parabola():
@@ -127,13 +154,18 @@ def test_the_controlled_stop_brakes_within_the_limits_along_a_parabola():
     np.testing.assert_allclose(q_end[:2], q[:2] + v[:2] * 0.1)
     assert q_end[2] == 2.0  # 1.98 + 0.04 is past the limit: clamped
     ts = np.linspace(0.0, duration, 9)
-    np.testing.assert_allclose(hermite(0.0, duration, q[:2], v[:2], q_end[:2], 0.0, ts[:, None]),
-                               q[:2] + np.outer(ts, v[:2]) - np.outer(ts**2, v[:2] / (2 * duration)), atol=1e-12)
+    np.testing.assert_allclose(
+        hermite(0.0, duration, q[:2], v[:2], q_end[:2], 0.0, ts[:, None]),
+        q[:2] + np.outer(ts, v[:2]) - np.outer(ts**2, v[:2] / (2 * duration)),
+        atol=1e-12,
+    )
     assert controlled_stop(q, np.zeros(3), amax, lower, upper, 0.01)[0] == 0.01  # at rest: one period, no motion
 
 
 def test_the_shipped_controller_file_matches_the_controller_nodes_joints_and_the_docs():
-    ours = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"]["joints"]
+    ours = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"][
+        "joints"
+    ]
     shipped = ros2_controllers_yaml()
     assert shipped["forward_position_controller"]["ros__parameters"]["joints"] == ours  # by index: same order
     jtc = shipped["joint_trajectory_controller"]["ros__parameters"]
@@ -141,9 +173,11 @@ def test_the_shipped_controller_file_matches_the_controller_nodes_joints_and_the
     assert jtc["command_interfaces"] == ["position"]
     assert jtc["allow_nonzero_velocity_at_trajectory_end"] is False  # the strictest setting: what we must pass
     types = {k: v["type"] for k, v in shipped["controller_manager"]["ros__parameters"].items() if isinstance(v, dict)}
-    assert types == {"joint_state_broadcaster": "joint_state_broadcaster/JointStateBroadcaster",
-                     "forward_position_controller": "position_controllers/JointGroupPositionController",
-                     "joint_trajectory_controller": "joint_trajectory_controller/JointTrajectoryController"}
+    assert types == {
+        "joint_state_broadcaster": "joint_state_broadcaster/JointStateBroadcaster",
+        "forward_position_controller": "position_controllers/JointGroupPositionController",
+        "joint_trajectory_controller": "joint_trajectory_controller/JointTrajectoryController",
+    }
     # The documentation shows this very file.
     doc = (REPO / "docs" / "simulators.md").read_text()
     blocks = [b.split("\n", 1)[1] for b in doc.split("```")[1::2] if b.startswith("yaml\n")]
@@ -165,18 +199,39 @@ def sample_message(msg: JointTrajectory, t_ns: int) -> np.ndarray:
     if k >= len(times):
         return np.array(msg.points[-1].positions)
     a, b = msg.points[k - 1], msg.points[k]
-    return hermite(times[k - 1] * 1e-9, times[k] * 1e-9, np.array(a.positions), np.array(a.velocities),
-                   np.array(b.positions), np.array(b.velocities), t_ns * 1e-9)
+    return hermite(
+        times[k - 1] * 1e-9,
+        times[k] * 1e-9,
+        np.array(a.positions),
+        np.array(a.velocities),
+        np.array(b.positions),
+        np.array(b.velocities),
+        t_ns * 1e-9,
+    )
 
 
 def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a_jump(tmp_path):
     received = []  # every JointTrajectory the controller emits
     states = []
-    with LaunchedGraph("sim.launch.xml", "policy:=none", "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
-                       log_path=tmp_path / "sim.log") as g:
-        ctl = start_controller(tmp_path / "controller.log", "--params-file", str(REPO / "config" / "controller.yaml"),
-                               "-p", "use_sim_time:=true", "-p", "output_interface:=joint_trajectory", "--params-file",
-                               override_params(tmp_path / "trust.yaml", "controller", trusted_publishers=["/jtc_stream_probe"]))
+    with LaunchedGraph(
+        "sim.launch.xml",
+        "policy:=none",
+        "image_width:=64",
+        "image_height:=48",
+        "real_time_factor:=0.5",
+        log_path=tmp_path / "sim.log",
+    ) as g:
+        ctl = start_controller(
+            tmp_path / "controller.log",
+            "--params-file",
+            str(REPO / "config" / "controller.yaml"),
+            "-p",
+            "use_sim_time:=true",
+            "-p",
+            "output_interface:=joint_trajectory",
+            "--params-file",
+            override_params(tmp_path / "trust.yaml", "controller", trusted_publishers=["/jtc_stream_probe"]),
+        )
         probe = Probe("jtc_stream_probe")
         try:
             n = probe.node
@@ -185,16 +240,22 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
             inputs = []
 
             def on_diag(msg):
-                states.extend({kv.key: kv.value for kv in s.values} | {"_message": s.message}
-                              for s in msg.status if s.name == "controller: state")
-                inputs.extend({kv.key: kv.value for kv in s.values} for s in msg.status if s.name == "controller: inputs")
+                states.extend(
+                    {kv.key: kv.value for kv in s.values} | {"_message": s.message}
+                    for s in msg.status
+                    if s.name == "controller: state"
+                )
+                inputs.extend(
+                    {kv.key: kv.value for kv in s.values} for s in msg.status if s.name == "controller: inputs"
+                )
 
             n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
             pub = n.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
             estop = n.create_client(Trigger, "/controller/estop")
             resume = n.create_client(Trigger, "/controller/resume")
-            assert probe.spin_until(lambda: len(received) > 20 and pub.get_subscription_count() > 0, 120), \
-                (tmp_path / "controller.log").read_text()[-3000:]
+            assert probe.spin_until(lambda: len(received) > 20 and pub.get_subscription_count() > 0, 120), (
+                tmp_path / "controller.log"
+            ).read_text()[-3000:]
             assert probe.spin_until(lambda: controller_trusts(inputs, "/jtc_stream_probe"), 60), inputs[-1:]
 
             def now_s():
@@ -237,15 +298,21 @@ def test_every_streamed_trajectory_passes_jtc_validation_and_they_join_without_a
     assert "in joint order " + str(JOINTS) in log  # reported at start-up
     assert g.proc.returncode == 0
 
-    assert len(received) > 100, len(received)  # about 3 s of simulated time at up to 100 Hz (fewer when the machine is busy)
+    assert len(received) > 100, len(
+        received
+    )  # about 3 s of simulated time at up to 100 Hz (fewer when the machine is busy)
     # JTC's stamp rule refuses a trajectory that is over when it arrives. Our side of it: stamped with the
     # sender's clock and still running a look-ahead (5 periods) later, so judged as arriving late_s after
     # its stamp. (How late messages really arrive depends on this machine's load, not on the messages.)
     late_s = 0.05
     for distro in JTC_DISTROS:
         for params in ({}, recommended_jtc_params()):
-            reasons = {validate_jtc_trajectory(m, JOINTS, ns_from_time_msg(m.header.stamp) + round(late_s * 1e9), distro, params)
-                       for m in received}
+            reasons = {
+                validate_jtc_trajectory(
+                    m, JOINTS, ns_from_time_msg(m.header.stamp) + round(late_s * 1e9), distro, params
+                )
+                for m in received
+            }
             assert reasons == {None}, (distro, params, reasons)
     speeds = []
     for m in received:
@@ -279,19 +346,48 @@ def test_the_controller_sends_only_to_a_ros2_control_controller_configured_with_
     swapped = JOINTS[1:] + JOINTS[:1]
     shuffled = [JOINTS[i] for i in (5, 0, 6, 2, 1, 4, 3)]
     env_topic = "/check_test/joint_states"
-    ctl_fwd = start_controller(tmp_path / "fwd.log", "-r", "__node:=ctl_fwd", "-r", f"/joint_states:={env_topic}",
-                               "-p", "position_controller:=vla_fwd", "-p", "controller_check_timeout_s:=30.0")
-    ctl_jtc = start_controller(tmp_path / "jtc.log", "-r", "__node:=ctl_jtc", "-r", f"/joint_states:={env_topic}",
-                               "-p", "output_interface:=joint_trajectory", "-p", "trajectory_controller:=vla_jtc",
-                               "-p", "trajectory_stamp:=zero")
+    ctl_fwd = start_controller(
+        tmp_path / "fwd.log",
+        "-r",
+        "__node:=ctl_fwd",
+        "-r",
+        f"/joint_states:={env_topic}",
+        "-p",
+        "position_controller:=vla_fwd",
+        "-p",
+        "controller_check_timeout_s:=30.0",
+    )
+    ctl_jtc = start_controller(
+        tmp_path / "jtc.log",
+        "-r",
+        "__node:=ctl_jtc",
+        "-r",
+        f"/joint_states:={env_topic}",
+        "-p",
+        "output_interface:=joint_trajectory",
+        "-p",
+        "trajectory_controller:=vla_jtc",
+        "-p",
+        "trajectory_stamp:=zero",
+    )
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node("check_test_probe", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     outputs, fakes = {}, []
-    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: outputs.update(
-        {s.name.split(":")[0]: (s.level, s.message, {kv.key: kv.value for kv in s.values}) for s in m.status if s.name.endswith(": output")}), 50)
+    node.create_subscription(
+        DiagnosticArray,
+        "/diagnostics",
+        lambda m: outputs.update(
+            {
+                s.name.split(":")[0]: (s.level, s.message, {kv.key: kv.value for kv in s.values})
+                for s in m.status
+                if s.name.endswith(": output")
+            }
+        ),
+        50,
+    )
     node.create_subscription(String, "/vla_test/fake_ros2_control", lambda m: fakes.append(json.loads(m.data)), 50)
 
     def wait(predicate, timeout_s):
@@ -300,14 +396,35 @@ def test_the_controller_sends_only_to_a_ros2_control_controller_configured_with_
     fake = None
     try:
         # Before ros2_control is up nobody receives: both wait, sending nothing.
-        assert wait(lambda: {"ctl_fwd", "ctl_jtc"} <= set(outputs), 60), [p.read_text()[-2000:] for p in tmp_path.glob("*.log")]
-        assert all(outputs[n][2]["check"] == "no_receiver" and outputs[n][0] == DiagnosticStatus.WARN for n in ("ctl_fwd", "ctl_jtc"))
-        fake = start_process([sys.executable, str(REPO / "test" / "fake_ros2_control.py"), f"forward:vla_fwd:{','.join(swapped)}",
-                              f"trajectory:vla_jtc:{','.join(shuffled)}", "--joint-states", ",".join(JOINTS),
-                              "--ros-args", "-r", f"/joint_states:={env_topic}"], tmp_path / "fake.log")
-        assert wait(lambda: fakes and fakes[-1]["vla_jtc"]["received"] > 200, 90), \
-            (outputs, fakes[-1:], (tmp_path / "fake.log").read_text()[-2000:])
-        assert wait(lambda: outputs["ctl_fwd"][2]["check"] == "mismatch" and outputs["ctl_jtc"][2]["check"] == "verified", 30), outputs
+        assert wait(lambda: {"ctl_fwd", "ctl_jtc"} <= set(outputs), 60), [
+            p.read_text()[-2000:] for p in tmp_path.glob("*.log")
+        ]
+        assert all(
+            outputs[n][2]["check"] == "no_receiver" and outputs[n][0] == DiagnosticStatus.WARN
+            for n in ("ctl_fwd", "ctl_jtc")
+        )
+        fake = start_process(
+            [
+                sys.executable,
+                str(REPO / "test" / "fake_ros2_control.py"),
+                f"forward:vla_fwd:{','.join(swapped)}",
+                f"trajectory:vla_jtc:{','.join(shuffled)}",
+                "--joint-states",
+                ",".join(JOINTS),
+                "--ros-args",
+                "-r",
+                f"/joint_states:={env_topic}",
+            ],
+            tmp_path / "fake.log",
+        )
+        assert wait(lambda: fakes and fakes[-1]["vla_jtc"]["received"] > 200, 90), (
+            outputs,
+            fakes[-1:],
+            (tmp_path / "fake.log").read_text()[-2000:],
+        )
+        assert wait(
+            lambda: outputs["ctl_fwd"][2]["check"] == "mismatch" and outputs["ctl_jtc"][2]["check"] == "verified", 30
+        ), outputs
         level, message, values = outputs["ctl_fwd"]
         assert level == DiagnosticStatus.ERROR and "order differs" in message and int(values["withheld_cycles"]) > 100
         assert values["controller.joints"] == ",".join(swapped) and values["joints"] == ",".join(JOINTS)

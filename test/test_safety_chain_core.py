@@ -32,8 +32,13 @@ def test_the_controller_and_the_filter_read_the_same_limits_from_one_reader(tmp_
     """Both take their position and velocity limits from vla_ros.urdf_limits: change a limit in the URDF
     and both see the same new value (the filter no longer uses Pinocchio's copy)."""
     text = bundled_urdf_path().read_text()
-    changed = re.sub(r'(<joint name="elbow_joint".*?<limit )lower="[^"]*" upper="[^"]*" velocity="[^"]*"',
-                     r'\1lower="-1.234" upper="2.345" velocity="0.777"', text, count=1, flags=re.S)
+    changed = re.sub(
+        r'(<joint name="elbow_joint".*?<limit )lower="[^"]*" upper="[^"]*" velocity="[^"]*"',
+        r'\1lower="-1.234" upper="2.345" velocity="0.777"',
+        text,
+        count=1,
+        flags=re.S,
+    )
     assert changed != text
     for urdf_text in (text, changed):
         path = tmp_path / "arm.urdf"
@@ -95,7 +100,10 @@ def test_only_chunks_that_can_have_come_from_a_trusted_node_are_admitted():
 
 
 def test_trusted_names_resolve_in_the_controllers_namespace():
-    assert resolve_trusted(["safety_filter", "/tools/replay", ""], "/robot1") == ("/robot1/safety_filter", "/tools/replay")
+    assert resolve_trusted(["safety_filter", "/tools/replay", ""], "/robot1") == (
+        "/robot1/safety_filter",
+        "/tools/replay",
+    )
     assert fully_qualified("/", "safety_filter") == "/safety_filter"
     assert fully_qualified("/robot1", "safety_filter") == "/robot1/safety_filter"
     with pytest.raises(ValueError, match="trusted_publishers is empty"):
@@ -109,25 +117,28 @@ def _filter_values(**changes):
     return values
 
 
-@pytest.mark.parametrize("name, loose, tight", [
-    ("table_enabled", False, None),
-    ("workspace_enabled", False, None),
-    ("check_stopping", False, None),
-    ("clearance_m", 0.0, 0.02),
-    ("self_clearance_m", 0.0, 0.01),
-    ("position_margin_rad", 0.0, 0.05),
-    ("velocity_scale", 1.0, 0.5),  # from a stricter 0.8 (see base below)
-    ("acceleration_scale", 1.0, 0.5),
-    ("default_acceleration_rad_s2", 1000.0, 5.0),
-    ("max_time_scale", 50.0, 2.0),
-    ("max_chunk_age_s", 2.0, 0.2),
-    ("max_state_age_s", 1.0, 0.1),
-    ("max_horizon_s", 300.0, 10.0),
-    ("max_points", 5000, 500),
-    ("tracking_tolerance_rad", 0.3, 0.01),
-    ("table_height_m", -0.5, 0.01),
-    ("chunk_timeout_s", 5.0, 0.3),
-])
+@pytest.mark.parametrize(
+    "name, loose, tight",
+    [
+        ("table_enabled", False, None),
+        ("workspace_enabled", False, None),
+        ("check_stopping", False, None),
+        ("clearance_m", 0.0, 0.02),
+        ("self_clearance_m", 0.0, 0.01),
+        ("position_margin_rad", 0.0, 0.05),
+        ("velocity_scale", 1.0, 0.5),  # from a stricter 0.8 (see base below)
+        ("acceleration_scale", 1.0, 0.5),
+        ("default_acceleration_rad_s2", 1000.0, 5.0),
+        ("max_time_scale", 50.0, 2.0),
+        ("max_chunk_age_s", 2.0, 0.2),
+        ("max_state_age_s", 1.0, 0.1),
+        ("max_horizon_s", 300.0, 10.0),
+        ("max_chunk_points", 5000, 500),
+        ("tracking_tolerance_rad", 0.3, 0.01),
+        ("table_height_m", -0.5, 0.01),
+        ("chunk_timeout_s", 5.0, 0.3),
+    ],
+)
 def test_every_loosening_of_the_filter_is_named_and_tightening_is_not(name, loose, tight):
     base = _filter_values(workspace_enabled=True, velocity_scale=0.8, acceleration_scale=0.8)
     rules = filter_params.tightening_rules()
@@ -140,13 +151,18 @@ def test_every_loosening_of_the_filter_is_named_and_tightening_is_not(name, loos
 def test_boxes_obstacles_and_limit_overrides_may_only_tighten():
     robot = load_robot_files(bundled_urdf_path())
     rules = filter_params.tightening_rules(robot)
-    base = _filter_values(workspace_enabled=True, obstacles=["box name=shelf center=0.5,0.3,0.2 size=0.2,0.3,0.4"],
-                          limit_overrides=["elbow_joint: upper=2.0 velocity=1.5"])
+    base = _filter_values(
+        workspace_enabled=True,
+        obstacles=["box name=shelf center=0.5,0.3,0.2 size=0.2,0.3,0.4"],
+        limit_overrides=["elbow_joint: upper=2.0 velocity=1.5"],
+    )
     assert "workspace_max_m" in loosenings(rules, base, {**base, "workspace_max_m": [0.9, 1.5, 1.3]})
     assert loosenings(rules, base, {**base, "workspace_min_m": [-0.5, -0.9, -0.1]}) == {}
     # Removing, moving or shrinking an obstacle loosens; adding one (or renaming) does not.
     assert "obstacles" in loosenings(rules, base, {**base, "obstacles": [""]})
-    assert "obstacles" in loosenings(rules, base, {**base, "obstacles": ["box name=shelf center=0.6,0.3,0.2 size=0.2,0.3,0.4"]})
+    assert "obstacles" in loosenings(
+        rules, base, {**base, "obstacles": ["box name=shelf center=0.6,0.3,0.2 size=0.2,0.3,0.4"]}
+    )
     grown = base["obstacles"] + ["sphere center=0.4,-0.3,0.3 radius=0.05"]
     assert loosenings(rules, base, {**base, "obstacles": grown}) == {}
     assert loosenings(rules, base, {**base, "obstacles": ["box name=other center=0.5,0.3,0.2 size=0.2,0.3,0.4"]}) == {}
@@ -157,18 +173,32 @@ def test_boxes_obstacles_and_limit_overrides_may_only_tighten():
     fast = {**base, "limit_overrides": base["limit_overrides"] + ["wrist_roll_joint: acceleration=40"]}
     assert "wrist_roll_joint acceleration 10 -> 40" in loosenings(rules, base, fast)["limit_overrides"]
     # Without a robot model yet the comparison is conservative: dropping an override still loosens.
-    assert "limit_overrides" in loosenings(filter_params.tightening_rules(None), base, {**base, "limit_overrides": [""]})
+    assert "limit_overrides" in loosenings(
+        filter_params.tightening_rules(None), base, {**base, "limit_overrides": [""]}
+    )
 
 
 def test_the_controller_refuses_looser_limits_and_timeouts():
     rules = controller_params.TIGHTENING_RULES
     base = default_values(controller_params.PARAMS)
-    for name, loose in (("max_acceleration", 200.0), ("max_acceleration_prismatic", 5.0), ("chunk_timeout_s", 5.0),
-                        ("joint_state_timeout_s", 2.0), ("max_chunk_age_s", 10.0), ("path_tolerance_rad", 0.0),
-                        ("path_tolerance_rad", 1.0), ("use_chunk_velocities", True)):
+    for name, loose in (
+        ("default_acceleration_rad_s2", 200.0),
+        ("default_acceleration_m_s2", 5.0),
+        ("chunk_timeout_s", 5.0),
+        ("joint_state_timeout_s", 2.0),
+        ("max_chunk_age_s", 10.0),
+        ("path_tolerance_rad", 0.0),
+        ("path_tolerance_rad", 1.0),
+        ("use_chunk_velocities", True),
+    ):
         assert list(loosenings(rules, base, {**base, name: loose})) == [name], name
     assert loosenings(rules, {**base, "velocity_scale": 0.5}, {**base, "velocity_scale": 0.9}) != {}
-    for name, tight in (("max_acceleration", 5.0), ("velocity_scale", 0.5), ("path_tolerance_rad", 0.1), ("blend_mode", "freeze")):
+    for name, tight in (
+        ("default_acceleration_rad_s2", 5.0),
+        ("velocity_scale", 0.5),
+        ("path_tolerance_rad", 0.1),
+        ("blend_mode", "freeze"),
+    ):
         assert loosenings(rules, base, {**base, name: tight}) == {}, name
     off = {**base, "path_tolerance_m": 0.0}
     assert loosenings(rules, off, {**off, "path_tolerance_m": 0.02}) == {}  # switching a check on tightens
@@ -184,7 +214,9 @@ names_st = st.lists(st.text(min_size=0, max_size=12), min_size=0, max_size=9)
 
 
 @settings(max_examples=60, deadline=None)
-@given(frame=st.text(max_size=20), names=names_st, n_points=st.integers(0, 40), width=st.integers(0, 9), vel=st.booleans())
+@given(
+    frame=st.text(max_size=20), names=names_st, n_points=st.integers(0, 40), width=st.integers(0, 9), vel=st.booleans()
+)
 def test_the_size_read_from_the_bytes_equals_the_deserialized_message(frame, names, n_points, width, vel):
     from rclpy.serialization import serialize_message
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -231,8 +263,9 @@ def test_an_input_stops_on_the_steady_clock_even_when_simulated_time_stands_stil
 
 
 def test_the_clock_counts_as_arriving_while_ros_time_moves_and_each_stop_is_reported_once():
-    dog = Watchdog({"clock": InputWatch("/clock", 0.5, b"\x02", "simulator dead?"),
-                    "chunks": InputWatch("chunks", 2.0, b"\x01")})
+    dog = Watchdog(
+        {"clock": InputWatch("/clock", 0.5, b"\x02", "simulator dead?"), "chunks": InputWatch("chunks", 2.0, b"\x01")}
+    )
     reports = []
     report = lambda line, key: reports.append(key)  # noqa: E731
     assert not dog.poll(0, 0, report) and dog["clock"].count == 0  # time 0: no /clock yet
@@ -241,7 +274,10 @@ def test_the_clock_counts_as_arriving_while_ros_time_moves_and_each_stop_is_repo
     assert not dog.poll(int(0.5 * NS), int(5.1 * NS), report) and dog["clock"].count == 2 and not reports
     assert dog.poll(int(1.2 * NS), int(5.1 * NS), report) and reports == ["input.clock"]  # frozen for 0.7 s wall
     assert not dog.poll(int(1.3 * NS), int(5.1 * NS), report) and reports == ["input.clock"]  # reported once
-    assert dog.poll(int(2.5 * NS), int(5.1 * NS), report) and reports[1:] == ["input.clock", "input.chunks"]  # the new set
+    assert dog.poll(int(2.5 * NS), int(5.1 * NS), report) and reports[1:] == [
+        "input.clock",
+        "input.chunks",
+    ]  # the new set
     dog.set_timeouts({"clock_timeout_s": 5.0, "chunk_timeout_s": 0.1, "joint_state_timeout_s": 9.0})
     assert dog["clock"].timeout_s == 5.0 and dog["chunks"].timeout_s == 0.1
 
@@ -252,8 +288,49 @@ def test_each_rejection_reason_has_its_own_log_throttle():
     for _ in range(50):
         log.reject("chunk", "unauthorized_source", "from /stranger")
     log.reject("joint state", "joint_state_non_finite", "NaN")  # a rare reason behind a frequent one: still logged
-    assert lines == ["rejected chunk: unauthorized_source: from /stranger", "rejected joint state: joint_state_non_finite: NaN"]
+    assert lines == [
+        "rejected chunk: unauthorized_source: from /stranger",
+        "rejected joint state: joint_state_non_finite: NaN",
+    ]
     now[0] = 2.5
     log.reject("chunk", "unauthorized_source", "from /stranger")
     assert lines[-1].endswith("(and 49 more like it since the last report)")
     assert log.counter == {"unauthorized_source": 51, "joint_state_non_finite": 1}
+
+
+# ---- one source of joint limits --------------------------------------------------------------------------
+def test_the_filter_the_controller_and_the_policys_shaping_read_the_same_limits_file(tmp_path):
+    """config/limits.yaml (scales, default accelerations, per-joint overrides) is read by the filter, the
+    controller and the policy's chunk shaping alike: an override there tightens all three the same way."""
+    from pathlib import Path
+
+    import yaml
+
+    from vla_ros.params import policy as policy_params
+    from vla_ros.params.spec import values_from_yaml
+    from vla_ros.safety.limits import resolve_limits
+
+    repo = Path(__file__).resolve().parents[1]
+    limits = yaml.safe_load((repo / "config" / "limits.yaml").read_text())
+    limits["/**"]["ros__parameters"].update(
+        velocity_scale=0.5, limit_overrides=["elbow_joint: upper=2.0 velocity=1.5 acceleration=6.0"]
+    )
+    path = tmp_path / "limits.yaml"
+    path.write_text(yaml.safe_dump(limits))
+    filter_p = values_from_yaml(filter_params.PARAMS, [path, repo / "config" / "safety_filter.yaml"], "safety_filter")
+    control_p = values_from_yaml(controller_params.PARAMS, [path, repo / "config" / "controller.yaml"], "controller")
+    table = resolve_limits(load_robot_files(bundled_urdf_path()), filter_params.config_from_params(filter_p))
+    ctrl = controller_params.config_from_params(control_p)
+    elbow = list(COMMANDED_JOINTS).index("elbow_joint")
+    i = list(table.names).index("elbow_joint")
+    assert ctrl.velocity_limits[elbow] == table.velocity[i] == 0.75  # min(URDF, override) x scale
+    assert ctrl.acceleration_limits[elbow] == table.acceleration[i] == 6.0
+    assert ctrl.position_upper[elbow] == 2.0 and table.hard_upper[i] > 2.0  # the override, not the URDF
+    assert ctrl.urdf_velocity_limits[elbow] == 2.5  # joint-state jumps are still judged by the robot's own
+    policy_p = {**default_values(policy_params.PARAMS), "limits_file": str(path)}
+    policy_p["safety_params_file"] = str(repo / "config" / "safety_filter.yaml")
+    shaped = policy_params.shaping_limits_from_params(policy_p, bundled_urdf_path(), list(COMMANDED_JOINTS))
+    assert shaped.velocity[elbow] == 0.75 and shaped.acceleration[elbow] == 6.0
+    # An override that would loosen the URDF stops the controller as it stops the filter.
+    with pytest.raises(ValueError, match="would loosen the URDF velocity limit"):
+        controller_params.config_from_params({**control_p, "limit_overrides": ["elbow_joint: velocity=9.0"]})

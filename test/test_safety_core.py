@@ -63,27 +63,31 @@ def small_move():
 
 # ---- configuration -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, words", [
-    ("velocity_scale", 0.0, "velocity_scale"),
-    ("velocity_scale", 1.5, "(0, 1]"),
-    ("acceleration_scale", -0.1, "acceleration_scale"),
-    ("clearance_m", -0.01, "clearance_m"),
-    ("self_clearance_m", float("nan"), "self_clearance_m"),
-    ("max_time_scale", 0.5, "max_time_scale"),
-    ("on_unsafe", "clamp", "'clamp'"),
-    ("max_points", 1, "max_points"),
-    ("workspace_min_m", (1.0, 0.0, 0.0), "workspace_max_m"),
-    ("joints", ("a", "a"), "repeat"),
-    ("obstacles", ("cube center=0,0,0",), "'cube'"),
-    ("obstacles", ("box center=0,0 size=1,1,1",), "center"),
-    ("obstacles", ("box center=0,0,0 size=1,-1,1",), "positive"),
-    ("obstacles", ("plane normal=0,0,0 offset=1",), "zero"),
-    ("obstacles", ("sphere center=0,0,0 radius=inf",), "finite"),
-    ("limit_overrides", ("elbow_joint upper=1",), "joint_name:"),
-    ("limit_overrides", ("elbow_joint: lower=1 upper=0",), "below upper"),
-    ("limit_overrides", ("elbow_joint: velocity=-1",), "positive"),
-    ("limit_overrides", ("elbow_joint: speed=1",), "'speed'"),
-])
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("velocity_scale", 0.0, "velocity_scale"),
+        ("velocity_scale", 1.5, "(0, 1]"),
+        ("acceleration_scale", -0.1, "acceleration_scale"),
+        ("clearance_m", -0.01, "clearance_m"),
+        ("self_clearance_m", float("nan"), "self_clearance_m"),
+        ("max_time_scale", 0.5, "max_time_scale"),
+        ("on_unsafe", "clamp", "'clamp'"),
+        ("max_points", 1, "max_points"),
+        ("workspace_min_m", (1.0, 0.0, 0.0), "workspace_max_m"),
+        ("joints", ("a", "a"), "repeat"),
+        ("obstacles", ("cube center=0,0,0",), "'cube'"),
+        ("obstacles", ("box center=0,0 size=1,1,1",), "center"),
+        ("obstacles", ("box center=0,0,0 size=1,-1,1",), "positive"),
+        ("obstacles", ("plane normal=0,0,0 offset=1",), "zero"),
+        ("obstacles", ("sphere center=0,0,0 radius=inf",), "finite"),
+        ("limit_overrides", ("elbow_joint upper=1",), "joint_name:"),
+        ("limit_overrides", ("elbow_joint: lower=1 upper=0",), "below upper"),
+        ("limit_overrides", ("elbow_joint: velocity=-1",), "positive"),
+        ("limit_overrides", ("elbow_joint: speed=1",), "'speed'"),
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(field, value, words):
     extra = {"workspace_max_m": (0.0, 1.0, 1.0)} if field == "workspace_min_m" else {}
     with pytest.raises(ConfigError) as err:
@@ -93,15 +97,27 @@ def test_config_rejects_bad_values_naming_the_field(field, value, words):
 
 def test_obstacles_parse_to_shapes():
     box = Obstacle.parse("box name=shelf center=0.5,0.3,0.2 size=0.2,0.3,0.4 rpy=0,0,0.5")
-    assert (box.kind, box.name, box.center_m, box.size_m, box.rpy_rad) == ("box", "shelf", (0.5, 0.3, 0.2), (0.2, 0.3, 0.4), (0, 0, 0.5))
+    assert (box.kind, box.name, box.center_m, box.size_m, box.rpy_rad) == (
+        "box",
+        "shelf",
+        (0.5, 0.3, 0.2),
+        (0.2, 0.3, 0.4),
+        (0, 0, 0.5),
+    )
     plane = Obstacle.parse("plane normal=0,0,2 offset=1", 3)
     assert plane.name == "obstacle_3" and plane.normal == (0, 0, 1) and plane.offset_m == 0.5  # normalised
     assert Obstacle.parse("sphere center=1,2,3 radius=0.1").radius_m == 0.1
 
 
 def test_limits_can_only_tighten_the_urdf(robot):
-    tight = resolve_limits(robot, SafetyConfig(limit_overrides=("elbow_joint: lower=-1.0 upper=1.0 velocity=1.0 acceleration=3",),
-                                               velocity_scale=0.5, position_margin_rad=0.0))
+    tight = resolve_limits(
+        robot,
+        SafetyConfig(
+            limit_overrides=("elbow_joint: lower=-1.0 upper=1.0 velocity=1.0 acceleration=3",),
+            velocity_scale=0.5,
+            position_margin_rad=0.0,
+        ),
+    )
     i = robot.joint_names.index("elbow_joint")
     assert (tight.lower[i], tight.upper[i], tight.velocity[i], tight.acceleration[i]) == (-1.0, 1.0, 0.5, 3.0)
     assert tight.velocity[0] == robot.velocity[0] * 0.5
@@ -122,6 +138,7 @@ def test_limits_can_only_tighten_the_urdf(robot):
 
 # ---- robot model -------------------------------------------------------------------------------------
 
+
 def test_sim_robot_model_reads_the_urdf(robot):
     assert robot.joint_names == COMMANDED_JOINTS  # the mimic finger is not commanded
     assert robot.lower[2] == -2.6 and robot.upper[2] == 2.6 and robot.velocity[2] == 2.5
@@ -141,8 +158,20 @@ def test_sim_robot_model_reads_the_urdf(robot):
 def _stl_box(path, half):
     """Binary STL of an axis-aligned box with half-extents ``half`` (12 triangles)."""
     c = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float) * half
-    faces = [(0, 1, 3), (0, 3, 2), (4, 6, 7), (4, 7, 5), (0, 4, 5), (0, 5, 1), (2, 3, 7), (2, 7, 6),
-             (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
+    faces = [
+        (0, 1, 3),
+        (0, 3, 2),
+        (4, 6, 7),
+        (4, 7, 5),
+        (0, 4, 5),
+        (0, 5, 1),
+        (2, 3, 7),
+        (2, 7, 6),
+        (0, 2, 6),
+        (0, 6, 4),
+        (1, 5, 7),
+        (1, 7, 3),
+    ]
     data = b"\0" * 80 + struct.pack("<I", len(faces))
     for a, b, d in faces:
         data += struct.pack("<3f", 0, 0, 0) + b"".join(struct.pack("<3f", *c[i]) for i in (a, b, d)) + b"\0\0"
@@ -204,7 +233,9 @@ def test_convex_hull_contains_every_vertex():
 
 
 def test_unsupported_joints_are_refused():
-    urdf = MESH_URDF.replace('type="revolute"', 'type="continuous"').replace('<mesh filename="{uri}"/>', '<box size="0.1 0.1 0.5"/>')
+    urdf = MESH_URDF.replace('type="revolute"', 'type="continuous"').replace(
+        '<mesh filename="{uri}"/>', '<box size="0.1 0.1 0.5"/>'
+    )
     with pytest.raises(RobotModelError, match="j1 .* is not supported"):
         load_robot(urdf)
     with pytest.raises(RobotModelError, match="not valid XML"):
@@ -251,6 +282,7 @@ def test_fast_path_check_equals_exhaustive_check(which):
 
 # ---- malformed input, table-driven ------------------------------------------------------------------
 
+
 def _variant(kind):
     pts = small_move()
     names = list(COMMANDED_JOINTS)
@@ -296,30 +328,33 @@ def _variant(kind):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind, code, index", [
-    ("empty", "empty_chunk", 0),
-    ("ragged_names", "size_mismatch", 0),
-    ("ragged_times", "size_mismatch", 0),
-    ("ragged_velocities", "size_mismatch", 0),
-    ("value:pos:nan", "non_finite", 3),
-    ("value:pos:inf", "non_finite", 3),
-    ("value:pos:-inf", "non_finite", 3),
-    ("value:time:nan", "non_finite", 3),
-    ("value:vel:nan", "non_finite", 3),
-    ("value:time:1e300", "horizon_too_long", 3),
-    ("value:time:-0.5", "negative_time", 3),
-    ("unknown", "unknown_joint", 0),
-    ("mimic", "unknown_joint", 0),
-    ("missing", "missing_joint", 0),
-    ("duplicate", "duplicate_joint", 0),
-    ("times:0.3,0.2,0.4", "non_increasing_time", 1),  # time reversal
-    ("times:0.1,0.2,0.2", "non_increasing_time", 2),
-    ("times:0.1,0.1000000000001,0.2", "non_increasing_time", 1),  # equal at the message's 1 ns resolution
-    ("too_many", "too_many_points", 0),
-    ("stale", "stale_chunk", 0),
-    ("all_past", "stale_chunk", 9),
-    ("future", "future_stamp", 0),
-])
+@pytest.mark.parametrize(
+    "kind, code, index",
+    [
+        ("empty", "empty_chunk", 0),
+        ("ragged_names", "size_mismatch", 0),
+        ("ragged_times", "size_mismatch", 0),
+        ("ragged_velocities", "size_mismatch", 0),
+        ("value:pos:nan", "non_finite", 3),
+        ("value:pos:inf", "non_finite", 3),
+        ("value:pos:-inf", "non_finite", 3),
+        ("value:time:nan", "non_finite", 3),
+        ("value:vel:nan", "non_finite", 3),
+        ("value:time:1e300", "horizon_too_long", 3),
+        ("value:time:-0.5", "negative_time", 3),
+        ("unknown", "unknown_joint", 0),
+        ("mimic", "unknown_joint", 0),
+        ("missing", "missing_joint", 0),
+        ("duplicate", "duplicate_joint", 0),
+        ("times:0.3,0.2,0.4", "non_increasing_time", 1),  # time reversal
+        ("times:0.1,0.2,0.2", "non_increasing_time", 2),
+        ("times:0.1,0.1000000000001,0.2", "non_increasing_time", 1),  # equal at the message's 1 ns resolution
+        ("too_many", "too_many_points", 0),
+        ("stale", "stale_chunk", 0),
+        ("all_past", "stale_chunk", 9),
+        ("future", "future_stamp", 0),
+    ],
+)
 def test_malformed_chunks_are_rejected_with_their_reason(flt, kind, code, index):
     out, report = flt.filter(_variant(kind), state(), NOW)
     assert out is None and report.verdict == "rejected"
@@ -334,13 +369,16 @@ def test_reasons_name_the_field(flt):
     assert "left_finger_joint" in flt.filter(_variant("missing"), state(), NOW)[1].detail
 
 
-@pytest.mark.parametrize("make_state, code", [
-    (lambda: None, "no_joint_state"),
-    (lambda: state(stamp_ns=NOW - 10**9), "stale_joint_state"),
-    (lambda: state(stamp_ns=NOW + 10**9), "stale_joint_state"),
-    (lambda: state(q=HOME[:6], names=COMMANDED_JOINTS[:6]), "joint_state_incomplete"),
-    (lambda: state(q=np.r_[HOME[:6], np.nan]), "joint_state_incomplete"),
-])
+@pytest.mark.parametrize(
+    "make_state, code",
+    [
+        (lambda: None, "no_joint_state"),
+        (lambda: state(stamp_ns=NOW - 10**9), "stale_joint_state"),
+        (lambda: state(stamp_ns=NOW + 10**9), "stale_joint_state"),
+        (lambda: state(q=HOME[:6], names=COMMANDED_JOINTS[:6]), "joint_state_incomplete"),
+        (lambda: state(q=np.r_[HOME[:6], np.nan]), "joint_state_incomplete"),
+    ],
+)
 def test_no_usable_joint_state_nothing_passes(flt, make_state, code):
     out, report = flt.filter(chunk(small_move()), make_state(), NOW)
     assert out is None and report.reason == code
@@ -355,6 +393,7 @@ def test_joint_state_in_any_order_with_extra_joints(flt):
 
 
 # ---- limits and time scaling ------------------------------------------------------------------------
+
 
 def test_safe_chunk_passes_as_the_same_object(flt):
     ch = chunk(small_move())
@@ -389,7 +428,9 @@ def test_position_margin_applies_to_revolute_joints_not_to_the_gripper(flt):
 
 def test_timing_worked_example():
     # The module docstring's example: q0 = 0, points 0.1 and 0.3 at 0.1 s and 0.2 s, limits 2 rad/s, 5 rad/s^2.
-    r_v, r_a = limit_ratios(np.array([0.1, 0.2]), np.array([[0.1], [0.3]]), np.zeros(1), np.array([2.0]), np.array([5.0]))
+    r_v, r_a = limit_ratios(
+        np.array([0.1, 0.2]), np.array([[0.1], [0.3]]), np.zeros(1), np.array([2.0]), np.array([5.0])
+    )
     assert r_v == pytest.approx([0.5, 1.0]) and r_a == pytest.approx([2.0])
     assert prefix_scales(r_v, r_a) == pytest.approx([0.5, math.sqrt(2.0)])
 
@@ -517,15 +558,18 @@ def test_stop_after_the_last_point_must_be_clear(robot):
 
 
 def test_config_file_matches_the_parameter_table_and_the_bench():
+    from pathlib import Path
+
     import yaml
 
     from vla_ros.bench.safety_bench import SIM_CONFIG
     from vla_ros.params.safety_filter import PARAMS, config_from_params
 
-    from pathlib import Path
-
-    values = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "safety_filter.yaml").read_text())
-    values = values["/**/safety_filter"]["ros__parameters"]
+    config = Path(__file__).resolve().parents[1] / "config"
+    values = yaml.safe_load((config / "safety_filter.yaml").read_text())["/**/safety_filter"]["ros__parameters"]
+    limits = yaml.safe_load((config / "limits.yaml").read_text())["/**"]["ros__parameters"]
+    assert not set(values) & set(limits), "the joint limits are set in config/limits.yaml alone"
+    values.update(limits)
     specs = {s.name: s for s in PARAMS}
     assert set(values) == set(specs), set(values) ^ set(specs)
     for name, value in values.items():
@@ -580,7 +624,9 @@ def test_polynomial_smoothing_keeps_the_motion_and_removes_noise_the_filter_woul
     noisy = motion + np.random.default_rng(0).normal(0.0, 0.005, motion.shape) * np.array([1, 1, 1, 1, 1, 1, 0])
     smoothed = smooth_positions(t, noisy, 3)
     rms = lambda x: float(np.sqrt(np.mean(np.square(x))))  # noqa: E731
-    assert rms(smoothed - motion) < 0.6 * rms(noisy - motion) and np.abs(smoothed - motion).max() < 0.01  # the motion survives ...
+    assert (
+        rms(smoothed - motion) < 0.6 * rms(noisy - motion) and np.abs(smoothed - motion).max() < 0.01
+    )  # the motion survives ...
     assert np.abs(smooth_positions(t, motion, 3) - motion).max() < 0.003  # ... and a smooth one barely changes
     assert np.array_equal(smooth_positions(t, noisy, 0), noisy)  # 0 = off
     raw_out, raw_report = flt.filter(chunk(noisy, times=t), state(), NOW)

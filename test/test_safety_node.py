@@ -15,11 +15,11 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop_cleanly
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, LaunchedGraph, Probe, node_cmd, spin_until, start_process, stop_cleanly
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg, seconds_from_duration_msg
@@ -64,12 +64,24 @@ def graph(tmp_path_factory):
     # busy machine later, in simulated time: half real time and max_chunk_age_s 2 s keep that lag from
     # making it stale (the stale test sends a chunk 5 s old), and the chunks' first points lie 1 s ahead.
     with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", "real_time_factor:=0.5", log_path=logs / "sim.log"):
-        node = start_process(node_cmd("safety_filter_node", "--params-file", str(REPO / "config" / "safety_filter.yaml"),
-                                      "-p", "use_sim_time:=true", "-p", "max_chunk_age_s:=2.0"), logs / "node.log")
+        node = start_process(
+            node_cmd(
+                "safety_filter_node",
+                "--params-file",
+                str(REPO / "config" / "safety_filter.yaml"),
+                "-p",
+                "use_sim_time:=true",
+                "-p",
+                "max_chunk_age_s:=2.0",
+            ),
+            logs / "node.log",
+        )
         probe = Probe("safety_test_probe")
         rec = {"js": [], "safe": [], "diag": [], "resets": []}
         n = probe.node
-        n.create_subscription(Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)[0]), episode_reset_qos())
+        n.create_subscription(
+            Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)[0]), episode_reset_qos()
+        )
         n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 50)
         n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", lambda m: rec["safe"].append(m), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 200)
@@ -77,8 +89,12 @@ def graph(tmp_path_factory):
         probe.rec, probe.sent = rec, 0
         try:
             ready = probe.spin_until(
-                lambda: len(rec["js"]) > 5 and any(
-                    kv.get("robot") == "vla_arm" and s.message == "filtering" for s, kv in _statuses(rec, "filter")),
+                lambda: (
+                    len(rec["js"]) > 5
+                    and any(
+                        kv.get("robot") == "vla_arm" and s.message == "filtering" for s, kv in _statuses(rec, "filter")
+                    )
+                ),
                 120,
             )
             assert ready, (logs / "node.log").read_text()[-3000:] + (logs / "sim.log").read_text()[-2000:]
@@ -101,8 +117,12 @@ def _send_and_wait(probe, msg, wall_s=20.0):
     probe.pub.publish(msg)
     probe.sent += 1
     stamp_ns = ns_from_time_msg(msg.header.stamp)
-    got = probe.spin_until(lambda: any(ns_from_time_msg(m.header.stamp) == stamp_ns for m in probe.rec["safe"])
-                           or _event(probe, "rejected"), wall_s)
+    got = probe.spin_until(
+        lambda: (
+            any(ns_from_time_msg(m.header.stamp) == stamp_ns for m in probe.rec["safe"]) or _event(probe, "rejected")
+        ),
+        wall_s,
+    )
     return [m for m in probe.rec["safe"] if ns_from_time_msg(m.header.stamp) == stamp_ns] if got else []
 
 
@@ -111,7 +131,9 @@ def test_benign_chunk_passes_unchanged_with_its_stamp(graph):
     # A probe that runs behind on a loaded machine stamps with an old joint state: then it sends again.
     for _ in range(3):
         q, stamp = _latest(graph)
-        pts = q + np.outer(np.arange(1, 11) / 10, np.r_[0.0, -0.05, 0.05, 0.1, -0.05, 0.1, -0.01])  # pan still: see below
+        pts = q + np.outer(
+            np.arange(1, 11) / 10, np.r_[0.0, -0.05, 0.05, 0.1, -0.05, 0.1, -0.01]
+        )  # pan still: see below
         msg = _traj(pts, 0.1, stamp, t0=1.0)
         out = _send_and_wait(graph, msg)
         assert len(out) == 1, _event(graph, "rejected")
@@ -123,7 +145,8 @@ def test_benign_chunk_passes_unchanged_with_its_stamp(graph):
     assert got.header.frame_id == "base_link" and list(got.joint_names) == list(COMMANDED_JOINTS)
     assert [list(p.positions) for p in got.points] == [list(p.positions) for p in msg.points]
     assert [seconds_from_duration_msg(p.time_from_start) for p in got.points] == pytest.approx(
-        [seconds_from_duration_msg(p.time_from_start) for p in msg.points], abs=1e-9)
+        [seconds_from_duration_msg(p.time_from_start) for p in msg.points], abs=1e-9
+    )
 
 
 def test_chunk_through_the_table_is_cut_and_reported(graph):
@@ -142,19 +165,32 @@ def test_chunk_through_the_table_is_cut_and_reported(graph):
     assert int(kv["points_out"]) == len(out[0].points)
 
 
-@pytest.mark.parametrize("make, code", [
-    (lambda q, stamp: _traj([np.r_[q[:2], np.nan, q[3:]]] * 3, 0.1, stamp), "non_finite"),
-    (lambda q, stamp: _traj([q, q], 0.1, stamp, names=["bogus"] + list(COMMANDED_JOINTS[1:])), "unknown_joint"),
-    (lambda q, stamp: _traj([q, q, q], -0.1, stamp, t0=0.5), "non_increasing_time"),
-    (lambda q, stamp: _traj([q + 0.01], 0.1, type(stamp)(sec=max(stamp.sec - STALE_S, 0), nanosec=stamp.nanosec)), "stale_chunk"),
-    (lambda q, stamp: JointTrajectory(joint_names=list(COMMANDED_JOINTS), header=_traj([q], 0.1, stamp).header), "empty_chunk"),
-])
+@pytest.mark.parametrize(
+    "make, code",
+    [
+        (lambda q, stamp: _traj([np.r_[q[:2], np.nan, q[3:]]] * 3, 0.1, stamp), "non_finite"),
+        (lambda q, stamp: _traj([q, q], 0.1, stamp, names=["bogus"] + list(COMMANDED_JOINTS[1:])), "unknown_joint"),
+        (lambda q, stamp: _traj([q, q, q], -0.1, stamp, t0=0.5), "non_increasing_time"),
+        (
+            lambda q, stamp: _traj(
+                [q + 0.01], 0.1, type(stamp)(sec=max(stamp.sec - STALE_S, 0), nanosec=stamp.nanosec)
+            ),
+            "stale_chunk",
+        ),
+        (
+            lambda q, stamp: JointTrajectory(joint_names=list(COMMANDED_JOINTS), header=_traj([q], 0.1, stamp).header),
+            "empty_chunk",
+        ),
+    ],
+)
 def test_bad_chunks_are_rejected_with_the_reason_and_nothing_passes(graph, make, code):
     q, stamp = _latest(graph)
     if code == "stale_chunk":  # old, but not from before the newest episode began (that is before_reset)
         # on the joint states' own stamps: /clock may run ahead of them on a loaded machine
         since = max([0] + graph.rec["resets"]) * 1e-9 + STALE_S + 0.5
-        assert graph.spin_until(lambda: ns_from_time_msg(_latest(graph)[1]) * 1e-9 >= since, 120), "joint states stopped"
+        assert graph.spin_until(lambda: ns_from_time_msg(_latest(graph)[1]) * 1e-9 >= since, 120), (
+            "joint states stopped"
+        )
         q, stamp = _latest(graph)
     out = _send_and_wait(graph, make(q, stamp))
     assert out == []
@@ -185,8 +221,11 @@ def _get(probe, name, node="safety_filter"):
 
     client = probe.node.create_client(GetParameters, f"/{node}/get_parameters")
     v = probe.call(client, GetParameters.Request(names=[name])).values[0]
-    return {ParameterType.PARAMETER_BOOL: v.bool_value, ParameterType.PARAMETER_INTEGER: v.integer_value,
-            ParameterType.PARAMETER_DOUBLE: v.double_value}.get(v.type, list(v.string_array_value))
+    return {
+        ParameterType.PARAMETER_BOOL: v.bool_value,
+        ParameterType.PARAMETER_INTEGER: v.integer_value,
+        ParameterType.PARAMETER_DOUBLE: v.double_value,
+    }.get(v.type, list(v.string_array_value))
 
 
 def _filter_values(probe):
@@ -202,7 +241,10 @@ def test_a_huge_chunk_is_refused_before_it_is_deserialized(graph):
     msg.points = [msg.points[0]] * 100_000
     assert _send_and_wait(graph, msg, wall_s=60) == []
     status, kv = _statuses(graph.rec, "chunk rejected")[-1]
-    assert kv["reason"] == "too_many_points" and "100000 points > max_points=1000 (refused before deserializing)" in kv["detail"]
+    assert (
+        kv["reason"] == "too_many_points"
+        and "100000 points > max_chunk_points=1000 (refused before deserializing)" in kv["detail"]
+    )
 
 
 def test_joint_states_are_validated_where_they_arrive_and_refusals_counted(graph):
@@ -224,11 +266,19 @@ def test_joint_states_are_validated_where_they_arrive_and_refusals_counted(graph
     def counted():
         values = _statuses(graph.rec, "filter")[-1][1]
         return all(int(values.get(f"rejected.{c}", 0)) > int(before.get(f"rejected.{c}", 0)) for c in codes)
+
     assert graph.spin_until(counted, 30), _statuses(graph.rec, "filter")[-1][1]
     graph.node.destroy_publisher(pub)
     # The sim's good joint states still pass chunks.
     q, stamp = _latest(graph)
-    assert len(_send_and_wait(graph, _traj(q + np.outer(np.arange(1, 6) / 50, np.r_[np.ones(6) * 0.1, 0.0]), 0.1, stamp, t0=0.4))) == 1
+    assert (
+        len(
+            _send_and_wait(
+                graph, _traj(q + np.outer(np.arange(1, 6) / 50, np.r_[np.ones(6) * 0.1, 0.0]), 0.1, stamp, t0=0.4)
+            )
+        )
+        == 1
+    )
 
 
 def test_after_an_announced_reset_old_chunks_are_refused_and_a_chunk_from_the_measured_state_passes(graph):
@@ -260,31 +310,70 @@ def test_a_second_filter_started_with_the_opt_in_may_be_loosened_and_says_so(gra
     """allow_runtime_loosening:=true (read-only) lets a loosening through, logged at WARN and reported on
     /diagnostics as loosened. On its own topics, so the module's strict filter is untouched."""
     log_path = tmp_path / "loose.log"
-    proc = start_process(node_cmd("safety_filter_node", "-r", "__node:=safety_filter_loose",
-                                  "--params-file", str(REPO / "config" / "safety_filter.yaml"), "-p", "use_sim_time:=true",
-                                  "-r", "/vla/action_chunk:=/loose/action_chunk", "-r", "/vla/safe_action_chunk:=/loose/safe_action_chunk",
-                                  "-p", "allow_runtime_loosening:=true"), log_path)
+    proc = start_process(
+        node_cmd(
+            "safety_filter_node",
+            "-r",
+            "__node:=safety_filter_loose",
+            "--params-file",
+            str(REPO / "config" / "safety_filter.yaml"),
+            "-p",
+            "use_sim_time:=true",
+            "-r",
+            "/vla/action_chunk:=/loose/action_chunk",
+            "-r",
+            "/vla/safe_action_chunk:=/loose/safe_action_chunk",
+            "-p",
+            "allow_runtime_loosening:=true",
+        ),
+        log_path,
+    )
     try:
-        assert graph.spin_until(lambda: any(s.message == "filtering" for s, _ in _statuses(graph.rec, "filter", node="safety_filter_loose")), 120), log_path.read_text()[-2000:]
+        assert graph.spin_until(
+            lambda: any(
+                s.message == "filtering" for s, _ in _statuses(graph.rec, "filter", node="safety_filter_loose")
+            ),
+            120,
+        ), log_path.read_text()[-2000:]
         assert _set(graph, "table_enabled", False, node="safety_filter_loose").successful
         assert _get(graph, "table_enabled", node="safety_filter_loose") is False
-        assert graph.spin_until(lambda: any("table_enabled: True -> False (loosened)" in s.message and s.level == DiagnosticStatus.WARN
-                                            for s, _ in _statuses(graph.rec, "parameters", node="safety_filter_loose")), 20)
-        assert "parameter table_enabled: True -> False (loosened) (allowed by allow_runtime_loosening)" in log_path.read_text()
+        assert graph.spin_until(
+            lambda: any(
+                "table_enabled: True -> False (loosened)" in s.message and s.level == DiagnosticStatus.WARN
+                for s, _ in _statuses(graph.rec, "parameters", node="safety_filter_loose")
+            ),
+            20,
+        )
+        assert (
+            "parameter table_enabled: True -> False (loosened) (allowed by allow_runtime_loosening)"
+            in log_path.read_text()
+        )
     finally:
         problem = stop_cleanly(proc, log_path)
     assert not problem, problem
 
 
-@pytest.mark.parametrize("name, loose", [
-    ("table_enabled", False), ("check_stopping", False), ("workspace_enabled", False), ("clearance_m", 0.0),
-    ("default_acceleration_rad_s2", 1000.0), ("position_margin_rad", 0.0), ("max_time_scale", 50.0),
-    ("max_chunk_age_s", 5.0), ("max_horizon_s", 300.0), ("self_clearance_m", 0.0),
-])
+@pytest.mark.parametrize(
+    "name, loose",
+    [
+        ("table_enabled", False),
+        ("check_stopping", False),
+        ("workspace_enabled", False),
+        ("clearance_m", 0.0),
+        ("default_acceleration_rad_s2", 1000.0),
+        ("position_margin_rad", 0.0),
+        ("max_time_scale", 50.0),
+        ("max_chunk_age_s", 5.0),
+        ("max_horizon_s", 300.0),
+        ("self_clearance_m", 0.0),
+    ],
+)
 def test_every_loosening_at_run_time_is_refused_naming_the_parameter_and_reads_back_unchanged(graph, name, loose):
     was = _get(graph, name)
     result = _set(graph, name, loose)
-    assert not result.successful and result.reason.startswith(name) and "allow_runtime_loosening" in result.reason, result.reason
+    assert not result.successful and result.reason.startswith(name) and "allow_runtime_loosening" in result.reason, (
+        result.reason
+    )
     assert _get(graph, name) == was
 
 
@@ -296,7 +385,9 @@ def test_removing_an_obstacle_is_refused_adding_one_and_tightening_are_taken_and
     assert _get(graph, "obstacles") == far_box
     assert _set(graph, "clearance_m", 0.012).successful  # tightening
     assert _get(graph, "clearance_m") == 0.012
-    assert graph.spin_until(lambda: any("clearance_m: 0.01 -> 0.012" in s.message for s, _ in _statuses(graph.rec, "parameters")), 20)
+    assert graph.spin_until(
+        lambda: any("clearance_m: 0.01 -> 0.012" in s.message for s, _ in _statuses(graph.rec, "parameters")), 20
+    )
     values = _filter_values(graph)
     assert values["params.change.0"] == "clearance_m: 0.01 -> 0.012" and int(values["params.refused"]) >= 1
 
@@ -330,9 +421,21 @@ def test_without_robot_model_or_joint_state_nothing_passes_and_it_says_so():
     rclpy.init(context=ctx)
     from vla_ros.nodes.safety_filter_node import SafetyFilterNode
 
-    remap = ["--ros-args", "-r", "__node:=safety_filter_alone", "-r", "/robot_description:=/alone/robot_description",
-             "-r", "/joint_states:=/alone/joint_states", "-r", "/vla/action_chunk:=/alone/action_chunk",
-             "-r", "/vla/safe_action_chunk:=/alone/safe_action_chunk", "-p", "diagnostics_period_s:=0.2"]
+    remap = [
+        "--ros-args",
+        "-r",
+        "__node:=safety_filter_alone",
+        "-r",
+        "/robot_description:=/alone/robot_description",
+        "-r",
+        "/joint_states:=/alone/joint_states",
+        "-r",
+        "/vla/action_chunk:=/alone/action_chunk",
+        "-r",
+        "/vla/safe_action_chunk:=/alone/safe_action_chunk",
+        "-p",
+        "diagnostics_period_s:=0.2",
+    ]
     node = SafetyFilterNode(context=ctx, cli_args=remap)
     peer = Node("alone_probe", context=ctx)
     ex = SingleThreadedExecutor(context=ctx)
@@ -365,7 +468,9 @@ def test_without_robot_model_or_joint_state_nothing_passes_and_it_says_so():
 
         pub_desc.publish(String(data=default_urdf_path().read_text()))
         rec["diag"].clear()
-        assert wait(lambda: any("no joint state" in s.message for s, _ in mine("filter"))), [s.message for s, _ in mine("filter")]
+        assert wait(lambda: any("no joint state" in s.message for s, _ in mine("filter"))), [
+            s.message for s, _ in mine("filter")
+        ]
         pub_chunk.publish(chunk_now())
         assert wait(lambda: mine("chunk rejected"))
         assert mine("chunk rejected")[-1][1]["reason"] == "no_joint_state"
@@ -398,18 +503,39 @@ def test_stopped_inputs_are_reported_on_the_steady_clock_while_simulated_time_st
 
     ctx = Context()
     rclpy.init(context=ctx)
-    remap = ["--ros-args", "-r", "__node:=safety_filter_wd", "-p", "use_sim_time:=true", "-r", "/clock:=/wd/clock",
-             "-r", "/joint_states:=/wd/joint_states", "-r", "/vla/action_chunk:=/wd/action_chunk",
-             "-r", "/vla/safe_action_chunk:=/wd/safe_action_chunk", "-p", f"robot_description_file:={default_urdf_path()}",
-             "-p", "diagnostics_period_s:=0.2"]
+    remap = [
+        "--ros-args",
+        "-r",
+        "__node:=safety_filter_wd",
+        "-p",
+        "use_sim_time:=true",
+        "-r",
+        "/clock:=/wd/clock",
+        "-r",
+        "/joint_states:=/wd/joint_states",
+        "-r",
+        "/vla/action_chunk:=/wd/action_chunk",
+        "-r",
+        "/vla/safe_action_chunk:=/wd/safe_action_chunk",
+        "-p",
+        f"robot_description_file:={default_urdf_path()}",
+        "-p",
+        "diagnostics_period_s:=0.2",
+    ]
     node = SafetyFilterNode(context=ctx, cli_args=remap)
     peer = Node("wd_probe", context=ctx)
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)
     ex.add_node(peer)
     inputs = []
-    peer.create_subscription(DiagnosticArray, "/diagnostics", lambda m: inputs.extend(
-        (s, {v.key: v.value for v in s.values}) for s in m.status if s.name == "safety_filter_wd: inputs"), 100)
+    peer.create_subscription(
+        DiagnosticArray,
+        "/diagnostics",
+        lambda m: inputs.extend(
+            (s, {v.key: v.value for v in s.values}) for s in m.status if s.name == "safety_filter_wd: inputs"
+        ),
+        100,
+    )
     clock_pub = peer.create_publisher(ClockMsg, "/wd/clock", 10)
     js_pub = peer.create_publisher(JointState, "/wd/joint_states", 10)
     chunk_pub = peer.create_publisher(JointTrajectory, "/wd/action_chunk", 10)
@@ -438,13 +564,17 @@ def test_stopped_inputs_are_reported_on_the_steady_clock_while_simulated_time_st
 
     latest = lambda: inputs[-1] if inputs else (DiagnosticStatus(), {})  # noqa: E731
     try:
-        assert spin_until(lambda: latest()[0].message == "all inputs arriving" and latest()[1]["silence_s.chunks"] != "never"), latest()
+        assert spin_until(
+            lambda: latest()[0].message == "all inputs arriving" and latest()[1]["silence_s.chunks"] != "never"
+        ), latest()
         assert latest()[0].level == DiagnosticStatus.OK
         sim["chunks"] = False
         assert spin_until(lambda: "no chunk on /wd/action_chunk" in latest()[0].message), latest()
         assert latest()[0].level == DiagnosticStatus.WARN and "policy dead, frozen or idle?" in latest()[0].message
         sim["clock"] = False
-        assert spin_until(lambda: "simulated time (/clock)" in latest()[0].message and "no joint states" in latest()[0].message), latest()
+        assert spin_until(
+            lambda: "simulated time (/clock)" in latest()[0].message and "no joint states" in latest()[0].message
+        ), latest()
         assert latest()[0].level == DiagnosticStatus.ERROR and "simulator dead or paused?" in latest()[0].message
         assert float(latest()[1]["silence_s.joint_states"]) > 0.5
         sim["clock"] = sim["chunks"] = True

@@ -26,7 +26,21 @@ from vla_ros.sim import HOME_Q
 
 NOW = 1_700_000_000_000_000_000
 TOL = 1e-6  # relative tolerance on the limits (the filter itself keeps 1e-9)
-MODES = ("smooth", "wander", "uniform", "dive", "fold", "edge", "fast", "special", "times", "names", "stamp", "graze", "hop")
+MODES = (
+    "smooth",
+    "wander",
+    "uniform",
+    "dive",
+    "fold",
+    "edge",
+    "fast",
+    "special",
+    "times",
+    "names",
+    "stamp",
+    "graze",
+    "hop",
+)
 # The oracle's own resolution along a segment, whatever the filter's max_joint_step: one configuration at a
 # random fraction of every stretch this long (finer than the filter's default 0.05 rad / 0.01 m, and never on
 # its grid).
@@ -271,7 +285,10 @@ def safe_as_is(rig, chunk, st_, hint: int = -1):
     names = f.joint_names
     if set(chunk.joint_names) != set(f.commanded_names) or len(chunk.joint_names) != len(names):
         return False
-    if not (np.isfinite(chunk.positions).all() and np.isfinite(chunk.time_from_start_s).all()) or chunk.velocities is not None:
+    if (
+        not (np.isfinite(chunk.positions).all() and np.isfinite(chunk.time_from_start_s).all())
+        or chunk.velocities is not None
+    ):
         return False
     age = NOW - chunk.stamp_ns
     if not (0 <= age <= f.config.max_chunk_age_s * 1e9) or not (0 < chunk.time_from_start_s.min()):
@@ -320,7 +337,7 @@ def check_properties(rig, chunk, st_, out, report):
     near = np.clip(chunk.positions, lo, hi)
     expected = np.where((np.abs(near - chunk.positions) <= tol), near, chunk.positions)
     k = int(np.flatnonzero((expected == out.positions[0]).all(axis=1))[0])
-    assert np.array_equal(expected[k:k + out.horizon], out.positions)
+    assert np.array_equal(expected[k : k + out.horizon], out.positions)
     names = f.joint_names
     order = [names.index(n) for n in out.joint_names]
     Q = np.repeat(st_.positions[None, :], out.horizon, axis=0)
@@ -328,7 +345,9 @@ def check_properties(rig, chunk, st_, out, report):
     assert (Q[:, order] >= lim.lower[order]).all() and (Q[:, order] <= lim.upper[order]).all()
     tau = np.round(out.time_from_start_s * 1e9).astype(np.int64) - (NOW - out.stamp_ns)
     assert (tau > 0).all() and (np.diff(tau) > 0).all()
-    v, a = rates(Q, tau * 1e-9, timing_start(f, st_.positions, Q[0]))  # v[0]: the first point, from the measured state (tolerance off)
+    v, a = rates(
+        Q, tau * 1e-9, timing_start(f, st_.positions, Q[0])
+    )  # v[0]: the first point, from the measured state (tolerance off)
     assert (np.abs(v) <= lim.velocity * (1 + TOL)).all()
     assert (np.abs(a[1:]) <= lim.acceleration * (1 + TOL)).all()  # interior points
     if out.horizon > 1:  # the first point: what no start within the tracking tolerance explains
@@ -375,10 +394,14 @@ def test_the_first_points_acceleration_counts_what_no_start_within_the_tracking_
     first count (the arm's command, and so its velocity, is elsewhere)."""
     # safety.timing's worked examples (tolerance 0.05 rad, limits 2 rad/s and 5 rad/s^2).
     tol, v_max, a_max = np.array([0.05]), np.array([2.0]), np.array([5.0])
-    r_v, r_a = limit_ratios(np.array([0.1, 0.2]), np.array([[0.1], [0.3]]), np.zeros(1), v_max, a_max, start_tolerance=tol)
+    r_v, r_a = limit_ratios(
+        np.array([0.1, 0.2]), np.array([[0.1], [0.3]]), np.zeros(1), v_max, a_max, start_tolerance=tol
+    )
     np.testing.assert_allclose(r_v, [0.25, 1.0])
     np.testing.assert_allclose(r_a, [0.0])  # 0.1 rad out: beyond the tolerance, nothing counts at the first point
-    r_v, r_a = limit_ratios(np.array([0.1, 0.2]), np.array([[0.02], [0.22]]), np.zeros(1), v_max, a_max, start_tolerance=tol)
+    r_v, r_a = limit_ratios(
+        np.array([0.1, 0.2]), np.array([[0.02], [0.22]]), np.zeros(1), v_max, a_max, start_tolerance=tol
+    )
     np.testing.assert_allclose(r_v, [0.0, 1.0], atol=1e-12)
     np.testing.assert_allclose(r_a, [2.6])  # starts -0.3..0.7 rad/s, 1.3 short of 2: 13 rad/s^2
     f = sim_rig.f
@@ -417,8 +440,19 @@ def test_sim_arm_every_output_is_safe_and_every_kind_of_outcome_occurs(sim_rig):
     every_output_is_safe()
     assert len(seen["count"]) >= 10_000  # distinct chunks
     outcomes = set().union(*(v for k, v in seen.items() if k != "count"))
-    for reason in ("pass", "modified", "non_finite", "non_increasing_time", "position_limit", "velocity_limit",
-                   "unreachable_first_point", "table_collision", "self_collision", "unknown_joint", "stale_chunk"):
+    for reason in (
+        "pass",
+        "modified",
+        "non_finite",
+        "non_increasing_time",
+        "position_limit",
+        "velocity_limit",
+        "unreachable_first_point",
+        "table_collision",
+        "self_collision",
+        "unknown_joint",
+        "stale_chunk",
+    ):
         assert reason in outcomes, (reason, outcomes)
     assert "pass" in seen["smooth"]
     assert "pass" in seen["graze"] and seen["hop"] & {"table_collision", "self_collision"}, (seen["graze"], seen["hop"])

@@ -78,8 +78,10 @@ def test_folding_or_diving_chunk_is_cut_before_contact(rig, kind):
     out, report = filt.filter(chunk, JointStateSample(filt.joint_names, home, NOW), NOW)
     assert report.verdict == "truncated" and kind in [f.code for f in report.findings], report
     assert out.horizon < contact  # cut before the first point whose approach makes contact
-    margin = min(float(np.min(filt.checker.distances(q) - filt.checker.clearance))
-                 for q in filt.checker._samples(np.vstack([home, out.positions]))[0])
+    margin = min(
+        float(np.min(filt.checker.distances(q) - filt.checker.clearance))
+        for q in filt.checker._samples(np.vstack([home, out.positions]))[0]
+    )
     assert margin >= 0.0  # and the kept part keeps every clearance
 
 
@@ -94,10 +96,16 @@ def test_robot_summaries(rig):
 
 # ---- in the MuJoCo simulation -------------------------------------------------------------------------
 
+
 def _run(sim: ArmSim, chunk: ActionChunk, seconds: float) -> int:
     """Follow ``chunk`` (joint-trajectory-controller semantics) and count steps with robot-table contact."""
-    traj = PositionTrajectory.from_points(chunk.joint_names, chunk.time_from_start_s.tolist(), chunk.positions.tolist(),
-                                          sim.limits, stamp_s=chunk.stamp_ns * 1e-9)
+    traj = PositionTrajectory.from_points(
+        chunk.joint_names,
+        chunk.time_from_start_s.tolist(),
+        chunk.positions.tolist(),
+        sim.limits,
+        stamp_s=chunk.stamp_ns * 1e-9,
+    )
     sim.command_trajectory(traj)
     touching = 0
     for _ in range(int(seconds * sim.config.physics_rate_hz)):
@@ -118,12 +126,25 @@ def test_in_simulation_filtered_adversarial_chunks_never_touch_the_table():
         q0 = sim.command_joint_positions()
         # Down and forward, with noise: the policy gone wrong. The target lies 3+ cm inside the table.
         while True:
-            target = np.array([rng.uniform(-0.8, 0.8), rng.uniform(1.2, 1.8), rng.uniform(0.8, 1.9), 0.0,
-                               rng.uniform(0.0, 1.5), 0.0, 0.04])
+            target = np.array(
+                [
+                    rng.uniform(-0.8, 0.8),
+                    rng.uniform(1.2, 1.8),
+                    rng.uniform(0.8, 1.9),
+                    0.0,
+                    rng.uniform(0.0, 1.5),
+                    0.0,
+                    0.04,
+                ]
+            )
             if filt.checker.distances(target)[table].min() < -0.03:
                 break
         n = 30
-        pts = q0 + np.linspace(0.0, 1.0, n + 1)[1:, None] * (target - q0) + rng.normal(0.0, 0.01, (n, 7)) * [1, 1, 1, 1, 1, 1, 0]
+        pts = (
+            q0
+            + np.linspace(0.0, 1.0, n + 1)[1:, None] * (target - q0)
+            + rng.normal(0.0, 0.01, (n, 7)) * [1, 1, 1, 1, 1, 1, 0]
+        )
         pts[:, 6] = 0.04
         chunk = ActionChunk(COMMANDED_JOINTS, sim.time_ns, np.arange(1, n + 1) * 0.08, pts)
         state = JointStateSample(tuple(sim.joint_names), sim.joint_positions(), sim.time_ns)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vla_ros.evaluation.select_run import candidates, main as select_main, rank_runs
+from vla_ros.evaluation.select_run import candidates, rank_runs
+from vla_ros.evaluation.select_run import main as select_main
 from vla_ros.model.io import load_config, load_model, save_model, sha256_file
 from vla_ros.model.model import VLATransformer
 
@@ -41,8 +42,22 @@ def test_select_keeps_the_run_that_lifts_cups_and_reports_every_run(untrained, t
     torch.set_num_threads(1)
     out = tmp_path / "chosen"
     # the untrained run is given first: the choice is not the order
-    rc = select_main(["--runs", str(untrained), str(SHIPPED), "--out", str(out), "--episodes", "4", "--backend", "torch", "--json",
-                     "--max-episode-s", str(MAX_EPISODE_S)])
+    rc = select_main(
+        [
+            "--runs",
+            str(untrained),
+            str(SHIPPED),
+            "--out",
+            str(out),
+            "--episodes",
+            "4",
+            "--backend",
+            "torch",
+            "--json",
+            "--max-episode-s",
+            str(MAX_EPISODE_S),
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["chosen"] == str(SHIPPED) and report["order"] == [str(SHIPPED), str(untrained)]
@@ -56,7 +71,9 @@ def test_select_keeps_the_run_that_lifts_cups_and_reports_every_run(untrained, t
         assert sha256_file(out / name) == sha256_file(SHIPPED / name)
     load_model(out)
     assert json.loads((out / "selection.json").read_text()) == report
-    episodes = {p.parent.name: json.loads(p.read_text())["episodes"] for p in (out / "selection").glob("*/results.json")}
+    episodes = {
+        p.parent.name: json.loads(p.read_text())["episodes"] for p in (out / "selection").glob("*/results.json")
+    }
     assert sorted(episodes) == ["0-untrained", "1-vla_cups"]
     assert [e["seed"] for e in episodes["1-vla_cups"]] == [2_000_000, 2_000_001, 2_000_002, 2_000_003]
     assert sum(e["success"] for e in episodes["1-vla_cups"]) == round(4 * shipped["success_rate"])
@@ -74,18 +91,30 @@ def test_select_refuses_what_it_cannot_judge_before_running(untrained, tmp_path,
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "todo.txt").write_text("keep me")
-    assert "holds something other than an earlier selection" in refused("--runs", str(untrained), "--out", str(foreign), "--backend", "torch")
+    assert "holds something other than an earlier selection" in refused(
+        "--runs", str(untrained), "--out", str(foreign), "--backend", "torch"
+    )
     assert (foreign / "todo.txt").read_text() == "keep me"
-    assert "model folder not found" in refused("--runs", str(untrained), str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--backend", "torch")
+    assert "model folder not found" in refused(
+        "--runs", str(untrained), str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--backend", "torch"
+    )
     # the default backend is the node's (ONNX): a folder without its export is refused with the command that makes it
     assert "vla-ros export-onnx" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"))
     assert "names a folder twice" in refused("--runs", str(untrained), str(untrained), "--out", str(tmp_path / "o"))
-    assert "template containing {color}" in refused("--runs", str(SHIPPED), "--out", str(tmp_path / "o"), "--instructions", str(foreign / "todo.txt"))
-    assert "--episodes, --workers and --finalists must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--workers", "0")
-    assert "--episodes, --workers and --finalists must be at least 1" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--finalists", "0")
+    assert "template containing {color}" in refused(
+        "--runs", str(SHIPPED), "--out", str(tmp_path / "o"), "--instructions", str(foreign / "todo.txt")
+    )
+    assert "--episodes, --workers and --finalists must be at least 1" in refused(
+        "--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--workers", "0"
+    )
+    assert "--episodes, --workers and --finalists must be at least 1" in refused(
+        "--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--finalists", "0"
+    )
     # screening all of the episodes leaves none for the finalists; a negative count is no count
     for screen in ("1", "-1"):
-        assert "--screen-episodes must be in [0, --episodes) = [0, 1)" in refused("--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--screen-episodes", screen)
+        assert "--screen-episodes must be in [0, --episodes) = [0, 1)" in refused(
+            "--runs", str(untrained), "--out", str(tmp_path / "o"), "--backend", "torch", "--screen-episodes", screen
+        )
     assert not (tmp_path / "o").exists()
 
 
@@ -112,7 +141,9 @@ def test_every_command_of_make_model_is_accepted_by_its_verb(monkeypatch):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     repo = Path(__file__).resolve().parents[1]
-    recipe = subprocess.run(["make", "-n", "-o", "setup", "model"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    recipe = subprocess.run(
+        ["make", "-n", "-o", "setup", "model"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
     recipe = recipe.replace("\\\n", " ")  # one command continued over lines is one command
 
     class Parsed(Exception):
@@ -148,7 +179,9 @@ def run_with_checkpoints(root: Path, final: Path, checkpoints: dict[int, Path]) 
     shutil.copytree(final, run)
     for step, model in checkpoints.items():
         shutil.copytree(model, run / "checkpoints" / f"step_{step:05d}")  # as training.train names them
-        (run / "checkpoints" / f"step_{step:05d}" / "train_report.json").write_text(json.dumps({"checkpoint": True, "steps": step}))
+        (run / "checkpoints" / f"step_{step:05d}" / "train_report.json").write_text(
+            json.dumps({"checkpoint": True, "steps": step})
+        )
     (run / "checkpoints" / "step_notes").mkdir()
     return run
 
@@ -161,10 +194,15 @@ def test_checkpoints_are_candidates_after_the_runs_and_repeated_weights_only_onc
     run = run_with_checkpoints(tmp_path, untrained, {10: other, 20: SHIPPED, 30: untrained})
     ck = run / "checkpoints"
     assert candidates([run], with_checkpoints=False) == ([run], {})
-    assert candidates([run], with_checkpoints=True) == ([run, ck / "step_00020", ck / "step_00010"], {str(ck / "step_00030"): str(run)})
+    assert candidates([run], with_checkpoints=True) == (
+        [run, ck / "step_00020", ck / "step_00010"],
+        {str(ck / "step_00030"): str(run)},
+    )
     # a checkpoint with the weights of another run given before it is that run: not judged twice, and said so
     assert candidates([SHIPPED, run], with_checkpoints=True) == (
-        [SHIPPED, run, ck / "step_00010"], {str(ck / "step_00030"): str(run), str(ck / "step_00020"): str(SHIPPED)})
+        [SHIPPED, run, ck / "step_00010"],
+        {str(ck / "step_00030"): str(run), str(ck / "step_00020"): str(SHIPPED)},
+    )
 
 
 def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episode(untrained, tmp_path, capsys):
@@ -175,8 +213,27 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
     run = run_with_checkpoints(tmp_path, other, {5: SHIPPED})  # the good weights are a checkpoint
     checkpoint = run / "checkpoints" / "step_00005"
     out = tmp_path / "chosen"
-    rc = select_main(["--runs", str(untrained), str(run), "--checkpoints", "--episodes", "4", "--screen-episodes", "2",
-                      "--finalists", "2", "--out", str(out), "--backend", "torch", "--json", "--max-episode-s", str(MAX_EPISODE_S)])
+    rc = select_main(
+        [
+            "--runs",
+            str(untrained),
+            str(run),
+            "--checkpoints",
+            "--episodes",
+            "4",
+            "--screen-episodes",
+            "2",
+            "--finalists",
+            "2",
+            "--out",
+            str(out),
+            "--backend",
+            "torch",
+            "--json",
+            "--max-episode-s",
+            str(MAX_EPISODE_S),
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["chosen"] == str(checkpoint) and report["screen_episodes"] == 2 and report["finalists"] == 2
@@ -194,18 +251,40 @@ def test_screening_sends_the_best_candidates_on_and_judges_them_over_every_episo
     assert sorted(kept) == ["0-untrained", "1-run", "2-run-step_00005"]
     episodes = kept["2-run-step_00005"]["episodes"]
     assert [e["seed"] for e in episodes] == [2_000_000, 2_000_001, 2_000_002, 2_000_003]
-    assert figures[str(checkpoint)]["success_rate"] == kept["2-run-step_00005"]["summary"]["success_rate"] == \
-        round(sum(e["success"] for e in episodes) / 4, 3)
+    assert (
+        figures[str(checkpoint)]["success_rate"]
+        == kept["2-run-step_00005"]["summary"]["success_rate"]
+        == round(sum(e["success"] for e in episodes) / 4, 3)
+    )
     (screened,) = [name for name in report["order"] if figures[name]["screened_out"]]
     assert len(kept[{str(untrained): "0-untrained", str(run): "1-run"}[screened]]["episodes"]) == 2
-    assert not list((out / "selection").glob("*.rest")) and not any(p.name.endswith(".selecting") for p in tmp_path.iterdir())
+    assert not list((out / "selection").glob("*.rest")) and not any(
+        p.name.endswith(".selecting") for p in tmp_path.iterdir()
+    )
 
 
 def test_a_checkpoint_with_the_weights_of_its_run_is_reported_not_judged_again(untrained, tmp_path, capsys):
     run = run_with_checkpoints(tmp_path, untrained, {30: untrained})
     out = tmp_path / "chosen"
-    assert select_main(["--runs", str(run), "--checkpoints", "--episodes", "1", "--max-episode-s", "0.5",
-                        "--out", str(out), "--backend", "torch", "--json"]) == 0
+    assert (
+        select_main(
+            [
+                "--runs",
+                str(run),
+                "--checkpoints",
+                "--episodes",
+                "1",
+                "--max-episode-s",
+                "0.5",
+                "--out",
+                str(out),
+                "--backend",
+                "torch",
+                "--json",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     twin = str(run / "checkpoints" / "step_00030")
     assert f"note: {twin} has the weights of {run}; judged once" in captured.err

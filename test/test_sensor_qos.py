@@ -13,10 +13,10 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import REPO, LaunchedGraph
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from ros_helpers import REPO, LaunchedGraph
 from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control import bundled_urdf_path
 from vla_ros.sim import HOME_Q
@@ -31,8 +31,14 @@ def test_a_best_effort_joint_state_publisher_is_heard_by_all_three_nodes(tmp_pat
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     seen = {}  # status name -> values of the newest status
-    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: seen.update(
-        {s.name: {kv.key: kv.value for kv in s.values} | {"_message": s.message} for s in m.status}), 100)
+    node.create_subscription(
+        DiagnosticArray,
+        "/diagnostics",
+        lambda m: seen.update(
+            {s.name: {kv.key: kv.value for kv in s.values} | {"_message": s.message} for s in m.status}
+        ),
+        100,
+    )
     commands = []
     node.create_subscription(Float64MultiArray, "/qos_test_forward/commands", lambda m: commands.append(m), 10)
     unheard = []
@@ -54,16 +60,37 @@ def test_a_best_effort_joint_state_publisher_is_heard_by_all_three_nodes(tmp_pat
 
     reliable_log = tmp_path / "reliable_controller.log"
     reliable = subprocess.Popen(
-        [sys.executable, "-m", "vla_ros.nodes.controller_node", "--ros-args", "-r", "__node:=controller_reliable",
-         "-r", f"/joint_states:={TOPIC}", "-p", "position_controller:=qos_test_reliable"],
-        stdout=open(reliable_log, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "vla_ros.nodes.controller_node",
+            "--ros-args",
+            "-r",
+            "__node:=controller_reliable",
+            "-r",
+            f"/joint_states:={TOPIC}",
+            "-p",
+            "position_controller:=qos_test_reliable",
+        ],
+        stdout=open(reliable_log, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
-        with LaunchedGraph("robot.launch.xml", "sensor_qos:=best_effort", f"joint_states_topic:={TOPIC}",
-                           "position_controller:=qos_test_forward", f"robot_description_file:={bundled_urdf_path()}",
-                           log_path=tmp_path / "robot.log"):
+        with LaunchedGraph(
+            "robot.launch.xml",
+            "sensor_qos:=best_effort",
+            f"joint_states_topic:={TOPIC}",
+            "position_controller:=qos_test_forward",
+            f"robot_description_file:={bundled_urdf_path()}",
+            log_path=tmp_path / "robot.log",
+        ):
             heard = {
                 "policy": lambda: int(seen.get("policy: policy", {}).get("tokens.received", 0)) > 10,
-                "safety filter": lambda: float(seen.get("safety_filter: filter", {}).get("joint_state_age_s", "inf")) < 1.0,
+                "safety filter": lambda: (
+                    float(seen.get("safety_filter: filter", {}).get("joint_state_age_s", "inf")) < 1.0
+                ),
                 "controller": lambda: len(commands) > 10,  # it starts from a joint state: it heard them
             }
             ok = spin_until(lambda: all(h() for h in heard.values()), 180)
@@ -71,8 +98,12 @@ def test_a_best_effort_joint_state_publisher_is_heard_by_all_three_nodes(tmp_pat
             assert seen["controller: state"]["_message"] != "waiting for joint states"
             # The default (reliable) subscription never matches the best-effort publisher, and reports it.
             reliable_state = lambda: seen.get("controller_reliable: state", {})  # noqa: E731
-            assert spin_until(lambda: int(reliable_state().get("rejected.incompatible_qos", 0)) >= 1, 30), reliable_state()
-            assert reliable_state()["_message"] == "waiting for joint states" and not unheard  # it would send from a joint state
+            assert spin_until(lambda: int(reliable_state().get("rejected.incompatible_qos", 0)) >= 1, 30), (
+                reliable_state()
+            )
+            assert (
+                reliable_state()["_message"] == "waiting for joint states" and not unheard
+            )  # it would send from a joint state
     finally:
         os.killpg(reliable.pid, signal.SIGINT)
         reliable.wait(timeout=20)

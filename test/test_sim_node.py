@@ -8,26 +8,31 @@ import json
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from image_checks import assert_cups_visible
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import LaunchedGraph, Probe
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from image_checks import assert_cups_visible
-from ros_helpers import LaunchedGraph, Probe
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.time import duration_msg_from_s, ns_from_time_msg
 from vla_ros.sim import HOME_Q, ArmSim
 from vla_ros.sim.pacing import Pacing
 
 COMMAND_JOINTS = [
-    "shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "forearm_roll_joint",
-    "wrist_pitch_joint", "wrist_roll_joint", "left_finger_joint",
+    "shoulder_pan_joint",
+    "shoulder_lift_joint",
+    "elbow_joint",
+    "forearm_roll_joint",
+    "wrist_pitch_joint",
+    "wrist_roll_joint",
+    "left_finger_joint",
 ]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -37,8 +42,17 @@ def graph(tmp_path_factory):
     log = tmp_path_factory.mktemp("launch") / "sim.log"
     with LaunchedGraph("sim.launch.xml", "policy:=none", "seed:=3", "wrist_camera:=true", log_path=log) as g:
         probe = Probe("sim_test_probe")
-        rec = {"js": [], "img": [], "info": [], "wrist": [], "wrist_info": [], "diag": [], "status": None, "description": None,
-               "resets": []}
+        rec = {
+            "js": [],
+            "img": [],
+            "info": [],
+            "wrist": [],
+            "wrist_info": [],
+            "diag": [],
+            "status": None,
+            "description": None,
+            "resets": [],
+        }
         n = probe.node
         n.create_subscription(JointState, "/joint_states", lambda m: rec["js"].append(m), 200)
         n.create_subscription(Image, "/camera/image_raw", lambda m: rec["img"].append(m), 50)
@@ -46,13 +60,19 @@ def graph(tmp_path_factory):
         n.create_subscription(Image, "/wrist_camera/image_raw", lambda m: rec["wrist"].append(m), 50)
         n.create_subscription(CameraInfo, "/wrist_camera/camera_info", lambda m: rec["wrist_info"].append(m), 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rec["diag"].append(m), 50)
-        n.create_subscription(String, "/vla/episode_status", lambda m: rec.__setitem__("status", json.loads(m.data)), LATCHED)
+        n.create_subscription(
+            String, "/vla/episode_status", lambda m: rec.__setitem__("status", json.loads(m.data)), LATCHED
+        )
         n.create_subscription(String, "/robot_description", lambda m: rec.__setitem__("description", m.data), LATCHED)
-        n.create_subscription(Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)), episode_reset_qos())
+        n.create_subscription(
+            Header, EPISODE_RESET_TOPIC, lambda m: rec["resets"].append(reset_from_msg(m)), episode_reset_qos()
+        )
         probe.rec = rec
         probe.pub_cmd = n.create_publisher(Float64MultiArray, "/forward_position_controller/commands", 10)
         probe.pub_traj = n.create_publisher(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", 10)
-        assert probe.spin_until(lambda: len(rec["js"]) > 5 and rec["status"] is not None and rec["resets"], 90), log.read_text()[-3000:]
+        assert probe.spin_until(lambda: len(rec["js"]) > 5 and rec["status"] is not None and rec["resets"], 90), (
+            log.read_text()[-3000:]
+        )
         yield probe
         probe.close()
     assert g.proc.returncode == 0, log.read_text()[-3000:]
@@ -83,11 +103,14 @@ def _stamps_and_sequence(graph, topics: dict, sim_s: float) -> dict:
         def on_msg(m, info):
             got[key].append((ns_from_time_msg(m.header.stamp), info[SEQ]))
             last[key] = m
+
         return on_msg
 
     reliable = ReliabilityPolicy.RELIABLE
-    subs = [graph.node.create_subscription(t, topic, keep(key), QoSProfile(depth=depth, reliability=reliable))
-            for key, (t, topic, depth) in topics.items()]
+    subs = [
+        graph.node.create_subscription(t, topic, keep(key), QoSProfile(depth=depth, reliability=reliable))
+        for key, (t, topic, depth) in topics.items()
+    ]
 
     def spans() -> bool:
         return all(v and v[-1][0] - v[0][0] >= sim_s * 1e9 for v in got.values())  # (one publisher: in order)
@@ -108,7 +131,10 @@ def _assert_every_period_published_once(stream: list, rate_hz: int, what: str) -
     stamps = np.array([s for s, _ in stream], dtype=np.int64)
     seq = np.array([q for _, q in stream], dtype=np.int64)
     k = (stamps * rate_hz + 500_000_000) // 1_000_000_000  # the nearest grid index
-    assert np.array_equal(stamps, k * 1_000_000_000 // rate_hz), (what, stamps[stamps != k * 1_000_000_000 // rate_hz][:5])
+    assert np.array_equal(stamps, k * 1_000_000_000 // rate_hz), (
+        what,
+        stamps[stamps != k * 1_000_000_000 // rate_hz][:5],
+    )
     steps, published = np.diff(k), np.diff(seq)
     bad = np.flatnonzero(steps != published)
     assert not bad.size, [(what, int(stamps[i]), int(stamps[i + 1]), int(published[i])) for i in bad[:5]]
@@ -125,15 +151,25 @@ def test_rates_and_stamps_over_ten_simulated_seconds(graph):
     Whether each message also reached this probe is the transport's business, not the sim's: the sim's
     sensor publishers keep the last 10 (joint states) / 5 (frames) samples for a reliable reader, so a
     reader whose process is held off the CPU for longer than that (100 ms of joint states, 170 ms of frames
-    at real time: it happens on a loaded machine) loses the oldest: a sensor stream must not block the physics. Such a message shows as a gap in the sequence
+    at real time: it happens on a loaded machine) loses the oldest: a sensor stream must not block the physics. Such a
+    message shows as a gap in the sequence
     numbers, with the stamps stepping over exactly as many periods; the probe's own queues here are deep
     enough (20 s of joint states) that it cannot drop one itself."""
-    got, last = _stamps_and_sequence(graph, {
-        "js": (JointState, "/joint_states", 2000), "img": (Image, "/camera/image_raw", 600),
-        "info": (CameraInfo, "/camera/camera_info", 600), "wrist": (Image, "/wrist_camera/image_raw", 600),
-        "wrist_info": (CameraInfo, "/wrist_camera/camera_info", 600)}, 10.0)
-    lost = {key: _assert_every_period_published_once(stream, JOINT_STATE_HZ if key == "js" else CAMERA_HZ, key)
-            for key, stream in got.items()}
+    got, last = _stamps_and_sequence(
+        graph,
+        {
+            "js": (JointState, "/joint_states", 2000),
+            "img": (Image, "/camera/image_raw", 600),
+            "info": (CameraInfo, "/camera/camera_info", 600),
+            "wrist": (Image, "/wrist_camera/image_raw", 600),
+            "wrist_info": (CameraInfo, "/wrist_camera/camera_info", 600),
+        },
+        10.0,
+    )
+    lost = {
+        key: _assert_every_period_published_once(stream, JOINT_STATE_HZ if key == "js" else CAMERA_HZ, key)
+        for key, stream in got.items()
+    }
     print(f"published but not received here (transport): {lost}")
     # The sim publishes a frame and its camera_info from each camera together at every frame step, so the
     # n-th message on each of the four carries the n-th frame's stamp: equal sequence numbers on equal
@@ -165,7 +201,10 @@ def test_the_hand_camera_publishes_frames_of_its_own_at_the_same_instants(graph)
 
     # Waited for by the frames themselves (that the hand camera publishes every period is the rates test's):
     # on a loaded machine this probe may be seconds behind on the image topics while /clock is current.
-    assert graph.spin_until(lambda: len(rec["wrist"]) >= 20 and len(pairs()) >= 15, 120), (len(rec["wrist"]), len(pairs()))
+    assert graph.spin_until(lambda: len(rec["wrist"]) >= 20 and len(pairs()) >= 15, 120), (
+        len(rec["wrist"]),
+        len(pairs()),
+    )
     both = pairs()
     front, hand = both[-1]
     assert hand.header.frame_id == "wrist_camera_optical_frame" != front.header.frame_id
@@ -178,7 +217,7 @@ def test_the_hand_camera_publishes_frames_of_its_own_at_the_same_instants(graph)
 
 def test_robot_description_is_latched_urdf(graph):
     desc = graph.rec["description"]
-    assert desc is not None and "<robot name=\"vla_arm\"" in desc
+    assert desc is not None and '<robot name="vla_arm"' in desc
     for joint in COMMAND_JOINTS:
         assert f'name="{joint}"' in desc
 
@@ -189,7 +228,9 @@ def test_image_shows_the_three_cups_where_they_project(graph):
     graph.call(graph.node.create_client(Trigger, "/sim/reset"), Trigger.Request())
     assert graph.spin_until(lambda: graph.rec["status"]["episode"] > episode, 30)
     t_reset = graph.rec["status"]["time_s"]
-    assert graph.spin_until(lambda: graph.rec["img"] and ns_from_time_msg(graph.rec["img"][-1].header.stamp) * 1e-9 > t_reset + 0.05, 30)
+    assert graph.spin_until(
+        lambda: graph.rec["img"] and ns_from_time_msg(graph.rec["img"][-1].header.stamp) * 1e-9 > t_reset + 0.05, 30
+    )
     status = graph.rec["status"]
     model = ArmSim(seed=status["seed"])  # same camera model; used only for projection
     m = graph.rec["img"][-1]
@@ -253,7 +294,9 @@ def test_bad_commands_are_rejected_with_diagnostics_and_the_arm_does_not_move(gr
     all of them: every joint state from before the first to half a second after the sim refused the last
     (a trajectory to an infinite position, which would have taken 0.5 s) shows the pose it started at."""
     assert graph.spin_until(lambda: graph.rec["js"], 60)
-    _joint_states_until(graph, _stamp_ns(graph.rec["js"][-1]) + 1_000_000_000)  # at rest (a test before may have moved it)
+    _joint_states_until(
+        graph, _stamp_ns(graph.rec["js"][-1]) + 1_000_000_000
+    )  # at rest (a test before may have moved it)
     q0, n0 = latest_q(graph), len(graph.rec["js"]) - 1  # (by index: a test before may have restarted the clock)
     home = list(HOME_Q)
     bad = [
@@ -273,8 +316,12 @@ def test_bad_commands_are_rejected_with_diagnostics_and_the_arm_does_not_move(gr
     inf_cmd = home[:2] + [float("inf")] + home[3:]
     graph.rec["diag"].clear()
     graph.pub_traj.publish(_traj(COMMAND_JOINTS, [0.5], [inf_cmd]))
-    assert graph.spin_until(lambda: _diag_stamp_ns(graph, "command rejected", source="joint_trajectory", reason="non_finite"), 60)
-    _joint_states_until(graph, _diag_stamp_ns(graph, "command rejected", source="joint_trajectory", reason="non_finite") + 500_000_000)
+    assert graph.spin_until(
+        lambda: _diag_stamp_ns(graph, "command rejected", source="joint_trajectory", reason="non_finite"), 60
+    )
+    _joint_states_until(
+        graph, _diag_stamp_ns(graph, "command rejected", source="joint_trajectory", reason="non_finite") + 500_000_000
+    )
     moved = [_q(m) - q0 for m in graph.rec["js"][n0:] if np.abs(_q(m) - q0).max() >= 1e-3]
     assert not moved, moved[:3]
 
@@ -320,7 +367,9 @@ def _set_param(probe, name: str, value) -> None:
 
 def test_start_up_announces_the_current_episode_to_a_late_subscriber(graph):
     """The announcement is latched: the probe, started after the sim, got the current episode's."""
-    assert graph.spin_until(lambda: graph.rec["resets"] and graph.rec["resets"][-1][1] == graph.rec["status"]["episode"], 30)
+    assert graph.spin_until(
+        lambda: graph.rec["resets"] and graph.rec["resets"][-1][1] == graph.rec["status"]["episode"], 30
+    )
     stamp_ns, episode = graph.rec["resets"][-1]
     assert stamp_ns * 1e-9 <= graph.rec["status"]["time_s"] + 1e-6  # (the status rounds to microseconds)
 
@@ -344,8 +393,10 @@ def _drive_and_reset(graph, restart: bool, resets: int = 3):
     _set_param(graph, "reset_clock_on_reset", restart)
     reset = graph.node.create_client(Trigger, "/sim/reset")
     js, img = [], []
-    subs = [graph.node.create_subscription(JointState, "/joint_states", js.append, 500),
-            graph.node.create_subscription(Image, "/camera/image_raw", img.append, 100)]
+    subs = [
+        graph.node.create_subscription(JointState, "/joint_states", js.append, 500),
+        graph.node.create_subscription(Image, "/camera/image_raw", img.append, 100),
+    ]
     targets, replies = [], []
     try:
         for k in range(resets):
@@ -362,12 +413,16 @@ def _drive_and_reset(graph, restart: bool, resets: int = 3):
             reply = json.loads(graph.call(reset, Trigger.Request()).message)
 
             def new_episode_seen(stream, n) -> bool:
-                return any(_stamp_ns(m) >= reply["start_ns"] + 300_000_000 and (not restart or _stamp_ns(m) < last_old_ns)
-                           for m in stream[n:])
+                return any(
+                    _stamp_ns(m) >= reply["start_ns"] + 300_000_000 and (not restart or _stamp_ns(m) < last_old_ns)
+                    for m in stream[n:]
+                )
 
             # 0.3 s of the new episode on both streams: stamps from its start on (with a restarted clock: after
             # the jump back). Frames are larger and may arrive later than joint states on a loaded machine.
-            assert graph.spin_until(lambda: new_episode_seen(js, n_before[0]) and new_episode_seen(img, n_before[1]), 60)
+            assert graph.spin_until(
+                lambda: new_episode_seen(js, n_before[0]) and new_episode_seen(img, n_before[1]), 60
+            )
             assert graph.spin_until(lambda: graph.rec["resets"][-1][1] == reply["episode"], 30)
             targets.append(target)
             replies.append(reply)
@@ -426,7 +481,7 @@ def test_reset_with_a_restarted_clock_is_announced_at_zero_and_splits_at_the_jum
     everything after the jump (stamped >= 0) is the new episode, everything before it the old one."""
     targets, replies, js, img = _drive_and_reset(graph, restart=True)
     assert [r["start_ns"] for r in replies] == [0] * len(replies)
-    assert graph.rec["resets"][-len(replies):] == [(0, r["episode"]) for r in replies]
+    assert graph.rec["resets"][-len(replies) :] == [(0, r["episode"]) for r in replies]
     for stream in (js, img):
         stamps = np.array([_stamp_ns(m) for m in stream])
         jumps = list(np.flatnonzero(np.diff(stamps) < 0) + 1)  # the first message after each jump back
@@ -458,9 +513,14 @@ def test_commands_from_before_a_reset_do_not_yank_the_arm_back(graph):
         start_ns = json.loads(graph.call(reset, Trigger.Request()).message)["start_ns"]
         graph.rec["diag"].clear()
         graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))  # the old episode's target, late
+
         def dropped():
-            return [(s.level, {v.key: v.value for v in s.values}) for a in graph.rec["diag"] for s in a.status
-                    if s.name.endswith("command dropped")]
+            return [
+                (s.level, {v.key: v.value for v in s.values})
+                for a in graph.rec["diag"]
+                for s in a.status
+                if s.name.endswith("command dropped")
+            ]
 
         assert graph.spin_until(dropped, 60), _rejections(graph)
         level, values = dropped()[0]
@@ -470,7 +530,11 @@ def test_commands_from_before_a_reset_do_not_yank_the_arm_back(graph):
         # The arm stays put: every joint state of the new episode, to half a second after the sim dropped the
         # late command, shows the reset pose.
         _joint_states_until(graph, _diag_stamp_ns(graph, "command dropped") + 500_000_000)
-        yanked = [_q(m) for m in graph.rec["js"][n0:] if _stamp_ns(m) >= start_ns and np.abs(_q(m) - np.array(HOME_Q)).max() >= 0.02]
+        yanked = [
+            _q(m)
+            for m in graph.rec["js"][n0:]
+            if _stamp_ns(m) >= start_ns and np.abs(_q(m) - np.array(HOME_Q)).max() >= 0.02
+        ]
         assert not yanked, yanked[:3]
         graph.pub_cmd.publish(Float64MultiArray(data=list(HOME_Q)))
         graph.pub_cmd.publish(Float64MultiArray(data=far.tolist()))
@@ -498,10 +562,16 @@ def _pacing_excess_s(graph, factor: float, sim_s: float) -> float:
     g_j - g_i over the hold, i before j."""
     clock = []
     sub = graph.node.create_subscription(
-        Clock, "/clock", lambda m, info: clock.append((ns_from_time_msg(m.clock), info["source_timestamp"], info[SEQ])),
-        QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
+        Clock,
+        "/clock",
+        lambda m, info: clock.append((ns_from_time_msg(m.clock), info["source_timestamp"], info[SEQ])),
+        QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE),
+    )
     try:
-        assert graph.spin_until(lambda: len(clock) > 1 and clock[-1][0] - clock[0][0] >= sim_s * 1e9, 120), (factor, clock[-1:])
+        assert graph.spin_until(lambda: len(clock) > 1 and clock[-1][0] - clock[0][0] >= sim_s * 1e9, 120), (
+            factor,
+            clock[-1:],
+        )
     finally:
         graph.node.destroy_subscription(sub)
     clock.sort(key=lambda c: c[2])  # publication order
@@ -527,7 +597,9 @@ def test_real_time_factor_changes_take_effect_at_once_both_ways(graph):
         for factor, hold_s in ((1.0, 4.0), (0.5, 4.0), (0.05, 0.0), (1.0, 0.0), (0.0, 0.0), (1.0, 4.0)):
             _set_param(graph, "real_time_factor", factor)
             need = 0.05 if factor == 0.05 else 0.2
-            assert _advance_within(graph, need), f"simulated time stuck at {graph.now_s():.3f} s after real_time_factor {factor}"
+            assert _advance_within(graph, need), (
+                f"simulated time stuck at {graph.now_s():.3f} s after real_time_factor {factor}"
+            )
             if hold_s:  # (every /clock message of the hold comes after the change applied: 0.2 s went by)
                 excess = _pacing_excess_s(graph, factor, hold_s * factor)
                 assert excess <= max_lag_s + 1.0 / (CLOCK_HZ * factor) + 0.01, (factor, excess)

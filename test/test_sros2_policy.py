@@ -14,7 +14,6 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from ros_helpers import REPO, LaunchedGraph
 
 POLICY = REPO / "config" / "sros2" / "policy.xml"
@@ -39,7 +38,13 @@ def load_policy() -> dict[str, dict]:
     for enclave in ET.parse(POLICY).getroot().iter("enclave"):
         (profile,) = enclave.iter("profile")  # one node per enclave: permissions are per process
         ns, node = profile.get("ns"), profile.get("node")
-        entry = {"node": f"{ns.rstrip('/')}/{node}", "publish": set(), "subscribe": set(), "reply": set(), "request": set()}
+        entry = {
+            "node": f"{ns.rstrip('/')}/{node}",
+            "publish": set(),
+            "subscribe": set(),
+            "reply": set(),
+            "request": set(),
+        }
         for group in profile:
             for mode in ("publish", "subscribe", "reply", "request"):
                 if group.get(mode) == "ALLOW":
@@ -51,7 +56,9 @@ def load_policy() -> dict[str, dict]:
 
 def test_the_policy_is_well_formed_and_guards_the_safe_chunk_topic():
     policy = load_policy()
-    assert set(policy) == {f"/vla_ros/{n}" for n in ("sim", "policy", "safety_filter", "controller", "scripted_motion", "operator")}
+    assert set(policy) == {
+        f"/vla_ros/{n}" for n in ("sim", "policy", "safety_filter", "controller", "scripted_motion", "operator")
+    }
     safe = "/vla/safe_action_chunk"
     assert [e["node"] for e in policy.values() if safe in e["publish"]] == ["/safety_filter"]
     assert [e["node"] for e in policy.values() if safe in e["subscribe"]] == ["/controller"]
@@ -64,8 +71,13 @@ def test_the_policy_is_well_formed_and_guards_the_safe_chunk_topic():
 def test_the_launch_files_start_every_node_in_its_enclave():
     policy = load_policy()
     for args in (["policy:=vla"], ["policy:=scripted"]):
-        out = subprocess.run([sys.executable, "-m", "vla_ros.launch_runner", "--print", str(REPO / "launch" / "sim.launch.xml"), *args],
-                             capture_output=True, text=True, timeout=60, cwd=REPO)
+        out = subprocess.run(
+            [sys.executable, "-m", "vla_ros.launch_runner", "--print", str(REPO / "launch" / "sim.launch.xml"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
         assert out.returncode == 0, out.stderr
         for line in out.stdout.splitlines():
             if line.startswith("#") or not line.strip():
@@ -107,7 +119,11 @@ class GraphProbe:
 
     def other_nodes(self, expected) -> set[str]:
         names = {f"{ns.rstrip('/')}/{name}" for name, ns in self.node.get_node_names_and_namespaces()}
-        return {n for n in names - set(expected) - {"/sros2_policy_probe"} if not n.rsplit("/", 1)[-1].startswith(ROS2CLI_PREFIX)}
+        return {
+            n
+            for n in names - set(expected) - {"/sros2_policy_probe"}
+            if not n.rsplit("/", 1)[-1].startswith(ROS2CLI_PREFIX)
+        }
 
     def close(self) -> None:
         self.node.destroy_node()
@@ -118,22 +134,38 @@ def _wanted(entry: dict, graph: dict) -> dict:
     """What the graph must show for a node: the policy's sets, less the services only newer distros serve and
     the topics a parameter turns on."""
     distro = {s for s in entry["reply"] if s.rsplit("/", 1)[-1] in DISTRO_SERVICES and s not in graph["reply"]}
-    off = {kind: {t for t in entry[kind] if t in OPTIONAL_TOPICS and t not in graph[kind]} for kind in ("publish", "subscribe")}
-    return {"publish": entry["publish"] - off["publish"], "subscribe": entry["subscribe"] - off["subscribe"],
-            "reply": entry["reply"] - distro}
+    off = {
+        kind: {t for t in entry[kind] if t in OPTIONAL_TOPICS and t not in graph[kind]}
+        for kind in ("publish", "subscribe")
+    }
+    return {
+        "publish": entry["publish"] - off["publish"],
+        "subscribe": entry["subscribe"] - off["subscribe"],
+        "reply": entry["reply"] - distro,
+    }
 
 
-@pytest.mark.parametrize("variant, nodes", [
-    ("policy:=scripted", ("sim", "scripted_motion")),
-    ("policy:=vla", ("sim", "policy", "safety_filter", "controller")),
-])
+@pytest.mark.parametrize(
+    "variant, nodes",
+    [
+        ("policy:=scripted", ("sim", "scripted_motion")),
+        ("policy:=vla", ("sim", "policy", "safety_filter", "controller")),
+    ],
+)
 def test_each_enclave_names_exactly_what_its_node_does_in_the_running_graph(tmp_path, variant, nodes):
     policy = load_policy()
     expected = {f"/{n}": policy[f"/vla_ros/{n}"] for n in nodes}
-    with LaunchedGraph("sim.launch.xml", variant, "image_width:=64", "image_height:=48", "real_time_factor:=0.5",
-                       log_path=tmp_path / "launch.log"):
+    with LaunchedGraph(
+        "sim.launch.xml",
+        variant,
+        "image_width:=64",
+        "image_height:=48",
+        "real_time_factor:=0.5",
+        log_path=tmp_path / "launch.log",
+    ):
         probe = GraphProbe()
         try:
+
             def in_sync():
                 graph = probe.snapshot(expected)
                 return all(g is not None and g == _wanted(expected[fq], g) for fq, g in graph.items())
@@ -148,7 +180,8 @@ def test_each_enclave_names_exactly_what_its_node_does_in_the_running_graph(tmp_
                 for kind in ("publish", "subscribe", "reply"):
                     assert g[kind] == want[kind], (
                         f"{fq} {kind}: the graph has {sorted(g[kind] - want[kind])} that policy.xml does not allow, "
-                        f"policy.xml allows {sorted(want[kind] - g[kind])} that the node does not use")
+                        f"policy.xml allows {sorted(want[kind] - g[kind])} that the node does not use"
+                    )
             assert probe.other_nodes(expected) == set()  # nothing runs outside an enclave of the policy
             if variant == "policy:=vla":
                 served = set().union(*(g["reply"] for g in graph.values()))

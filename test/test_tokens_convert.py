@@ -121,7 +121,11 @@ def test_wrong_image_size_is_rejected_when_an_input_size_is_configured():
 
 
 def joint_msg(names, positions, velocities=None) -> JointState:
-    return JointState(name=list(names), position=[float(v) for v in positions], velocity=[float(v) for v in ([] if velocities is None else velocities)])
+    return JointState(
+        name=list(names),
+        position=[float(v) for v in positions],
+        velocity=[float(v) for v in ([] if velocities is None else velocities)],
+    )
 
 
 def test_joint_state_is_reordered_to_the_configured_names_and_extra_joints_ignored():
@@ -143,7 +147,10 @@ N = len(COMMANDED_JOINTS)
     [
         (joint_msg(COMMANDED_JOINTS[:-1], np.zeros(N - 1), np.zeros(N - 1)), "joint_state_missing_joint"),
         (joint_msg(COMMANDED_JOINTS[:-1] + ("elbow_jiont",), np.zeros(N), np.zeros(N)), "joint_state_missing_joint"),
-        (joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)), "joint_state_duplicate_name"),
+        (
+            joint_msg(COMMANDED_JOINTS + ("elbow_joint",), np.zeros(N + 1), np.zeros(N + 1)),
+            "joint_state_duplicate_name",
+        ),
         (joint_msg(COMMANDED_JOINTS, np.zeros(N - 2), np.zeros(N)), "joint_state_size"),
         (joint_msg(COMMANDED_JOINTS, np.zeros(N), np.zeros(N - 1)), "joint_state_size"),
         (joint_msg(COMMANDED_JOINTS, np.zeros(N)), "missing_velocities"),
@@ -171,7 +178,12 @@ def test_the_stream_counts_every_rejection_by_reason_and_keeps_going():
     assert stream.add_joint_state(nan_js, now_ns=3_000_000_000) is None
     assert stream.add_message("sensor_msgs/msg/Imu", object(), 3_000_000_000, "/imu") is None
     assert stream.set_instruction("   ", 3_000_000_000) is None
-    assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "joint_state_non_finite": 1, "unsupported_type": 1, "empty_instruction": 1}
+    assert dict(stream.stats.rejected) == {
+        "unknown_encoding": 1,
+        "joint_state_non_finite": 1,
+        "unsupported_type": 1,
+        "empty_instruction": 1,
+    }
     assert stream.counts_add_up() and len(stream) == 1
     assert "joint_state_non_finite" in stream.last_rejection or "empty_instruction" in stream.last_rejection
 
@@ -192,9 +204,16 @@ def test_a_camera_keeps_the_encoding_and_size_of_its_first_frame():
     assert stream.add_image(frame(3, "bgr8"), source="/a") is None
     assert stream.last_rejection_code == "wrong_image_encoding" and "'rgb8'" in stream.last_rejection
     assert stream.add_image(frame(4, rgb=pixels[::2, ::2]), source="/a") is None
-    assert stream.last_rejection_code == "wrong_image_size" and "8x8" in stream.last_rejection and "16x16" in stream.last_rejection
+    assert (
+        stream.last_rejection_code == "wrong_image_size"
+        and "8x8" in stream.last_rejection
+        and "16x16" in stream.last_rejection
+    )
     assert stream.add_image(frame(5, "bgr8", pixels[::2, ::2]), source="/b") is not None  # another camera, its own
-    assert stream.add_image(frame(6), source="/a") is not None and stream.add_image(frame(7, "bgr8", pixels[::2, ::2]), source="/b") is not None
+    assert (
+        stream.add_image(frame(6), source="/a") is not None
+        and stream.add_image(frame(7, "bgr8", pixels[::2, ::2]), source="/b") is not None
+    )
     assert dict(stream.stats.rejected) == {"unknown_encoding": 1, "wrong_image_encoding": 1, "wrong_image_size": 1}
     assert stream.counts_add_up()
 

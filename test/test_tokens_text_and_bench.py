@@ -29,8 +29,18 @@ def test_instruction_becomes_word_piece_embeddings(encoder):
 
 
 # Odd inputs included: empty, whitespace, accents and case, CJK, emoji, control characters, past the budget.
-REFERENCE_TEXTS = ("pick up the red cup", "", "   ", "Hey ROBOT, go get the r\u00ebd cup for me!!", "\u62ff\u8d77\u7ea2\u8272\u7684\u676f\u5b50",
-                   "do not pick up the red cup " * 10, "x" * 300, "\x00\t\n", "\U0001f642 cup", "lift whichever cup is green")
+REFERENCE_TEXTS = (
+    "pick up the red cup",
+    "",
+    "   ",
+    "Hey ROBOT, go get the r\u00ebd cup for me!!",
+    "\u62ff\u8d77\u7ea2\u8272\u7684\u676f\u5b50",
+    "do not pick up the red cup " * 10,
+    "x" * 300,
+    "\x00\t\n",
+    "\U0001f642 cup",
+    "lift whichever cup is green",
+)
 
 
 def test_the_encoder_gives_the_reference_implementations_word_pieces_and_hidden_states(encoder):
@@ -97,8 +107,12 @@ def test_token_bench_reports_the_comparison(capsys, tmp_path):
     np.testing.assert_allclose(raw["staleness_ms"]["tokens"], expected, rtol=0, atol=1e-9)
     assert result["staleness_ms_p50_tokens"] == pytest.approx(np.percentile(expected, 50), abs=0.0051)
     nearest = raw["staleness_ms"]["nearest"]
-    assert len(nearest) <= len(frames) and result["joint_msgs_used_pct_nearest"] == pytest.approx(100.0 * len(nearest) / len(joints), abs=0.0051)
-    assert 25.0 <= result["joint_msgs_used_pct_nearest"] <= 30.0  # one joint message per frame, and most frames find one
+    assert len(nearest) <= len(frames) and result["joint_msgs_used_pct_nearest"] == pytest.approx(
+        100.0 * len(nearest) / len(joints), abs=0.0051
+    )
+    assert (
+        25.0 <= result["joint_msgs_used_pct_nearest"] <= 30.0
+    )  # one joint message per frame, and most frames find one
     assert result["staleness_ms_p50_nearest"] == pytest.approx(np.percentile(nearest, 50), abs=0.0051)
     assert result["staleness_ms_p50_tokens"] < result["staleness_ms_p50_nearest"]
 

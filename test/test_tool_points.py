@@ -10,16 +10,23 @@ import numpy as np
 import pinocchio as pin
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401
 
 from vla_ros.bench.safety_bench import FR3_DIR
 from vla_ros.model.config import tiny_config
 from vla_ros.sim.scene import default_urdf_path
 from vla_ros.training.tool_points import ToolPoints
 from vla_ros.training.train import TrainConfig, main, tool_points, train
-from torch_threads import one_torch_thread  # noqa: F401
 
-SIM_JOINTS = ("shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "forearm_roll_joint", "wrist_pitch_joint",
-              "wrist_roll_joint", "left_finger_joint")
+SIM_JOINTS = (
+    "shoulder_pan_joint",
+    "shoulder_lift_joint",
+    "elbow_joint",
+    "forearm_roll_joint",
+    "wrist_pitch_joint",
+    "wrist_roll_joint",
+    "left_finger_joint",
+)
 # The sim arm standing straight up (every joint 0): the tool frame is the base frame, 1.035 m up.
 TCP_HEIGHT_M = 0.10 + 0.15 + 0.35 + 0.20 + 0.10 + 0.06 + 0.075
 
@@ -54,14 +61,17 @@ def test_the_loss_is_the_squared_distance_of_four_tool_points_in_units_of_5_cm()
     upright = torch.zeros(1, 7)
     h = TCP_HEIGHT_M
     assert points.points(upright)[0].numpy() == pytest.approx(
-        np.array([[0, 0, h], [0.05, 0, h], [0, 0.05, h], [0, 0, h + 0.05]]), abs=1e-6)
+        np.array([[0, 0, h], [0.05, 0, h], [0, 0.05, h], [0, 0, h + 0.05]]), abs=1e-6
+    )
     assert float(points(upright, upright)) == 0.0
     # Tilting at the shoulder (axis y, 0.25 m up) by d moves each point by 2 r sin(d/2), r its distance from the axis.
     d = 0.03
     lift = upright.clone()
     lift[0, 1] = d
     arm = h - 0.25
-    radii = np.array([arm, math.hypot(0.05, arm), arm, arm + 0.05])  # origin, +x, +y (along the axis: as the origin), +z
+    radii = np.array(
+        [arm, math.hypot(0.05, arm), arm, arm + 0.05]
+    )  # origin, +x, +y (along the axis: as the origin), +z
     moved = 2 * radii * math.sin(d / 2)
     assert float(points(lift, upright)) == pytest.approx(0.1 * np.mean((moved / 0.05) ** 2), rel=1e-4)
     # The same error at the wrist roll turns the tool about its own axis: only the +x and +y points move, by 5 cm x d.
@@ -89,17 +99,29 @@ def test_the_gradient_reaches_the_prediction():
 def test_refusals(tmp_path, capsys):
     with pytest.raises(ValueError, match="tool link 'palm' is not in"):
         ToolPoints(default_urdf_path(), SIM_JOINTS, "palm")
-    with pytest.raises(ValueError, match="joint 'elbow_joint' moves the tool link 'tcp_link' but is not one of the model's joints"):
+    with pytest.raises(
+        ValueError, match="joint 'elbow_joint' moves the tool link 'tcp_link' but is not one of the model's joints"
+    ):
         ToolPoints(default_urdf_path(), [j for j in SIM_JOINTS if j != "elbow_joint"], "tcp_link")
     with pytest.raises(ValueError, match="no joint of the model moves the tool link 'base_link'"):
         ToolPoints(default_urdf_path(), SIM_JOINTS, "base_link")
     with pytest.raises(ValueError, match="must be > 0"):
         ToolPoints(default_urdf_path(), SIM_JOINTS, "tcp_link", weight=float("nan"))
-    mimic = default_urdf_path().read_text().replace(
-        '<joint name="wrist_roll_joint" type="revolute">', '<joint name="wrist_roll_joint" type="revolute"><mimic joint="elbow_joint"/>')
+    mimic = (
+        default_urdf_path()
+        .read_text()
+        .replace(
+            '<joint name="wrist_roll_joint" type="revolute">',
+            '<joint name="wrist_roll_joint" type="revolute"><mimic joint="elbow_joint"/>',
+        )
+    )
     with pytest.raises(ValueError, match="mimics another"):
         ToolPoints(mimic, SIM_JOINTS, "tcp_link")
-    no_axis = default_urdf_path().read_text().replace('<origin xyz="0 0 0.35"/><axis xyz="0 1 0"/>', '<origin xyz="0 0 0.35"/><axis xyz="0 0 0"/>')
+    no_axis = (
+        default_urdf_path()
+        .read_text()
+        .replace('<origin xyz="0 0 0.35"/><axis xyz="0 1 0"/>', '<origin xyz="0 0 0.35"/><axis xyz="0 0 0"/>')
+    )
     with pytest.raises(ValueError, match="joint 'elbow_joint' in the robot description has axis \\[0.0, 0.0, 0.0\\]"):
         ToolPoints(no_axis, SIM_JOINTS, "tcp_link")
     with pytest.raises(ValueError, match="tool_loss_weight must be >= 0"):
@@ -110,14 +132,57 @@ def test_refusals(tmp_path, capsys):
     # The command line refuses a bad tool before replaying any bag (the data path does not exist).
     assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--tool-link", "palm"]) == 2
     assert "vla-ros train: tool link 'palm' is not in" in capsys.readouterr().err
-    assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--robot-description",
-                 str(tmp_path / "missing.urdf")]) == 2
+    assert (
+        main(
+            [
+                "--data",
+                "nowhere",
+                "--out",
+                str(tmp_path / "m"),
+                "--tool-loss",
+                "0.1",
+                "--robot-description",
+                str(tmp_path / "missing.urdf"),
+            ]
+        )
+        == 2
+    )
     assert "missing.urdf" in capsys.readouterr().err
-    # A fine-tune is checked against the model it starts from: the shipped model's chunks are positions, so only the tool is wrong.
-    assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--tool-link", "palm",
-                 "--init", "models/vla_cups"]) == 2
+    # A fine-tune is checked against the model it starts from: the shipped model's chunks are positions, so only the
+    # tool is wrong.
+    assert (
+        main(
+            [
+                "--data",
+                "nowhere",
+                "--out",
+                str(tmp_path / "m"),
+                "--tool-loss",
+                "0.1",
+                "--tool-link",
+                "palm",
+                "--init",
+                "models/vla_cups",
+            ]
+        )
+        == 2
+    )
     assert "tool link 'palm' is not in" in capsys.readouterr().err
-    assert main(["--data", "nowhere", "--out", str(tmp_path / "m"), "--tool-loss", "0.1", "--init", str(tmp_path / "no_model")]) == 2
+    assert (
+        main(
+            [
+                "--data",
+                "nowhere",
+                "--out",
+                str(tmp_path / "m"),
+                "--tool-loss",
+                "0.1",
+                "--init",
+                str(tmp_path / "no_model"),
+            ]
+        )
+        == 2
+    )
     assert "model folder not found" in capsys.readouterr().err
 
 
@@ -126,11 +191,29 @@ def test_a_run_with_the_tool_loss_reports_it_and_keeps_the_action_loss_comparabl
 
     demos = tmp_path / "demos"
     assert collect.main(["--episodes", "2", "--seed-start", "20", "--out", str(demos)]) == 0
-    base = dict(task="cups", steps=8, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=2, span_s=0.5, context_s=0.3,
-                chunks=6, val_fraction=0.5, val_every=4, val_sequences=2, threads=1)
+    base = dict(
+        task="cups",
+        steps=8,
+        warmup_steps=2,
+        task_options=dict(views=8, view_batch=4, vision_warmup_steps=2),
+        span_s=0.5,
+        context_s=0.3,
+        chunks=6,
+        val_fraction=0.5,
+        val_every=4,
+        val_sequences=2,
+        threads=1,
+    )
     config = tiny_config(chunk_length=4, chunk_rate_hz=10.0)
     plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=config, device="cpu", progress=False)
-    tool = train(demos, tmp_path / "tool", TrainConfig(**base, tool_loss_weight=0.1), model_config=config, device="cpu", progress=False)
+    tool = train(
+        demos,
+        tmp_path / "tool",
+        TrainConfig(**base, tool_loss_weight=0.1),
+        model_config=config,
+        device="cpu",
+        progress=False,
+    )
     assert plain["final_val_tool_loss"] is None
     assert tool["final_val_tool_loss"] > 0
     history = lambda run: json.loads((tmp_path / run / "train_report.json").read_text())["history"]  # noqa: E731

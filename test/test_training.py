@@ -8,20 +8,47 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
+from vla_ros.data.dataset import Topics
+from vla_ros.data.selection import BagSelection
 from vla_ros.model.config import tiny_config
 from vla_ros.model.model import VLATransformer
 from vla_ros.model.runtime import StreamingPolicy
-from vla_ros.data.dataset import Topics
-from vla_ros.data.selection import BagSelection
+from vla_ros.sim.tasks import episode_task
+from vla_ros.tasks import get_task
+from vla_ros.tasks.cups import (
+    AUX_CENTER_M,
+    AUX_DIM,
+    AUX_SCALE_M,
+    CupsOptions,
+    aux_target,
+    named_color,
+    view_batch,
+    view_loss,
+    vision_warmup,
+)
 from vla_ros.tokens import Kind, TokenizerConfig
 from vla_ros.tools import collect
-from vla_ros.sim.tasks import episode_task
-from vla_ros.training.data import (AUX_CENTER_M, AUX_DIM, AUX_SCALE_M, aux_target, gripper_events, load_episodes, make_sequence, named_color,
-                                  sample_sequence, shift_images)
-from vla_ros.training.train import (TrainConfig, WeightAverage, lr_at, main, param_groups, subnormals_flushed, task_model_config, train,
-                                   view_batch, vision_warmup)
-from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
+from vla_ros.training.data import (
+    gripper_events,
+    load_episodes,
+    make_sequence,
+    sample_sequence,
+    shift_images,
+)
+from vla_ros.training.train import (
+    TrainConfig,
+    WeightAverage,
+    lr_at,
+    main,
+    param_groups,
+    subnormals_flushed,
+    task_model_config,
+    train,
+)
+
+CUPS = get_task("cups")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +67,9 @@ def cup_config(**changes):
 
 # Short sequences and few validation batches: a tiny run of the real loop.
 SMALL = dict(span_s=0.5, context_s=0.3, chunks=6, val_fraction=0.34, val_every=20, val_sequences=4, threads=1)
+# A few rendered views and a short vision warm-up (the cup task's options).
+VIEWS16 = dict(views=16, view_batch=4, vision_warmup_steps=5)
+VIEWS8 = dict(views=8, view_batch=4, vision_warmup_steps=4)
 
 
 def loss_vs_mean_action(folder, episodes) -> float:
@@ -50,8 +80,11 @@ def loss_vs_mean_action(folder, episodes) -> float:
 
     model = load_model(folder)
     rng = np.random.default_rng(0)
-    sequences = [make_sequence(model.config, ep, t, 0.5, 0.3, 6, rng) for ep in episodes
-                 for t in np.linspace(ep.t_s[0] + 0.6, ep.t_s[-1], 6)]
+    sequences = [
+        make_sequence(model.config, ep, t, 0.5, 0.3, 6, rng)
+        for ep in episodes
+        for t in np.linspace(ep.t_s[0] + 0.6, ep.t_s[-1], 6)
+    ]
     batch = collate([s for s in sequences if s is not None])
     with torch.no_grad():
         loss = model(batch)[1]["loss"]
@@ -62,7 +95,14 @@ def loss_vs_mean_action(folder, episodes) -> float:
 def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     kept = len(list(demos.glob("*.mcap")))
     config = cup_config()
-    tc = TrainConfig(task="cups", steps=200, warmup_steps=5, lr=3e-3, views=48, view_batch=8, vision_warmup_steps=100, **SMALL)
+    tc = TrainConfig(
+        task="cups",
+        task_options=dict(views=48, view_batch=8, vision_warmup_steps=100),
+        steps=200,
+        warmup_steps=5,
+        lr=3e-3,
+        **SMALL,
+    )
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     for name in ("config.json", "model.safetensors", "model.onnx", "loss.png", "train_report.json"):
@@ -70,12 +110,19 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     history = json.loads((out / "train_report.json").read_text())["history"]
     assert len(history["loss"]) == 200 and np.isfinite(history["loss"]).all()
     assert report["steps"] == 200 and not report["stopped_by_time_limit"] and report["task"] == "cups"
-    assert report["data"]["episodes"] == kept and report["data"]["target_sources"] == {"commands": kept} and report["data"]["val_episodes"] >= 1 and len(report["data"]["sha256"]) == 64
+    assert (
+        report["data"]["episodes"] == kept
+        and report["data"]["target_sources"] == {"commands": kept}
+        and report["data"]["val_episodes"] >= 1
+        and len(report["data"]["sha256"]) == 64
+    )
     saved = json.loads((out / "config.json").read_text())
     assert saved["metadata"]["data_sha256"] == report["data"]["sha256"]
     assert len(saved["state_mean"]) == 14 and len(saved["action_std"]) == 7  # normalisation from the data
     # both backends load the folder and agree on a chunk
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
+    )
     seq_obs = episodes[0].observations[:60]
     # it learned: on sequences of the demonstrations the tiny model beats the mean action (0.48-0.70 over
     # seeds 0-2 with default, AVX2 and SSE41 kernels; this size learns slowly, so the bound is loose)
@@ -99,11 +146,16 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     rows = seq.aux[np.isfinite(seq.aux).all(axis=1)]
     assert len(rows) == 6 * config.chunk_length
     cup_m = rows * AUX_SCALE_M + AUX_CENTER_M
-    assert np.abs(cup_m - ep.cup_m[-1]).max() < 0.05  # at the end of the episode: the lifted cup (others are >= 11 cm away)
+    assert (
+        np.abs(cup_m - ep.track[-1]).max() < 0.05
+    )  # at the end of the episode: the lifted cup (others are >= 11 cm away)
     assert cup_m[:, 2].min() > 0.045 + 0.03  # ... lifted
     # ... and every camera frame of the window carries the named cup's position at its own time
-    frames = [o for o in sorted((o for o in ep.observations if ep.t_s[-1] - 0.8 <= o.t_s <= ep.t_s[-1]), key=lambda o: o.key)
-              if o.kind == Kind.IMAGE]
+    frames = [
+        o
+        for o in sorted((o for o in ep.observations if ep.t_s[-1] - 0.8 <= o.t_s <= ep.t_s[-1]), key=lambda o: o.key)
+        if o.kind == Kind.IMAGE
+    ]
     assert seq.frame_aux.shape == (len(frames), AUX_DIM) == (seq.images.shape[0], AUX_DIM)
     np.testing.assert_allclose(seq.frame_aux, np.stack([aux_target(ep, o.t_s) for o in frames]), atol=1e-6)
     frame_aux = np.array(history["frame_aux_loss"])
@@ -115,7 +167,9 @@ def test_collect_then_train_writes_a_complete_model_folder(demos, tmp_path):
     assert np.isfinite(history["view_loss"]).all()
     # --init continues from the folder: its normalisation kept, no vision warm-up, and it goes on from where
     # the first run ended rather than from a fresh model (which answers the mean action: ratio about 1)
-    tc2 = TrainConfig(task="cups", steps=10, warmup_steps=2, views=48, view_batch=8, **{**SMALL, "val_every": 5})
+    tc2 = TrainConfig(
+        task="cups", task_options=dict(views=48, view_batch=8), steps=10, warmup_steps=2, **{**SMALL, "val_every": 5}
+    )
     report2 = train(demos, tmp_path / "tuned", tc2, device="cpu", progress=False, init=out)
     tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert report2["vision_warmup_steps"] == 0 and report2["init"] == str(out)
@@ -130,7 +184,7 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
     Measured on a 2-core AVX-512 EPYC, seeds 0-2: held-out ratios 0.013-0.044 with the default kernels,
     0.010-0.024 with DNNL_MAX_CPU_ISA=AVX2, 0.010-0.025 with SSE41; a stem that did not learn stays near 1."""
     from vla_ros.sim import HOME_Q
-    from vla_ros.training.views import Views, render_views
+    from vla_ros.tasks.cup_views import Views, render_views
 
     config = task_model_config("cups")
     assert config.stem_channels == (16, 32) and (config.image_height, config.image_width) == (72, 96)
@@ -139,17 +193,18 @@ def test_vision_warmup_finds_the_named_cup_at_the_shipped_stem_size(record_prope
     seen = Views(rendered.frames[:100], rendered.cups_m[:100], rendered.instructions)
     unseen = Views(rendered.frames[100:], rendered.cups_m[100:], rendered.instructions)
     held_out = view_batch(unseen, 160, np.random.default_rng(123), "cpu")  # each unseen layout, several colours
-    tc = TrainConfig(task="cups", view_batch=8, vision_warmup_steps=150)
+    options, tc = CupsOptions(view_batch=8, vision_warmup_steps=150), TrainConfig()
     ratios = []
     for seed in (0, 1, 2):
         torch.manual_seed(seed)
         model = VLATransformer(config)
         model.patch_encoder.mean_image.copy_(torch.from_numpy(seen.frames.mean(0)))
         with torch.no_grad():
-            before = float(model.view_loss(*held_out))
-        losses = vision_warmup(model, seen, tc, np.random.default_rng(seed), "cpu", progress=False)
+            before = float(view_loss(model, *held_out))
+        rng = np.random.default_rng(seed)
+        losses = vision_warmup(model, seen, options, tc.lr, tc.weight_decay, rng, "cpu", progress=False)
         with torch.no_grad():
-            after = float(model.view_loss(*held_out))
+            after = float(view_loss(model, *held_out))
         assert len(losses) == 150 and np.isfinite(losses).all()
         assert model.patch_encoder.keypoint_temperature.item() > 0.0
         ratios.append(after / before)
@@ -164,7 +219,7 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     import onnx
 
     config = cup_config(cameras=("camera", "wrist_camera"), max_frame_rate_hz=15.0)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
@@ -173,9 +228,15 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     assert [i.name for i in onnx.load(str(out / "model.onnx")).graph.input][-1] == "image_camera"
     loaded = {}
     for interval in (0.0, config.min_frame_interval_s):
-        loaded[interval] = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False,
-                                         cup_tracks=True, min_frame_interval_s=interval,
-                                         selection=BagSelection(Topics().with_cameras(config.cameras)))
+        loaded[interval] = load_episodes(
+            demos,
+            TokenizerConfig.from_model_config(saved),
+            config.max_lateness_s,
+            progress=False,
+            task=CUPS,
+            min_frame_interval_s=interval,
+            selection=BagSelection(Topics().with_cameras(config.cameras)),
+        )
     episodes, summary = loaded[config.min_frame_interval_s]
     assert report["data"]["observations"] == summary["observations"]  # training read the thinned stream
     ep, full = episodes[0], loaded[0.0][0][0]
@@ -188,7 +249,9 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     assert np.diff(main).min() > 50_000_000
     seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0))
     assert set(seq.image_camera.tolist()) == {0, 1}
-    assert np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()
+    assert (
+        np.isfinite(seq.frame_aux[seq.image_camera == 0]).all() and np.isnan(seq.frame_aux[seq.image_camera == 1]).all()
+    )
     chunks = []
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
@@ -198,7 +261,9 @@ def test_a_model_with_a_wrist_camera_trains_on_both_streams_and_both_backends_ag
     np.testing.assert_allclose(chunks[0], chunks[1], atol=1e-4)
 
 
-def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(demos, tmp_path, capsys):
+def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_streams_it_exactly(
+    demos, tmp_path, capsys
+):
     """pin_first_frame: every training sequence carries its episode's first main-camera frame (once the
     sequence has reached it) as the pinned frame, which the frame head does not learn; the trained folder
     streams exactly as one full pass in both backends, the pin included."""
@@ -206,12 +271,14 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     from vla_ros.model.io import load_model
 
     config = cup_config(pin_first_frame=True)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     report = train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     out = tmp_path / "model"
     saved = json.loads((out / "config.json").read_text())
     assert saved["pin_first_frame"] is True and report["steps"] == 20
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
+    )
     ep = episodes[0]
     first = next(o for o in ep.observations if o.kind == Kind.IMAGE)
     assert ep.pinned is first
@@ -228,7 +295,9 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(out, backend=backend, device="cpu")
         policy.set_instruction(ep.text)
-        results.append(record_stream(policy, [[o] for o in stream[:-1]] + [[stream[-1]]], chunk_after=[len(stream) - 1]))
+        results.append(
+            record_stream(policy, [[o] for o in stream[:-1]] + [[stream[-1]]], chunk_after=[len(stream) - 1])
+        )
         assert policy.pinned is first
     for hidden, chunks in results:
         assert compare_with_full_pass(model, stream, ep.text, hidden, chunks) < 1e-4
@@ -236,7 +305,9 @@ def test_a_model_with_a_pinned_frame_trains_with_each_episodes_first_frame_and_s
     assert "--pin-first-frame and --init: a fine-tune keeps the inputs" in capsys.readouterr().err
 
 
-def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(demos, tmp_path, capsys):
+def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_backends_add_it_back(
+    demos, tmp_path, capsys
+):
     """relative_actions: every training target is the recorded chunk minus the positions of the newest joint
     state at or before its anchor (the true one, also when the inputs drop the states), the action
     normalisation is that of the offsets, and the saved model's chunks, torch or ONNX, are back in joint
@@ -244,11 +315,13 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
     from vla_ros.training.data import learned_targets, normalisation_stats
 
     config = cup_config(relative_actions=True)
-    tc = TrainConfig(task="cups", steps=20, warmup_steps=2, views=16, view_batch=4, vision_warmup_steps=5, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS16, steps=20, warmup_steps=2, **SMALL)
     train(demos, tmp_path / "model", tc, model_config=config, device="cpu", progress=False)
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert saved["relative_actions"] is True
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, cup_tracks=True)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(saved), config.max_lateness_s, progress=False, task=CUPS
+    )
     ep, absolute = episodes[0], cup_config()
     n, checked = len(config.joint_names), 0
     for anchor in ep.observations[::25]:
@@ -262,11 +335,14 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
     assert checked >= 10
     offsets, plain = normalisation_stats(episodes, config), normalisation_stats(episodes)
     assert offsets["state_mean"] == plain["state_mean"]
-    arm = [0, 1, 2, 4]  # pan, lift, elbow, wrist pitch carry the reach: offsets over 0.4 s span less than positions (the rolls barely move)
+    # pan, lift, elbow, wrist pitch carry the reach: offsets over 0.4 s span less than positions (the rolls barely move)
+    arm = [0, 1, 2, 4]
     assert np.all(np.array(offsets["action_std"])[arm] < 0.75 * np.array(plain["action_std"])[arm])
     assert np.abs(np.array(offsets["action_mean"])[arm]).max() < np.abs(np.array(plain["action_mean"])[arm]).max()
     seq = make_sequence(config, ep, ep.t_s[-1], 0.5, 0.3, 6, np.random.default_rng(0), drop_states=True)
-    assert seq is not None and seq.states.shape[0] == 0 and np.isfinite(seq.targets).all(1).any()  # offsets without state inputs
+    assert (
+        seq is not None and seq.states.shape[0] == 0 and np.isfinite(seq.targets).all(1).any()
+    )  # offsets without state inputs
     chunks = []
     for backend in ("torch", "onnx"):
         policy = StreamingPolicy.from_pretrained(tmp_path / "model", backend=backend, device="cpu")
@@ -283,7 +359,7 @@ def test_a_state_relative_model_learns_offsets_from_the_measured_state_and_both_
 def test_same_seed_and_data_give_the_same_weights(demos, tmp_path):
     """The schedule counts steps, never seconds: two runs with one seed on one machine write identical
     weights (views, warm-up and main loop included)."""
-    tc = TrainConfig(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **SMALL)
+    tc = TrainConfig(task="cups", task_options=VIEWS8, steps=6, warmup_steps=2, **SMALL)
     files = []
     for run in ("a", "b"):
         torch.manual_seed(123)  # train() seeds torch itself: what ran before does not matter
@@ -301,11 +377,21 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     from vla_ros.model.io import check_onnx, load_model, read_config_json
 
     # validation every 2 steps: the checkpoint at step 3 validates its weights, the one at step 6 reuses step 6's
-    base = dict(task="cups", steps=6, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 2})
-    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
-    report = train(demos, tmp_path / "ck", TrainConfig(**base, checkpoint_steps=(3, 6)), model_config=cup_config(), device="cpu",
-                   progress=False)
-    assert plain["checkpoints"] == [] and report["checkpoints"] == [str(tmp_path / "ck" / "checkpoints" / f"step_0000{n}") for n in (3, 6)]
+    base = dict(task="cups", task_options=VIEWS8, steps=6, warmup_steps=2, **{**SMALL, "val_every": 2})
+    plain = train(
+        demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
+    )
+    report = train(
+        demos,
+        tmp_path / "ck",
+        TrainConfig(**base, checkpoint_steps=(3, 6)),
+        model_config=cup_config(),
+        device="cpu",
+        progress=False,
+    )
+    assert plain["checkpoints"] == [] and report["checkpoints"] == [
+        str(tmp_path / "ck" / "checkpoints" / f"step_0000{n}") for n in (3, 6)
+    ]
     weights = lambda folder: (folder / "model.safetensors").read_bytes()  # noqa: E731
     assert weights(tmp_path / "ck") == weights(tmp_path / "plain")
     step3, step6 = (tmp_path / "ck" / "checkpoints" / f"step_0000{n}" for n in (3, 6))
@@ -313,10 +399,15 @@ def test_checkpoints_are_complete_models_and_do_not_change_the_run(demos, tmp_pa
     for folder, n in ((step3, 3), (step6, 6)):
         load_model(folder)
         check_onnx(folder)  # the ONNX export is of these weights
-        assert read_config_json(folder)["metadata"]["data_sha256"] == read_config_json(tmp_path / "ck")["metadata"]["data_sha256"]
+        assert (
+            read_config_json(folder)["metadata"]["data_sha256"]
+            == read_config_json(tmp_path / "ck")["metadata"]["data_sha256"]
+        )
         ck = json.loads((folder / "train_report.json").read_text())
         assert ck["checkpoint"] and ck["steps"] == n and ck["steps_planned"] == 6 and np.isfinite(ck["final_val_loss"])
-    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(report["final_val_loss"])
+    assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == pytest.approx(
+        report["final_val_loss"]
+    )
     history = json.loads((tmp_path / "ck" / "train_report.json").read_text())["history"]
     assert history["val_step"] == [2, 4, 6]
     assert json.loads((step6 / "train_report.json").read_text())["final_val_loss"] == history["val_loss"][-1]
@@ -347,19 +438,35 @@ def test_with_a_weight_average_the_average_is_saved_and_training_itself_is_uncha
     weights are another, averaged set, repeatable run to run."""
     from safetensors.numpy import load_file
 
-    base = dict(task="cups", steps=12, warmup_steps=2, views=8, view_batch=4, vision_warmup_steps=4, **{**SMALL, "val_every": 6})
-    plain = train(demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False)
-    averaged = [train(demos, tmp_path / f"ema{i}", TrainConfig(**base, ema_decay=0.9), model_config=cup_config(), device="cpu",
-                      progress=False) for i in (0, 1)]
+    base = dict(task="cups", task_options=VIEWS8, steps=12, warmup_steps=2, **{**SMALL, "val_every": 6})
+    plain = train(
+        demos, tmp_path / "plain", TrainConfig(**base), model_config=cup_config(), device="cpu", progress=False
+    )
+    averaged = [
+        train(
+            demos,
+            tmp_path / f"ema{i}",
+            TrainConfig(**base, ema_decay=0.9),
+            model_config=cup_config(),
+            device="cpu",
+            progress=False,
+        )
+        for i in (0, 1)
+    ]
     assert plain["final_val_loss_last_weights"] is None
     assert averaged[0]["final_val_loss_last_weights"] == plain["final_val_loss"]
     assert averaged[0]["final_val_loss"] != plain["final_val_loss"]
     history = lambda run: json.loads((tmp_path / run / "train_report.json").read_text())["history"]  # noqa: E731
     assert history("ema0")["loss"] == history("plain")["loss"]  # the same training steps
-    w_plain, w_ema = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "ema0" / "model.safetensors")
+    w_plain, w_ema = (
+        load_file(tmp_path / "plain" / "model.safetensors"),
+        load_file(tmp_path / "ema0" / "model.safetensors"),
+    )
     moved = [k for k in w_plain if w_plain[k].dtype.kind == "f" and not np.array_equal(w_plain[k], w_ema[k])]
     assert len(moved) > len(w_plain) // 2, moved
-    assert (tmp_path / "ema0" / "model.safetensors").read_bytes() == (tmp_path / "ema1" / "model.safetensors").read_bytes()
+    assert (tmp_path / "ema0" / "model.safetensors").read_bytes() == (
+        tmp_path / "ema1" / "model.safetensors"
+    ).read_bytes()
     assert json.loads((tmp_path / "ema0" / "train_report.json").read_text())["train_config"]["ema_decay"] == 0.9
 
 
@@ -391,9 +498,15 @@ def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tm
     rendered views, no sim camera crop. A time limit stops a run and the report says how far it got."""
     assert TrainConfig().task == "none" and task_model_config("none").aux_dim == 0
     tc = TrainConfig(steps=50, minutes=1e-6, **SMALL)  # over before the first step
-    report = train(demos, tmp_path / "model", tc, model_config=tiny_config(chunk_length=4, chunk_rate_hz=10.0),
-                   device="cpu", progress=False)
-    assert report["task"] == "none" and report["data"]["episodes_with_cup_track"] == 0
+    report = train(
+        demos,
+        tmp_path / "model",
+        tc,
+        model_config=tiny_config(chunk_length=4, chunk_rate_hz=10.0),
+        device="cpu",
+        progress=False,
+    )
+    assert report["task"] == "none" and "episodes_with_cup_track" not in report["data"]
     assert report["stopped_by_time_limit"] and report["steps"] == 0 and report["steps_planned"] == 50
     history = json.loads((tmp_path / "model" / "train_report.json").read_text())["history"]
     assert "view_loss" not in history and "warmup_view_loss" not in history
@@ -453,8 +566,8 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     from vla_ros.sim import HOME_Q
     from vla_ros.sim.arm_sim import ArmSim, SimConfig
     from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
-    from vla_ros.training.train import SIM_CAMERA_CROP
-    from vla_ros.training.views import VIEW_SEED_OFFSET, render_views
+    from vla_ros.tasks.cup_views import VIEW_SEED_OFFSET, render_views
+    from vla_ros.tasks.cups import SIM_CAMERA_CROP
 
     tok = TokenizerConfig.from_model_config(ModelConfig(crop=SIM_CAMERA_CROP).to_dict())
     views = render_views(6, tok, np.array([HOME_Q]), progress=False)
@@ -463,7 +576,10 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     sim = ArmSim(SimConfig())
     top, bottom, left, right = tok.crop
     w, h = sim.config.image_width, sim.config.image_height
-    sx, sy = tok.image_width / (w - round(left * w) - round(right * w)), tok.image_height / (h - round(top * h) - round(bottom * h))
+    sx, sy = (
+        tok.image_width / (w - round(left * w) - round(right * w)),
+        tok.image_height / (h - round(top * h) - round(bottom * h)),
+    )
     rgb = views.frames * np.asarray(tok.image_std)[:, None, None] + np.asarray(tok.image_mean)[:, None, None]
     for k in range(6):
         sim.reset(VIEW_SEED_OFFSET + k)
@@ -486,7 +602,7 @@ def test_grasp_views_put_the_gripper_over_a_cup_of_their_own_layout():
     from vla_ros.sim.arm_sim import ArmSim, SimConfig
     from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M
     from vla_ros.sim.tasks import COLORS
-    from vla_ros.training.views import GRASP_VIEW_XY_M, grasp_pose
+    from vla_ros.tasks.cup_views import GRASP_VIEW_XY_M, grasp_pose
 
     rng = np.random.default_rng(3)
     sim = ArmSim(SimConfig())
@@ -506,16 +622,26 @@ def test_phrasing_swap_gives_a_sequence_another_phrasing_of_its_own_colour(demos
     """With swap_p 1, every sequence's instruction is one of the phrasings of its episode's colour; with 0,
     the episode's own."""
     config = cup_config()
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False, cup_tracks=True)
-    marks = {c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)] for i, c in enumerate(("red", "green", "blue"))}
+    episodes, _ = load_episodes(
+        demos,
+        TokenizerConfig.from_model_config(config.to_dict()),
+        config.max_lateness_s,
+        progress=False,
+        task=CUPS,
+    )
+    marks = {
+        c: [np.full((3, 384), 10.0 * i + k, np.float32) for k in range(2)]
+        for i, c in enumerate(("red", "green", "blue"))
+    }
+    phrasings = lambda text: marks.get(named_color(text) or "", [])  # noqa: E731  (as the cup task's)
     rng = np.random.default_rng(0)
     for _ in range(12):
-        seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=1.0)
+        seq = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=phrasings, swap_p=1.0)
         value = float(seq.text[0, 0])
         colors = {c for c, pool in marks.items() if any(float(m[0, 0]) == value for m in pool)}
         assert len(colors) == 1 and seq.text.shape == (3, 384), value
         assert any(np.array_equal(seq.text, ep.text) for ep in episodes) is False
-    own = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=marks, swap_p=0.0)
+    own = sample_sequence(config, episodes, 0.5, 0.3, 4, rng, phrasings=phrasings, swap_p=0.0)
     assert any(np.array_equal(own.text, ep.text) for ep in episodes)
 
 
@@ -525,7 +651,9 @@ def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_
     from vla_ros.training import data
 
     config = cup_config()
-    episodes, _ = load_episodes(demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False)
+    episodes, _ = load_episodes(
+        demos, TokenizerConfig.from_model_config(config.to_dict()), config.max_lateness_s, progress=False
+    )
     events = [gripper_events(ep) for ep in episodes]
     for ep, times in zip(episodes, events):
         assert len(times) >= 1  # the expert shuts the gripper once (again after a failed lift)
@@ -536,7 +664,11 @@ def test_grasp_focus_ends_sequences_around_the_moments_the_gripper_is_commanded_
     assert gripper_events(still).size == 0  # a joint that is never moved has no events
     ends = []
     real = data.make_sequence
-    monkeypatch.setattr(data, "make_sequence", lambda c, ep, t_end, *a, **k: (ends.append((ep.name, t_end)), real(c, ep, t_end, *a, **k))[1])
+    monkeypatch.setattr(
+        data,
+        "make_sequence",
+        lambda c, ep, t_end, *a, **k: (ends.append((ep.name, t_end)), real(c, ep, t_end, *a, **k))[1],
+    )
     rng = np.random.default_rng(0)
     for _ in range(30):
         sample_sequence(config, episodes, 0.5, 0.3, 4, rng, events=events, focus_p=1.0)
@@ -553,19 +685,27 @@ def test_image_shift_moves_every_frame_of_a_sequence_by_one_offset(demos):
     filled from the edge; everything else in the sequence is what the same draw gives unshifted."""
     config = cup_config()
     tokenizer = TokenizerConfig.from_model_config(config.to_dict())
-    episodes, _ = load_episodes(demos, tokenizer, config.max_lateness_s, cup_tracks=True)
+    episodes, _ = load_episodes(demos, tokenizer, config.max_lateness_s, task=CUPS)
     frames = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     moved = shift_images(frames, 1, -2)  # one row down, two columns left
     assert np.array_equal(moved[:, :, 1:, :3], frames[:, :, :3, 2:])
-    assert np.array_equal(moved[:, :, 0, :3], frames[:, :, 0, 2:]) and np.array_equal(moved[:, :, :, 4], moved[:, :, :, 3])
+    assert np.array_equal(moved[:, :, 0, :3], frames[:, :, 0, 2:]) and np.array_equal(
+        moved[:, :, :, 4], moved[:, :, :, 3]
+    )
     assert shift_images(frames, 0, 0) is frames
     offsets = set()
     for seed in range(12):
         plain = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed))
         shifted = sample_sequence(config, episodes, 0.5, 0.3, 6, np.random.default_rng(seed), shift_px=2)
-        assert np.array_equal(plain.targets, shifted.targets, equal_nan=True) and np.array_equal(plain.stamp_ns, shifted.stamp_ns)
-        match = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
-                 if np.array_equal(shift_images(plain.images, dy, dx), shifted.images)]
+        assert np.array_equal(plain.targets, shifted.targets, equal_nan=True) and np.array_equal(
+            plain.stamp_ns, shifted.stamp_ns
+        )
+        match = [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if np.array_equal(shift_images(plain.images, dy, dx), shifted.images)
+        ]
         assert len(match) == 1, match  # one offset for every frame of the sequence, within +-2
         offsets.add(match[0])
     assert len(offsets) > 3  # the offset is drawn, not fixed
@@ -606,41 +746,62 @@ def test_end_hold_gives_targets_past_the_end_only_where_the_commands_run_to_the_
 
 
 def test_still_after_lift_holds_the_targets_from_that_long_past_the_lift_and_nothing_else():
-    """TrainConfig.still_after_lift_s: the named cup rises LIFT_HEIGHT_M above its start at 3.0 s; with 0.25 s
+    """CupsOptions.still_after_lift_s: the named cup rises LIFT_HEIGHT_M above its start at 3.0 s; with 0.25 s
     every target later than 3.25 s is the track's value at 3.25 s (interpolated between commands), every
     earlier one and the times stay as recorded; an episode with no lift, or no cup track, is unchanged."""
     from vla_ros.sim.arm_sim import LIFT_HEIGHT_M
-    from vla_ros.training.data import EpisodeData, still_after_lift
+    from vla_ros.tasks.cups import still_after_lift
+    from vla_ros.training.data import EpisodeData
 
     t_s = np.arange(0.0, 4.0, 0.02)
     q = np.stack([np.sin(t_s + j) for j in range(8)], axis=1)
     cup_t = np.arange(0.0, 4.0, 0.1)
     rise = np.clip(cup_t - 2.5, 0.0, None) * 2 * LIFT_HEIGHT_M  # the cup leaves the table at 2.5 s, lifted at 3.0 s
     cup = np.stack([np.full_like(cup_t, 0.4), np.zeros_like(cup_t), 0.045 + rise], axis=1)
-    demo = EpisodeData("demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup)
+    demo = EpisodeData(
+        "demo", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, track_t_s=cup_t, track=cup
+    )
     held, changed = still_after_lift(demo, 0.25)
     assert changed and held.target_t_s is demo.target_t_s
     early = t_s <= 3.25
     np.testing.assert_array_equal(held.target_positions[early], q[early])
-    np.testing.assert_allclose(held.target_positions[~early], np.tile(np.sin(3.25 + np.arange(8)), (int((~early).sum()), 1)), atol=1e-3)
+    np.testing.assert_allclose(
+        held.target_positions[~early], np.tile(np.sin(3.25 + np.arange(8)), (int((~early).sum()), 1)), atol=1e-3
+    )
     assert np.abs(q[~early] - q[-1]).max() > 0.5  # the recorded commands moved on: the hold is a real change
     assert np.array_equal(demo.target_positions, q)  # the episode given is left as it was
-    never = EpisodeData("missed", [], t_s, np.zeros((1, 384)), "pick up the red cup", t_s.copy(), q, cup_t_s=cup_t, cup_m=cup * [1, 1, 0] + [0, 0, 0.045])
+    never = EpisodeData(
+        "missed",
+        [],
+        t_s,
+        np.zeros((1, 384)),
+        "pick up the red cup",
+        t_s.copy(),
+        q,
+        track_t_s=cup_t,
+        track=cup * [1, 1, 0] + [0, 0, 0.045],
+    )
     no_track = EpisodeData("other task", [], t_s, np.zeros((1, 384)), "wave", t_s.copy(), q)
     late = still_after_lift(demo, 2.0)  # the recording ends 1 s past the lift
-    for episode, (out, changed) in ((never, still_after_lift(never, 0.25)), (no_track, still_after_lift(no_track, 0.25)), (demo, late)):
+    for episode, (out, changed) in (
+        (never, still_after_lift(never, 0.25)),
+        (no_track, still_after_lift(no_track, 0.25)),
+        (demo, late),
+    ):
         assert out is episode and not changed
 
 
 def test_train_config_and_the_command_line_reject_bad_values(capsys):
     with pytest.raises(ValueError, match="grasp_views"):
-        TrainConfig(grasp_views=1.5)
+        TrainConfig(task="cups", task_options=dict(grasp_views=1.5))
     with pytest.raises(ValueError, match="phrasing_swap_p"):
-        TrainConfig(phrasing_swap_p=-0.5)
+        TrainConfig(task="cups", task_options=dict(phrasing_swap_p=-0.5))
     with pytest.raises(ValueError, match="vision_warmup_steps"):
-        TrainConfig(vision_warmup_steps=-1)
+        TrainConfig(task="cups", task_options=dict(vision_warmup_steps=-1))
     with pytest.raises(ValueError, match="view_batch"):
-        TrainConfig(view_batch=0)
+        TrainConfig(task="cups", task_options=dict(view_batch=0))
+    with pytest.raises(ValueError, match="grasp_views needs task 'cups', got task 'none'"):
+        TrainConfig(task_options=dict(grasp_views=0.5))
     with pytest.raises(ValueError, match="minutes must be > 0 or None"):
         TrainConfig(minutes=0.0)
     with pytest.raises(ValueError, match="task must be one of"):
@@ -670,11 +831,14 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
     assert "vla-ros train: end_hold_s must be in [0, 10] seconds (0 = off), got -1.0" in capsys.readouterr().err
     for hold in (-0.5, 10.5, float("nan")):
         with pytest.raises(ValueError, match="still_after_lift_s must be in"):
-            TrainConfig(task="cups", still_after_lift_s=hold)
+            TrainConfig(task="cups", task_options=dict(still_after_lift_s=hold))
     with pytest.raises(ValueError, match="still_after_lift_s needs task 'cups'"):
-        TrainConfig(still_after_lift_s=0.3)
+        TrainConfig(task_options=dict(still_after_lift_s=0.3))
     assert main(["--data", "nowhere", "--out", "nowhere", "--still-after-lift", "0.3"]) == 2
-    assert "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'" in capsys.readouterr().err
+    assert (
+        "vla-ros train: still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task 'none'"
+        in capsys.readouterr().err
+    )
     assert main(["--data", "nowhere", "--out", "nowhere", "--grasp-focus", "2"]) == 2
     assert "vla-ros train: grasp_focus_p must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert main(["--data", "nowhere", "--out", "nowhere", "--max-frame-rate", "-5"]) == 2
@@ -691,7 +855,7 @@ def test_train_config_and_the_command_line_reject_bad_values(capsys):
 
 def test_views_and_the_view_loss_refuse_what_they_cannot_use():
     from vla_ros.sim import HOME_Q
-    from vla_ros.training.views import render_views
+    from vla_ros.tasks.cup_views import render_views
 
     tok = TokenizerConfig.from_model_config(tiny_config().to_dict())
     with pytest.raises(ValueError, match="at least one arm pose"):
@@ -703,6 +867,11 @@ def test_views_and_the_view_loss_refuse_what_they_cannot_use():
     config = tiny_config(aux_dim=AUX_DIM)  # an aux head but no frame head
     images = torch.zeros(2, 3, config.image_height, config.image_width)
     with pytest.raises(ValueError, match="needs a frame head"):
-        VLATransformer(config).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
-    loss = VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)).view_loss(images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+        view_loss(VLATransformer(config), images, torch.zeros(2, 384), torch.zeros(2, AUX_DIM))
+    loss = view_loss(
+        VLATransformer(tiny_config(aux_dim=AUX_DIM, frame_aux_loss_weight=2.0)),
+        images,
+        torch.zeros(2, 384),
+        torch.zeros(2, AUX_DIM),
+    )
     assert loss.ndim == 0 and float(loss) > 0.0

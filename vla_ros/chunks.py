@@ -59,7 +59,7 @@ class ActionChunk:
         """(H,) absolute times of the points, integer nanoseconds."""
         return self.stamp_ns + np.round(self.time_from_start_s * 1e9).astype(np.int64)
 
-    def replace(self, **changes) -> "ActionChunk":
+    def replace(self, **changes) -> ActionChunk:
         return dataclasses.replace(self, **changes)
 
 

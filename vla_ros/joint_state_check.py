@@ -34,8 +34,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REASONS = ("joint_state_unstamped", "joint_state_size", "joint_state_duplicate_name", "joint_state_missing_joint",
-           "joint_state_non_finite", "joint_state_jump")
+from vla_ros import reasons
+
+REASONS = reasons.JOINT_STATE_CHECKS  # what check() refuses, in the order it checks (codes in vla_ros.reasons)
 # A position may move this many times its velocity limit between two stamps (a servo's overshoot, contact,
 # stamps taken a little before or after the sample) ...
 JUMP_SLACK = 1.5
@@ -116,7 +117,7 @@ class JointStateCheck:
         try:
             self._indices(tuple(names))
         except JointStateRefused as err:
-            return err.code != "joint_state_missing_joint"
+            return err.code != reasons.JOINT_STATE_MISSING_JOINT
         return True
 
     def _indices(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -126,36 +127,45 @@ class JointStateCheck:
             where = {n: i for i, n in enumerate(names)}
             if len(where) != len(names):
                 repeated = sorted({n for n in names if names.count(n) > 1})
-                idx = JointStateRefused("joint_state_duplicate_name", f"joint names repeat: {repeated}")
+                idx = JointStateRefused(reasons.JOINT_STATE_DUPLICATE_NAME, f"joint names repeat: {repeated}")
             else:
                 pairs = [(k, where[j]) for k, j in enumerate(self.joints) if j in where]
                 if not pairs:
-                    idx = JointStateRefused("joint_state_missing_joint", f"names {list(names)[:8]} lack every joint of {list(self.joints)}")
+                    idx = JointStateRefused(
+                        reasons.JOINT_STATE_MISSING_JOINT,
+                        f"names {list(names)[:8]} lack every joint of {list(self.joints)}",
+                    )
                 else:
-                    idx = (np.array([k for k, _ in pairs], dtype=np.intp), np.array([m for _, m in pairs], dtype=np.intp))
+                    idx = (
+                        np.array([k for k, _ in pairs], dtype=np.intp),
+                        np.array([m for _, m in pairs], dtype=np.intp),
+                    )
             if len(self._index) < 16:  # bounded, whatever a misconfigured publisher sends
                 self._index[names] = idx
         if isinstance(idx, JointStateRefused):
             raise idx
         return idx
 
-    def _values(self, j: np.ndarray, m: np.ndarray, names: tuple[str, ...], values: Sequence[float], what: str) -> np.ndarray:
+    def _values(
+        self, j: np.ndarray, m: np.ndarray, names: tuple[str, ...], values: Sequence[float], what: str
+    ) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
         if arr.shape != (len(names),):
-            raise JointStateRefused("joint_state_size", f"{arr.size} {what}s for {len(names)} names")
+            raise JointStateRefused(reasons.JOINT_STATE_SIZE, f"{arr.size} {what}s for {len(names)} names")
         out = arr[m]
         if not np.all(np.isfinite(out)):
             bad = [self.joints[k] for k, v in zip(j, out) if not np.isfinite(v)]
-            raise JointStateRefused("joint_state_non_finite", f"non-finite {what} of {bad}")
+            raise JointStateRefused(reasons.JOINT_STATE_NON_FINITE, f"non-finite {what} of {bad}")
         return out
 
-    def check(self, names: Sequence[str], positions: Sequence[float], stamp_ns: int,
-              velocities: Sequence[float] | None = None) -> np.ndarray:
+    def check(
+        self, names: Sequence[str], positions: Sequence[float], stamp_ns: int, velocities: Sequence[float] | None = None
+    ) -> np.ndarray:
         """Every check, the jump included (with limits); the message's joints merged into the state. Returns
         the positions of ``joints`` (a copy); ``velocities`` given: also checked and merged (``velocities``)."""
         stamp = int(stamp_ns)
         if stamp == 0:
-            raise JointStateRefused("joint_state_unstamped", "header.stamp is 0")
+            raise JointStateRefused(reasons.JOINT_STATE_UNSTAMPED, "header.stamp is 0")
         names = tuple(names)
         j, m = self._indices(names)
         q = self._values(j, m, names, positions, "position")
@@ -169,7 +179,7 @@ class JointStateCheck:
         self._cand[j] = False  # a run of refused states is broken by an accepted one
         if not self._seen.all():
             missing = [self.joints[k] for k in np.flatnonzero(~self._seen)]
-            raise JointStateRefused("joint_state_missing_joint", f"no message has named {missing} yet")
+            raise JointStateRefused(reasons.JOINT_STATE_MISSING_JOINT, f"no message has named {missing} yet")
         return self._q.copy()
 
     def _check_jump(self, j: np.ndarray, q: np.ndarray, stamp: int) -> None:
@@ -190,8 +200,11 @@ class JointStateCheck:
             return
         k = int(np.argmax(off))
         dt = max(stamp - int(self._t[j[k]]), 0) * 1e-9
-        raise JointStateRefused("joint_state_jump", f"{self.joints[j[k]]} moved {abs(q[k] - self._q[j[k]]):.3f} in {dt:.3f} s "
-                                                    f"(its velocity limit allows {allowed(self._t[j])[k]:.3f})")
+        raise JointStateRefused(
+            reasons.JOINT_STATE_JUMP,
+            f"{self.joints[j[k]]} moved {abs(q[k] - self._q[j[k]]):.3f} in {dt:.3f} s "
+            f"(its velocity limit allows {allowed(self._t[j])[k]:.3f})",
+        )
 
 
 class StateSources:

@@ -78,7 +78,11 @@ def read_joint_limits(urdf: str | Path | ET.Element) -> dict[str, JointLimit]:
         if kind not in MOVABLE_TYPES or not name:
             continue
         limit = joint.find("limit")
-        get = (lambda key, default: float(limit.get(key, default))) if limit is not None else (lambda key, default: float(default))
+        get = (
+            (lambda key, default: float(limit.get(key, default)))
+            if limit is not None
+            else (lambda key, default: float(default))
+        )
         velocity = get("velocity", "nan")
         if kind == "continuous":
             lower, upper = -math.inf, math.inf
@@ -100,7 +104,10 @@ def limits_for(urdf: str | Path | ET.Element, joints: Sequence[str]) -> UrdfJoin
         if name not in every:
             raise ValueError(f"joint {name!r} is not in {where}; it has {sorted(n for n in every if n)}")
         if name not in movable:
-            raise ValueError(f"joint {name!r} in {where} is {every[name]!r}; only revolute, continuous and prismatic joints can be commanded")
+            raise ValueError(
+                f"joint {name!r} in {where} is {every[name]!r}; only revolute, continuous and prismatic joints can "
+                "be commanded"
+            )
         lim = movable[name]
         if not (math.isfinite(lim.velocity) and lim.velocity > 0.0):
             raise ValueError(f"joint {name!r} in {where} has no <limit velocity=...> (or not a positive one)")

@@ -163,7 +163,9 @@ class _Rig:
             rng = np.random.default_rng(0)
             width, height = CAMERA_SIZE
             self._image = Image(width=width, height=height, encoding="rgb8", step=3 * width)
-            self._image.data = rng.integers(0, 256, (height, width, 3), dtype=np.uint8).tobytes()  # a fixed random picture
+            self._image.data = rng.integers(
+                0, 256, (height, width, 3), dtype=np.uint8
+            ).tobytes()  # a fixed random picture
             self._image_pub = self.node.create_publisher(Image, f"{PREFIX}/camera/image_raw", 10)
             self.node.create_timer(1.0 / CAMERA_RATE_HZ, self._publish_image)
             self.node.create_subscription(JointTrajectory, f"{PREFIX}/action_chunk", self._on_policy_chunk, 10)
@@ -211,7 +213,9 @@ class _Rig:
 
     def _publish_image(self) -> None:
         self._image.header.stamp = self.node.get_clock().now().to_msg()
-        self._image.data[0] = (self._image.data[0] + 1) % 256  # a live camera's noise: one picture repeated is a frozen camera (no chunks)
+        self._image.data[0] = (
+            self._image.data[0] + 1
+        ) % 256  # a live camera's noise: one picture repeated is a frozen camera (no chunks)
         self._image_pub.publish(self._image)
 
     def _publish_chunk(self) -> None:
@@ -264,8 +268,16 @@ def _measure(rig: _Rig, pid: int, cycles: int, timeout_s: float, raw: dict | Non
     cpu1, t1, steal1 = _cpu_seconds(pid), time.monotonic(), _steal_ticks()
     end_stamp_ns, loop = rig.stamped_report()
     if raw is not None:
-        raw.update(begin_ns=begin_ns, start=start, start_stamp_ns=start_stamp_ns, end=loop, end_stamp_ns=end_stamp_ns,
-                   cpu_s=[cpu0, cpu1], wall_s=[t0, t1], steal_ticks=[list(steal0), list(steal1)])
+        raw.update(
+            begin_ns=begin_ns,
+            start=start,
+            start_stamp_ns=start_stamp_ns,
+            end=loop,
+            end_stamp_ns=end_stamp_ns,
+            cpu_s=[cpu0, cpu1],
+            wall_s=[t0, t1],
+            steal_ticks=[list(steal0), list(steal1)],
+        )
     # Counters that the node reports as totals: their growth over about the window (a report lags by up
     # to one diagnostics period).
     grown = {k: int(loop[k]) - int(start.get(k, 0)) for k in ("skipped_cycles", "late_callbacks") if k in loop}
@@ -292,15 +304,19 @@ def _measure_oversized(rig: _Rig, pid: int, cycles: int, seconds: float, log, ra
         _wait(lambda: "sent" in _log_tail(big_log) or big.poll() is not None, 120, "the first oversized chunk")
         if big.poll() is not None:
             raise RuntimeError(f"the oversized-chunk sender exited: {_log_tail(big_log)}")
-        refused0 = int(rig.state.get("rejected.too_long", 0))
+        refused0 = int(rig.state.get("rejected.too_many_points", 0))
         rig.command_times, rig.recording = [], True
         figures = _measure(rig, pid, cycles, seconds * 3 + 30, raw)
         rig.recording = False
         gaps_ms = np.diff(np.array(rig.command_times)) * 1e-6 if len(rig.command_times) > 1 else np.zeros(1)
         figures["max_command_gap_ms"] = round(float(gaps_ms.max()), 3)
         figures["command_gaps_over_20ms"] = int((gaps_ms > 20.0).sum())
-        _wait(lambda: int(rig.state.get("rejected.too_long", 0)) > refused0, 10, "the controller's report of a refused chunk")
-        figures["oversized_refused"] = int(rig.state.get("rejected.too_long", 0)) - refused0
+        _wait(
+            lambda: int(rig.state.get("rejected.too_many_points", 0)) > refused0,
+            10,
+            "the controller's report of a refused chunk",
+        )
+        figures["oversized_refused"] = int(rig.state.get("rejected.too_many_points", 0)) - refused0
         return figures
     finally:
         _stop(big)
@@ -341,7 +357,9 @@ def run(
     """``load``: policy or torch; a ``load_cmd`` replaces it with any command. With ``raw`` the result
     also holds, per phase, the loop reports the figures were read from and the samples (``"raw"``)."""
     if load not in LOADS or loop_mode not in LOOP_MODES:
-        raise ValueError(f"load must be one of {LOADS} and loop_mode one of {LOOP_MODES}, got {load!r} and {loop_mode!r}")
+        raise ValueError(
+            f"load must be one of {LOADS} and loop_mode one of {LOOP_MODES}, got {load!r} and {loop_mode!r}"
+        )
     # DDS stays on this machine unless the caller decided otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
@@ -354,7 +372,7 @@ def run(
         "-p", f"position_controller:={PREFIX.lstrip('/')}_forward",
         "-p", f"rate_hz:={rate_hz}",
         "-p", f"loop_stats_window:={cycles}",
-        "-p", "diagnostics_rate_hz:=2.0",
+        "-p", "diagnostics_period_s:=0.5",
         "-p", f"realtime_priority:={realtime_priority}",
         "-p", f"loop_mode:={loop_mode}",
         "-p", f"trusted_publishers:=[/{RIG_NODE_NAME},/{BIG_NODE_NAME}]",  # they play the safety filter
@@ -390,7 +408,9 @@ def run(
             _wait(lambda: rig.policy_chunks > 5 or load_proc.poll() is not None, 180, "the policy node's first chunks")
         time.sleep(max(2.0, warmup_s))
         if load_proc.poll() is not None:
-            raise RuntimeError(f"the load exited with status {load_proc.returncode}: {load_argv}\n{_log_tail(load_log)}")
+            raise RuntimeError(
+                f"the load exited with status {load_proc.returncode}: {load_argv}\n{_log_tail(load_log)}"
+            )
         log(f"loaded: measuring {cycles} cycles beside {' '.join(load_argv)[:80]!r}")
         chunks0, load_cpu0, t0 = rig.policy_chunks, _cpu_seconds(load_proc.pid), time.monotonic()
         result["loaded"] = _measure(rig, controller.pid, cycles, seconds * 3 + 30, samples["loaded"])
@@ -403,7 +423,10 @@ def run(
             result["policy_inference_ms_p50"] = float(policy.get("inference_ms.p50", "nan"))
             result["policy_status"] = policy.get("_message", "no report")
             if chunks1 == chunks0:  # the loaded figures would be beside an idle policy
-                raise RuntimeError(f"the policy node published no chunk while measured ({result['policy_status']}): {_log_tail(load_log)}")
+                raise RuntimeError(
+                    f"the policy node published no chunk while measured ({result['policy_status']}): "
+                    f"{_log_tail(load_log)}"
+                )
         result["commands_received"] = rig.commands
     finally:
         _stop(load_proc)
@@ -428,9 +451,9 @@ def run(
     result["goal_p99_ms"] = GOAL_P99_MS
     result["meets_goal"] = all(result[k]["period_err_ms_p99"] < GOAL_P99_MS[k] for k in GOAL_P99_MS)
     if blend:
+        from vla_ros.chunks import COMMANDED_JOINTS
         from vla_ros.control import ControllerConfig, bundled_urdf_path
         from vla_ros.control.blend_eval import compare
-        from vla_ros.chunks import COMMANDED_JOINTS
 
         result["blend"] = compare(ControllerConfig.from_urdf(bundled_urdf_path(), COMMANDED_JOINTS), seeds=range(10))
     if raw:
@@ -441,7 +464,8 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench controller",
-        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line of output is a JSON object.",
+        description="Timing of controller_node's 100 Hz loop on wall time, idle and beside a load; the last line of "
+        "output is a JSON object.",
         epilog="example: vla-ros bench controller --seconds 20 --json\n"
         "         vla-ros bench controller --load torch --json\n"
         "         vla-ros bench controller --oversized --load torch --json\n"
@@ -457,21 +481,46 @@ def main(argv: list[str] | None = None) -> int:
         "synthetic camera; the default) or torch (a 1-thread torch matmul loop)",
     )  # fmt: skip
     parser.add_argument("--load-cmd", default=None, help="run this command as the load instead of --load")
-    parser.add_argument("--loop-mode", choices=LOOP_MODES, default="auto", help="the node's loop_mode parameter (auto = inline on wall time: cycles and callbacks in one thread)")
-    parser.add_argument("--realtime-priority", type=int, default=0, help="the node's realtime_priority parameter (0 = normal scheduling, the default)")
+    parser.add_argument(
+        "--loop-mode",
+        choices=LOOP_MODES,
+        default="auto",
+        help="the node's loop_mode parameter (auto = inline on wall time: cycles and callbacks in one thread)",
+    )
+    parser.add_argument(
+        "--realtime-priority",
+        type=int,
+        default=0,
+        help="the node's realtime_priority parameter (0 = normal scheduling, the default)",
+    )
     parser.add_argument("--no-blend", action="store_true", help="skip the blend-mode comparison (crossfade vs freeze)")
-    parser.add_argument("--oversized", action="store_true",
-                        help=f"add a phase with a {BIG_POINTS}-point chunk every {BIG_PERIOD_S:g} s from a trusted sender: "
-                        "the loop's figures and the largest gap in the command stream")
-    parser.add_argument("--raw", default=None, metavar="FILE",
-                        help="also write, per phase, the loop reports the figures come from and the samples to FILE (JSON)")
+    parser.add_argument(
+        "--oversized",
+        action="store_true",
+        help=f"add a phase with a {BIG_POINTS}-point chunk every {BIG_PERIOD_S:g} s from a trusted sender: "
+        "the loop's figures and the largest gap in the command stream",
+    )
+    parser.add_argument(
+        "--raw",
+        default=None,
+        metavar="FILE",
+        help="also write, per phase, the loop reports the figures come from and the samples to FILE (JSON)",
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0:
         parser.error(f"--seconds must be > 0 and --warmup >= 0, got {args.seconds} and {args.warmup}")
     log = (lambda *_: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     result = run(
-        seconds=args.seconds, warmup_s=args.warmup, load=args.load, load_cmd=args.load_cmd, realtime_priority=args.realtime_priority,
-        loop_mode=args.loop_mode, blend=not args.no_blend, oversized=args.oversized, log=log, raw=bool(args.raw),
+        seconds=args.seconds,
+        warmup_s=args.warmup,
+        load=args.load,
+        load_cmd=args.load_cmd,
+        realtime_priority=args.realtime_priority,
+        loop_mode=args.loop_mode,
+        blend=not args.no_blend,
+        oversized=args.oversized,
+        log=log,
+        raw=bool(args.raw),
     )
     if args.raw:
         with open(args.raw, "w") as f:

@@ -47,7 +47,8 @@ import numpy as np
 # The fault's own messages carry this frame_id; the witness leaves them out of the measurements.
 INJECTED = "vla_ros_bench_faults"
 # Measured velocities are taken over this much simulated time (each command's own step is the controller's
-# promise, checked exactly by the property tests of its core: here the time between two commands is not known). Position commands reach the simulator a DDS hop
+# promise, checked exactly by the property tests of its core: here the time between two commands is not known). Position
+# commands reach the simulator a DDS hop
 # after they were computed, one or two periods late and unevenly on a loaded machine, and it applies each as
 # it arrives: at full speed that reads as 10-20 % over the limit across 50 ms, under 5 % across 0.2 s; a
 # grasp's contact chatter moves a finger faster than its limit for a few steps. A command beyond the limits
@@ -66,10 +67,19 @@ class Fault:
 
 FAULTS: dict[str, Fault] = {
     "none": Fault(2.0, r"(?!)", "no fault (baseline)"),
-    "stale_pose": Fault(2.0, r"publishers on /joint_states|joint_state_jump",
-                        "second /joint_states publisher replaying an old pose with fresh stamps"),
-    "duplicate_name": Fault(2.0, r"publishers on /joint_states|joint_state_duplicate_name", "joint named twice, the copy 0.8 rad off"),
-    "bad_states": Fault(2.0, r"joint_state_non_finite|joint_state_missing_joint|publishers on /joint_states", "NaN positions, missing joints"),
+    "stale_pose": Fault(
+        2.0,
+        r"publishers on /joint_states|joint_state_jump",
+        "second /joint_states publisher replaying an old pose with fresh stamps",
+    ),
+    "duplicate_name": Fault(
+        2.0, r"publishers on /joint_states|joint_state_duplicate_name", "joint named twice, the copy 0.8 rad off"
+    ),
+    "bad_states": Fault(
+        2.0,
+        r"joint_state_non_finite|joint_state_missing_joint|publishers on /joint_states",
+        "NaN positions, missing joints",
+    ),
     "controller_sigstop": Fault(0.5, r"heartbeat on \S*controller/heartbeat", "controller process stopped for 0.5 s"),
     "policy_sigstop": Fault(3.0, r"policy dead", "policy process stopped for 3 s"),
     "second_clock": Fault(2.0, r"publishers on /clock", "second /clock publisher 5 s behind"),
@@ -104,10 +114,10 @@ class Witness:
 
     def __init__(self) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, String
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
         from vla_ros.evaluation.live_eval import Driver
         from vla_ros.ros.publishers import with_info
@@ -118,11 +128,17 @@ class Witness:
         self.commands: list[tuple[float, np.ndarray]] = []  # (wall arrival, command)
         self.statuses: list[tuple[float, int, str]] = []  # (wall, level, "name: message")
         self.urdf: str | None = None
-        self.windows: dict[str, tuple[int, int, float, float]] = {}  # fault -> (start, recovery end: sim stamps; the same in wall s)
+        self.windows: dict[
+            str, tuple[int, int, float, float]
+        ] = {}  # fault -> (start, recovery end: sim stamps; the same in wall s)
         n.create_subscription(JointState, "/joint_states", self._on_state, 500)
-        n.create_subscription(Float64MultiArray, "/forward_position_controller/commands", with_info(self._on_command), 500)
+        n.create_subscription(
+            Float64MultiArray, "/forward_position_controller/commands", with_info(self._on_command), 500
+        )
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 200)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         n.create_subscription(String, "/robot_description", lambda m: setattr(self, "urdf", m.data), latched)
         self.pub_state = n.create_publisher(JointState, "/joint_states", 10)
         self._JointState, self._Clock = JointState, Clock
@@ -139,7 +155,9 @@ class Witness:
             return
         from vla_ros.ros.time import ns_from_time_msg
 
-        self.states.append((ns_from_time_msg(msg.header.stamp), tuple(msg.name), np.array(msg.position, dtype=np.float64)))
+        self.states.append(
+            (ns_from_time_msg(msg.header.stamp), tuple(msg.name), np.array(msg.position, dtype=np.float64))
+        )
 
     def _on_diag(self, msg) -> None:
         wall = time.monotonic()
@@ -188,17 +206,23 @@ def velocity_ratio(states, limits: dict[str, float], t_from_ns: int, t_to_ns: in
     return float(ratio[k]), names[k[1]]
 
 
-def run_faults(faults: list[str], model: str = "vla_cups", real_time_factor: float = 1.0, seed: int = 0,
-               log_path: Path | None = None, progress: bool = True, startup_timeout_s: float = 240.0, raw: dict | None = None) -> dict:
+def run_faults(
+    faults: list[str],
+    model: str = "vla_cups",
+    real_time_factor: float = 1.0,
+    seed: int = 0,
+    log_path: Path | None = None,
+    progress: bool = True,
+    startup_timeout_s: float = 240.0,
+    raw: dict | None = None,
+) -> dict:
     """Each fault in one episode of the launched graph; the per-fault figures (module docstring). ``raw``, a
     dict, receives what they were computed from: the simulator's ``states`` (stamp ns, names, positions),
     the ``statuses`` (wall s, level, "name: message") and per fault its ``windows`` entry (fault start and
     recovery end as simulator stamps, then as wall s)."""
     from tqdm import tqdm
 
-    from vla_ros.cameras import sim_launch_args
-    from vla_ros.evaluation.live_eval import LiveGraph
-    from vla_ros.model.io import resolve_model_dir
+    from vla_ros.evaluation.live_eval import LiveGraph, vla_launch_args
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
     from vla_ros.urdf_limits import read_joint_limits
 
@@ -206,30 +230,36 @@ def run_faults(faults: list[str], model: str = "vla_cups", real_time_factor: flo
     if unknown:
         raise ValueError(f"unknown faults {unknown}; known: {list(FAULTS)}")
     load_start = os.getloadavg()
-    args = ["policy:=vla", f"model:={model}", f"real_time_factor:={real_time_factor}", *sim_launch_args(resolve_model_dir(model))]
+    args = [*vla_launch_args(model), f"real_time_factor:={real_time_factor}"]
     results: dict[str, dict] = {}
     with LiveGraph(args, log_path) as graph:
         w = Witness()
         d = w.driver
         try:
-            ready = d.spin_until(lambda: d.now_ns() > 0 and d.status is not None and w.urdf is not None
-                                 and (d.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
-                                 and d.values("safety_filter", "filter") is not None and d.values("controller", "loop") is not None,
-                                 startup_timeout_s)
-            if not ready:
-                raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
-            limits = {name: lim.velocity for name, lim in read_joint_limits(w.urdf).items() if math.isfinite(lim.velocity)}
+            d.wait_until_up(graph, startup_timeout_s, also=lambda: w.urdf is not None)
+            limits = {
+                name: lim.velocity for name, lim in read_joint_limits(w.urdf).items() if math.isfinite(lim.velocity)
+            }
             for i, name in enumerate(tqdm(faults, desc="faults", unit="fault", disable=not progress)):
-                results[name] = _run_one(w, graph.proc.pid, name, FAULTS[name], limits, EVAL_SEED_START + seed + i, episode_task)
+                results[name] = _run_one(
+                    w, graph.proc.pid, name, FAULTS[name], limits, EVAL_SEED_START + seed + i, episode_task
+                )
             if raw is not None:
                 raw.update(states=list(w.states), statuses=list(w.statuses), windows=dict(w.windows))
         finally:
             w.close()
-    return {"faults": results, "model": model, "real_time_factor": real_time_factor,
-            "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count()}
+    return {
+        "faults": results,
+        "model": model,
+        "real_time_factor": real_time_factor,
+        "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
+    }
 
 
-def _run_one(w: Witness, graph_pid: int, name: str, fault: Fault, limits: dict[str, float], ep_seed: int, episode_task) -> dict:
+def _run_one(
+    w: Witness, graph_pid: int, name: str, fault: Fault, limits: dict[str, float], ep_seed: int, episode_task
+) -> dict:
     d = w.driver
     _, instruction = episode_task(ep_seed)
     d.start_episode(ep_seed, instruction)
@@ -279,14 +309,18 @@ def _run_one(w: Witness, graph_pid: int, name: str, fault: Fault, limits: dict[s
         if clock_pub is not None:
             w.node.destroy_publisher(clock_pub)
     t_end_ns = w.states[-1][0]
-    d.spin_until(lambda: w.states[-1][0] >= t_end_ns + RECOVER_S * 1e9, 60.0)  # the simulator's stamps: /clock may have jumped
+    d.spin_until(
+        lambda: w.states[-1][0] >= t_end_ns + RECOVER_S * 1e9, 60.0
+    )  # the simulator's stamps: /clock may have jumped
     t_to_ns = w.states[-1][0]
     ratio, joint = velocity_ratio(w.states, limits, t_fault_ns, t_to_ns)
     cmds = [(t, c) for t, c in w.commands[k_cmd:] if t >= t0]
     gaps = np.diff([t0] + [t for t, _ in cmds]) if cmds else np.array([time.monotonic() - t0])
     w.windows[name] = (t_fault_ns, t_to_ns, t0, cmds[-1][0] if cmds else t0)
     cause = re.compile(fault.cause)
-    named = next(((wall, level, text) for wall, level, text in w.statuses[k_status:] if level >= 1 and cause.search(text)), None)
+    named = next(
+        ((wall, level, text) for wall, level, text in w.statuses[k_status:] if level >= 1 and cause.search(text)), None
+    )
     return {
         "what": fault.what,
         "duration_s": fault.duration_s,
@@ -304,9 +338,9 @@ def _run_one(w: Witness, graph_pid: int, name: str, fault: Fault, limits: dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench faults",
-        description="Faults injected into the launched graph (sim, policy, safety filter, controller): per fault the largest "
-                    "measured joint velocity over its limit, the longest command gap and the seconds until /diagnostics named the "
-                    "cause; the last line of output is a JSON object.",
+        description="Faults injected into the launched graph (sim, policy, safety filter, controller): per fault the "
+        "largest measured joint velocity over its limit, the longest command gap and the seconds until /diagnostics "
+        "named the cause; the last line of output is a JSON object.",
         epilog="example: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=42 vla-ros bench faults --json",
     )
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, from {','.join(FAULTS)}")
@@ -316,13 +350,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, default=None, help="the launched graph's output goes here")
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args(argv)
-    out = run_faults([f for f in args.faults.split(",") if f], args.model, args.real_time_factor, args.seed, args.log, progress=not args.json)
+    out = run_faults(
+        [f for f in args.faults.split(",") if f],
+        args.model,
+        args.real_time_factor,
+        args.seed,
+        args.log,
+        progress=not args.json,
+    )
     if not args.json:
         print(f"{'fault':20s} {'v/limit':>8s} {'joint':>22s} {'gap ms':>8s} {'named s':>8s}  cause")
         for name, r in out["faults"].items():
             named = "-" if r["cause_named_s"] is None else f"{r['cause_named_s']:.2f}"
-            print(f"{name:20s} {r['max_velocity_ratio']:8.3f} {r['joint']:>22s} {r['max_command_gap_ms']:8.1f} {named:>8s}  "
-                  f"{r['cause_level'] or ''} {(r['cause'] or '')[:90]}")
+            print(
+                f"{name:20s} {r['max_velocity_ratio']:8.3f} {r['joint']:>22s} {r['max_command_gap_ms']:8.1f} "
+                f"{named:>8s}  "
+                f"{r['cause_level'] or ''} {(r['cause'] or '')[:90]}"
+            )
     print(json.dumps(out))
     return 0
 

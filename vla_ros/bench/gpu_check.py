@@ -84,8 +84,12 @@ def parity_checks(config: ModelConfig, device: str, seed: int = 0) -> dict:
     out["late_vs_full"] = compare_with_full_pass(model, stream, instruction.embeddings, late_hidden, late_chunks)
     on_cpu = run(StreamingPolicy(config, TorchBackend(_copy(model), "cpu")), tick_list)
     out["cuda_vs_cpu"] = max_stream_diff(on_device, on_cpu)
-    moved = run(StreamingPolicy(config, TorchBackend(model, device)), ticks(shifted(stream, -EPOCH_NS + 86_400 * 10**9)))
-    out["time_shift"] = max(float(np.abs(a.positions - b.positions).max()) for (_, a), (_, b) in zip(on_device[1], moved[1]))
+    moved = run(
+        StreamingPolicy(config, TorchBackend(model, device)), ticks(shifted(stream, -EPOCH_NS + 86_400 * 10**9))
+    )
+    out["time_shift"] = max(
+        float(np.abs(a.positions - b.positions).max()) for (_, a), (_, b) in zip(on_device[1], moved[1])
+    )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cpu_model = _copy(model)
@@ -134,11 +138,21 @@ def main(argv: list[str] | None = None) -> int:
         providers = result["environment"]["ort_providers"]
         onnx_device = "cuda" if "CUDAExecutionProvider" in providers and device == "cuda" else "cpu"
         torch.manual_seed(0)
-        result["bench"] = run(model=VLATransformer(ModelConfig()), device=device, ticks_timed=args.ticks,
-                              onnx_device=onnx_device if providers else None)
+        result["bench"] = run(
+            model=VLATransformer(ModelConfig()),
+            device=device,
+            ticks_timed=args.ticks,
+            onnx_device=onnx_device if providers else None,
+        )
         if onnx_device == "cuda":  # the CPU ONNX figure too, for the README table
-            cpu = run(model=VLATransformer(ModelConfig()), device="cpu", ticks_timed=20, recompute_ticks=5,
-                      onnx_device="cpu", check=False)
+            cpu = run(
+                model=VLATransformer(ModelConfig()),
+                device="cpu",
+                ticks_timed=20,
+                recompute_ticks=5,
+                onnx_device="cpu",
+                check=False,
+            )
             result["bench"]["onnx_cpu_ms_p50"] = cpu["onnx_cpu_ms_p50"]
         ok &= result["bench"].get("max_abs_diff_streaming", 0.0) < args.tolerance
     result["ok"] = bool(ok)

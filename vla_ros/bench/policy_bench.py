@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vla_ros.cli import print_result
 from vla_ros.model.check import compare_with_full_pass, record_stream
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.io import export_to_folder, load_config, load_model, save_model
@@ -78,9 +79,19 @@ def _run_ticks(policies: dict, tick_list, warm: int, after_tick=None) -> tuple[d
     return tick_ms, chunk_ms
 
 
-def run(config: ModelConfig | None = None, model: VLATransformer | None = None, device: str = "auto",
-        ticks_timed: int = 40, recompute_ticks: int = 40, seed: int = 0, onnx_device: str | None = "cpu",
-        torch_cpu: bool = True, check: bool = True, threads: int | None = None, raw: bool = False) -> dict:
+def run(
+    config: ModelConfig | None = None,
+    model: VLATransformer | None = None,
+    device: str = "auto",
+    ticks_timed: int = 40,
+    recompute_ticks: int = 40,
+    seed: int = 0,
+    onnx_device: str | None = "cpu",
+    torch_cpu: bool = True,
+    check: bool = True,
+    threads: int | None = None,
+    raw: bool = False,
+) -> dict:
     """The figures; with ``raw`` also the timings they summarise (``"raw"``, ms per timed tick, in order:
     ``tick_ms`` and ``chunk_ms`` per policy, ``recompute_ms``, ``chunk_nocache_ms``), for a check that
     recomputes them."""
@@ -95,8 +106,14 @@ def run(config: ModelConfig | None = None, model: VLATransformer | None = None, 
     span_s = config.window_seconds + config.max_lateness_s
     warm_ticks = int(np.ceil(span_s * config.camera_rate_hz)) + 5
     n_ticks = warm_ticks + ticks_timed
-    stream = synthetic_stream(config, seconds=(n_ticks + 0.5) / config.camera_rate_hz, seed=seed, start_ns=START_NS,
-                              camera_hz=config.camera_rate_hz, state_hz=config.state_rate_hz)
+    stream = synthetic_stream(
+        config,
+        seconds=(n_ticks + 0.5) / config.camera_rate_hz,
+        seed=seed,
+        start_ns=START_NS,
+        camera_hz=config.camera_rate_hz,
+        state_hz=config.state_rate_hz,
+    )
     tick_list = ticks(stream)[:n_ticks]
     stream = [o for t in tick_list for o in t]
 
@@ -136,8 +153,9 @@ def run(config: ModelConfig | None = None, model: VLATransformer | None = None, 
             cpu_copy = load_copy(model)
             save_model(cpu_copy, tmp)
             export_to_folder(cpu_copy, tmp)
-            onnx_policy = StreamingPolicy.from_pretrained(tmp, backend="onnx", device=onnx_device,
-                                                          threads=threads or None)
+            onnx_policy = StreamingPolicy.from_pretrained(
+                tmp, backend="onnx", device=onnx_device, threads=threads or None
+            )
         cpu_policies["onnx"] = onnx_policy
     if torch_cpu:
         cpu_policies["torch_cpu"] = StreamingPolicy(config, TorchBackend(load_copy(model), "cpu"))
@@ -184,30 +202,48 @@ def run(config: ModelConfig | None = None, model: VLATransformer | None = None, 
             onnx_policy.reset()
             o_hidden, o_chunks = record_stream(onnx_policy, tick_list, chunk_after)
             diff = max(float(np.abs(o_hidden[k] - hidden[k]).max()) for k in hidden)
-            diff = max([diff] + [float(np.abs(a.positions - b.positions).max()) for (_, a), (_, b) in zip(o_chunks, chunks)])
+            diff = max(
+                [diff] + [float(np.abs(a.positions - b.positions).max()) for (_, a), (_, b) in zip(o_chunks, chunks)]
+            )
             result["max_abs_diff_onnx_torch"] = float(f"{diff:.3g}")
 
-    result.update({
-        "cache_mb": round(policy.cache_mb, 3),
-        "cache_capacity_tokens": policy.capacity,
-        "window_tokens": window_tokens,
-        "tokens_per_tick": round(sum(config.num_visual_tokens if o.kind == Kind.IMAGE else 1
-                                     for t in tick_list[warm_ticks:] for o in t) / max(1, ticks_timed), 2),
-        "ticks": ticks_timed,
-        "device": str(dev),
-        "torch_threads": torch.get_num_threads(),
-        "parameters": model.num_parameters(),
-        "window_seconds": config.window_seconds,
-        "torch": torch.__version__,
-        "machine": platform.machine(),
-    })
+    result.update(
+        {
+            "cache_mb": round(policy.cache_mb, 3),
+            "cache_capacity_tokens": policy.capacity,
+            "window_tokens": window_tokens,
+            "tokens_per_tick": round(
+                sum(config.num_visual_tokens if o.kind == Kind.IMAGE else 1 for t in tick_list[warm_ticks:] for o in t)
+                / max(1, ticks_timed),
+                2,
+            ),
+            "ticks": ticks_timed,
+            "device": str(dev),
+            "torch_threads": torch.get_num_threads(),
+            "parameters": model.num_parameters(),
+            "window_seconds": config.window_seconds,
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+        }
+    )
     if raw:
-        result["raw"] = {"tick_ms": tick_ms, "chunk_ms": chunk_ms, "recompute_ms": recompute_ms, "chunk_nocache_ms": chunk_nocache_ms}
+        result["raw"] = {
+            "tick_ms": tick_ms,
+            "chunk_ms": chunk_ms,
+            "recompute_ms": recompute_ms,
+            "chunk_nocache_ms": chunk_nocache_ms,
+        }
     return result
 
 
-def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, threads: int | None = 1,
-                  rate_hz: float = 10.0, raw: bool = False) -> dict:
+def session_ticks(
+    model: VLATransformer,
+    ticks_timed: int = 60,
+    seed: int = 0,
+    threads: int | None = 1,
+    rate_hz: float = 10.0,
+    raw: bool = False,
+) -> dict:
     """The node's tick through ``PolicySession`` on ROS messages (random 320x240 frames at 30 Hz, joint
     states at 100 Hz, stamps from 1.7e9 s), ONNX Runtime and torch on the CPU, interleaved tick by tick.
     With ``raw`` also the timings (``"raw"``: ``session_tick_ms`` per backend, ``intake_us`` per message
@@ -241,8 +277,10 @@ def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, t
     instruction = "pick up the red cup"
     with tempfile.TemporaryDirectory() as tmp:
         save_model(load_copy(model), tmp, onnx=True)
-        sessions = {backend: PolicySession.from_pretrained(tmp, backend=backend, device="cpu", threads=threads, encoder=encoder)
-                    for backend in ("onnx", "torch")}
+        sessions = {
+            backend: PolicySession.from_pretrained(tmp, backend=backend, device="cpu", threads=threads, encoder=encoder)
+            for backend in ("onnx", "torch")
+        }
     for session in sessions.values():
         session.set_instruction(instruction, START_NS)
     period_ns = round(1e9 / rate_hz)
@@ -257,7 +295,12 @@ def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, t
         for backend, session in sessions.items():
             for type_name, msg in batch:
                 a = time.perf_counter()
-                session.add_message(type_name, msg, t0 + period_ns, "/camera/image_raw" if type_name.endswith("Image") else "/joint_states")
+                session.add_message(
+                    type_name,
+                    msg,
+                    t0 + period_ns,
+                    "/camera/image_raw" if type_name.endswith("Image") else "/joint_states",
+                )
                 if backend == "onnx" and i >= warm:
                     intake_us[type_name].append((time.perf_counter() - a) * 1e6)
             a = time.perf_counter()
@@ -267,8 +310,10 @@ def session_ticks(model: VLATransformer, ticks_timed: int = 60, seed: int = 0, t
         if chunks["onnx"] is not None and chunks["torch"] is not None:
             diff = max(diff, float(np.abs(chunks["onnx"].positions - chunks["torch"].positions).max()))
     result = {
-        "session_tick_ms_p50_onnx": _pct(tick_ms["onnx"], 50), "session_tick_ms_p99_onnx": _pct(tick_ms["onnx"], 99),
-        "session_tick_ms_p50_torch": _pct(tick_ms["torch"], 50), "session_tick_ms_p99_torch": _pct(tick_ms["torch"], 99),
+        "session_tick_ms_p50_onnx": _pct(tick_ms["onnx"], 50),
+        "session_tick_ms_p99_onnx": _pct(tick_ms["onnx"], 99),
+        "session_tick_ms_p50_torch": _pct(tick_ms["torch"], 50),
+        "session_tick_ms_p99_torch": _pct(tick_ms["torch"], 99),
         "session_rate_hz": rate_hz,
         "intake_us_p50_joint_state": _pct(intake_us["sensor_msgs/msg/JointState"], 50),
         "intake_us_p50_image_320x240": _pct(intake_us["sensor_msgs/msg/Image"], 50),
@@ -304,44 +349,62 @@ def resolve_model(spec: str | None, seed: int) -> VLATransformer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench policy",
-        description="Streaming KV-cache policy vs full recompute, cached vs uncached chunk decode, torch vs "
-                    "ONNX Runtime, and the measured streaming error; the last line of output is a JSON object.",
+        description="Streaming KV-cache policy vs full recompute, cached vs uncached chunk decode, torch vs ONNX "
+        "Runtime, and the measured streaming error; the last line of output is a JSON object.",
         epilog="example: vla-ros bench policy --json",
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
-    parser.add_argument("--config", default=None,
-                        help="model folder or config.json (default: the shipped config, random weights)")
+    parser.add_argument(
+        "--config", default=None, help="model folder or config.json (default: the shipped config, random weights)"
+    )
     parser.add_argument("--device", default="auto", help="torch device for the streaming figures: auto, cpu, cuda")
     parser.add_argument("--onnx-device", default="cpu", help="ONNX Runtime device: cpu, cuda, or none to skip")
     parser.add_argument("--ticks", type=int, default=40, help="timed ticks after the window is full (default 40)")
-    parser.add_argument("--recompute-ticks", type=int, default=40,
-                        help="last ticks also timed without the cache (default 40: all timed ticks)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads for torch and ONNX Runtime (default 1, as the node on a shared "
-                             "CPU; 0 = the libraries' defaults)")
+    parser.add_argument(
+        "--recompute-ticks",
+        type=int,
+        default=40,
+        help="last ticks also timed without the cache (default 40: all timed ticks)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads for torch and ONNX Runtime (default 1, as the node on a shared CPU; 0 = the libraries' "
+        "defaults)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-check", action="store_true", help="skip the exactness comparisons")
     parser.add_argument("--no-session", action="store_true", help="skip the node's tick through the policy session")
-    parser.add_argument("--raw", default=None, metavar="FILE", help="also write the timings behind the figures to FILE (JSON)")
+    parser.add_argument(
+        "--raw", default=None, metavar="FILE", help="also write the timings behind the figures to FILE (JSON)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = resolve_model(args.config, args.seed)
-    result = run(model=model, device=args.device, ticks_timed=args.ticks, recompute_ticks=args.recompute_ticks,
-                 seed=args.seed, onnx_device=None if args.onnx_device == "none" else args.onnx_device,
-                 check=not args.no_check, threads=args.threads, raw=bool(args.raw))
+    result = run(
+        model=model,
+        device=args.device,
+        ticks_timed=args.ticks,
+        recompute_ticks=args.recompute_ticks,
+        seed=args.seed,
+        onnx_device=None if args.onnx_device == "none" else args.onnx_device,
+        check=not args.no_check,
+        threads=args.threads,
+        raw=bool(args.raw),
+    )
     samples = result.pop("raw", {})
     if not args.no_session:
-        session = session_ticks(model, ticks_timed=args.ticks, seed=args.seed, threads=args.threads or None, raw=bool(args.raw))
+        session = session_ticks(
+            model, ticks_timed=args.ticks, seed=args.seed, threads=args.threads or None, raw=bool(args.raw)
+        )
         samples.update(session.pop("raw", {}))
         result.update(session)
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump(samples, f)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:>26}: {v}")
-    print(json.dumps(result))
+    print_result(result, args.json, 26)
     return 0
 
 

@@ -15,13 +15,13 @@ reported when that folder exists.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from vla_ros.chunks import ActionChunk
+from vla_ros.cli import print_result
 from vla_ros.safety import JointStateSample, SafetyConfig, SafetyFilter, load_robot, load_robot_files
 from vla_ros.sim import HOME_Q, default_urdf_path
 
@@ -45,8 +45,15 @@ def sim_filter(config: SafetyConfig = SIM_CONFIG) -> SafetyFilter:
     return SafetyFilter(load_robot(default_urdf_path().read_text()), config)
 
 
-def smooth_chunk(filt: SafetyFilter, q0: np.ndarray, rng: np.random.Generator, stamp_ns: int,
-                 waypoints: int = 50, reach_rad: float = 0.5, home=None) -> ActionChunk:
+def smooth_chunk(
+    filt: SafetyFilter,
+    q0: np.ndarray,
+    rng: np.random.Generator,
+    stamp_ns: int,
+    waypoints: int = 50,
+    reach_rad: float = 0.5,
+    home=None,
+) -> ActionChunk:
     """A policy-like chunk from ``q0``: every joint eases (cosine profile) to a random goal within reach,
     drawn a third of the way back towards ``home`` so a stream of chunks wanders around the work area."""
     lim = filt.limits
@@ -59,8 +66,16 @@ def smooth_chunk(filt: SafetyFilter, q0: np.ndarray, rng: np.random.Generator, s
     return ActionChunk(filt.joint_names, stamp_ns, s * waypoints / RATE_HZ, points)
 
 
-def run(filt: SafetyFilter, q_home, chunks: int, seed: int, warmup: int = 50, waypoints: int = 50,
-        reach_rad: float = 0.5, exhaustive: int = 0) -> dict:
+def run(
+    filt: SafetyFilter,
+    q_home,
+    chunks: int,
+    seed: int,
+    warmup: int = 50,
+    waypoints: int = 50,
+    reach_rad: float = 0.5,
+    exhaustive: int = 0,
+) -> dict:
     rng = np.random.default_rng(seed)
     q = np.asarray(q_home, dtype=np.float64)
     now = 1_700_000_000 * 1_000_000_000  # wall-clock-like ROS time
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros bench safety",
         description="Safety filter time per 50-waypoint chunk on the sim arm and the Franka FR3 (when "
-                    "../shared/robots/fr3 exists); the last line of output is a JSON object.",
+        "../shared/robots/fr3 exists); the last line of output is a JSON object.",
         epilog="example: vla-ros bench safety --chunks 2000 --json",
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
@@ -114,18 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reach", type=float, default=0.5, help="largest joint motion per chunk, rad (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    sim = run(sim_filter(), HOME_Q, args.chunks, args.seed, waypoints=args.waypoints, reach_rad=args.reach, exhaustive=50)
+    sim = run(
+        sim_filter(), HOME_Q, args.chunks, args.seed, waypoints=args.waypoints, reach_rad=args.reach, exhaustive=50
+    )
     result = dict(sim)
     result["waypoints"] = args.waypoints
     fr3 = fr3_filter()
     if fr3 is not None:
-        res = run(fr3, FR3_READY, args.fr3_chunks, args.seed, waypoints=args.waypoints, reach_rad=args.reach, exhaustive=20)
+        res = run(
+            fr3, FR3_READY, args.fr3_chunks, args.seed, waypoints=args.waypoints, reach_rad=args.reach, exhaustive=20
+        )
         for key, value in res.items():
             result[f"fr3_{key}"] = value
-    if not args.json:
-        for key, value in result.items():
-            print(f"{key:>36}: {value}")
-    print(json.dumps(result))
+    print_result(result, args.json, 36)
     return 0
 
 

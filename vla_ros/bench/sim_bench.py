@@ -9,11 +9,11 @@ measured by the node's own diagnostics (``real_time_factor.achieved``).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 
+from vla_ros.cli import print_result
 from vla_ros.sim import ArmSim, PositionTrajectory, SimConfig
 from vla_ros.sim.scripted import pick_plan
 
@@ -65,8 +65,5 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=240)
     args = parser.parse_args(argv)
     result = run(seconds=args.seconds, seed=args.seed, width=args.width, height=args.height)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:>22}: {v}")
-    print(json.dumps(result))
+    print_result(result, args.json, 22)
     return 0

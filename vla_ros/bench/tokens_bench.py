@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from vla_ros.cli import print_result
+
 NS = 1_000_000_000
 
 
@@ -31,7 +33,10 @@ def make_arrivals(seconds: float, seed: int) -> list[tuple[int, int, str]]:
     """(arrival_ns, stamp_ns, 'image'|'joints'), sorted by arrival."""
     rng = np.random.default_rng(seed)
     events = []
-    for rate, kind, latency_s, spread_s, jitter_s in ((30, "image", 0.030, 0.015, 0.002), (100, "joints", 0.002, 0.001, 0.0005)):
+    for rate, kind, latency_s, spread_s, jitter_s in (
+        (30, "image", 0.030, 0.015, 0.002),
+        (100, "joints", 0.002, 0.001, 0.0005),
+    ):
         n = int(seconds * rate)
         stamps = (np.arange(n) / rate + rng.uniform(-jitter_s, jitter_s, n)) * NS + NS
         arrivals = stamps + rng.uniform(latency_s - spread_s, latency_s + spread_s, n) * NS
@@ -154,7 +159,10 @@ def run(seconds: float = 60.0, seed: int = 0, width: int = 320, height: int = 24
         "arrivals": "modelled; the running graph's drops: vla-ros eval --live",
     }
     if raw:
-        result["raw"] = {"tokenize_us": cost_us, "staleness_ms": {"tokens": stale_tokens_ms, "nearest": stale_nearest_ms}}
+        result["raw"] = {
+            "tokenize_us": cost_us,
+            "staleness_ms": {"tokens": stale_tokens_ms, "nearest": stale_nearest_ms},
+        }
     return result
 
 
@@ -167,14 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument("--seconds", type=float, default=60.0, help="stream length (default 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--raw", default=None, metavar="FILE", help="also write the samples behind the figures to FILE (JSON)")
+    parser.add_argument(
+        "--raw", default=None, metavar="FILE", help="also write the samples behind the figures to FILE (JSON)"
+    )
     args = parser.parse_args(argv)
     result = run(seconds=args.seconds, seed=args.seed, raw=bool(args.raw))
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump(result.pop("raw"), f)
-    if not args.json:
-        for k, v in result.items():
-            print(f"{k:>32}: {v}")
-    print(json.dumps(result))
+    print_result(result, args.json, 32)
     return 0

@@ -96,7 +96,9 @@ def run_case(cfg: ControllerConfig, seed: int, duration_s: float = 6.0, t0_ns: i
     }
 
 
-def compare(cfg: ControllerConfig, seeds: range | list[int] = range(20), duration_s: float = 6.0) -> dict[str, dict[str, float]]:
+def compare(
+    cfg: ControllerConfig, seeds: range | list[int] = range(20), duration_s: float = 6.0
+) -> dict[str, dict[str, float]]:
     """Metrics of both blend modes (same seeds, same horizon), averaged over the seeds (max for ratios)."""
     result = {}
     for mode in ("crossfade", "freeze"):

@@ -1,9 +1,10 @@
 """Controller configuration and the joint limits it enforces (no rclpy import).
 
 Velocity and position limits come from the URDF (``<limit velocity lower upper>``) through
-``vla_ros.urdf_limits``, the reader the safety filter uses too, so the two never disagree about a limit;
-acceleration limits are not part of URDF and come from the configuration, one value for revolute and one
-for prismatic joints.
+``vla_ros.urdf_limits``, the reader the safety filter uses too; acceleration limits are not part of URDF and
+come from the configuration. Both are tightened by the joint limits' settings (scales, default accelerations,
+per-joint overrides: ``config/limits.yaml``) through ``vla_ros.joint_limits``, as the filter's are, so the two
+never disagree about a limit.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.joint_limits import JointLimitSettings, tighten_limits
 from vla_ros.urdf_limits import UrdfJointLimits, limits_for
 
 BLEND_MODES = ("crossfade", "freeze")
@@ -38,7 +40,7 @@ class ControllerConfig:
 
     Args:
         joint_names: the controlled joints, in output order (the forward controller's array order).
-        velocity_limits: per joint, rad/s or m/s (URDF ``<limit velocity>`` times a scale).
+        velocity_limits: per joint, rad/s or m/s (URDF ``<limit velocity>``, or a tighter override, times a scale).
         acceleration_limits: per joint, rad/s^2 or m/s^2. Bounds the velocity change per period, blends
             and every stop (watchdog, e-stop, disable).
         position_lower / position_upper: per joint; the command is clamped inside as a last guard
@@ -62,6 +64,8 @@ class ControllerConfig:
             position from every command of the last ``PATH_TOLERANCE_WINDOW_S`` (so servo lag does not
             count) before the controller drops its plan and re-anchors at the measured state (the arm was
             moved by someone else: a simulator reset, a hand, another controller); 0 = not checked.
+        prismatic / urdf_velocity_limits: per joint, from the URDF: linear joints, and the robot's own velocity
+            limits before any tightening (a measured joint-state jump is bounded by these).
     """
 
     joint_names: tuple[str, ...]
@@ -81,6 +85,7 @@ class ControllerConfig:
     path_tolerance_rad: float = 0.3  # 0.25 s of servo lag is forgiven; a reset or a push moves far more
     path_tolerance_m: float = 0.0  # off: a gripper closed on an object never reaches its command
     prismatic: tuple[bool, ...] = ()  # per joint (from the URDF); empty = every joint revolute
+    urdf_velocity_limits: tuple[float, ...] = ()  # the robot's own, untightened (joint-state jumps); empty = unknown
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -96,7 +101,9 @@ class ControllerConfig:
             bad = [(j, v) for j, v in zip(self.joint_names, getattr(self, field)) if not (math.isfinite(v) and v > 0.0)]
             if bad:
                 raise ValueError(f"{field} must be finite and > 0, got {bad}")
-        bad = [(j, lo, hi) for j, lo, hi in zip(self.joint_names, self.position_lower, self.position_upper) if not lo <= hi]
+        bad = [
+            (j, lo, hi) for j, lo, hi in zip(self.joint_names, self.position_lower, self.position_upper) if not lo <= hi
+        ]
         if bad:
             raise ValueError(f"position_lower must be <= position_upper, got {bad}")
         if not 1.0 <= self.rate_hz <= 1000.0:
@@ -112,9 +119,13 @@ class ControllerConfig:
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f"{field} must be finite and > 0, got {value}")
         if self.max_chunk_age_s < 2.0 / self.rate_hz:
-            raise ValueError(f"max_chunk_age_s={self.max_chunk_age_s} is shorter than two control periods at rate_hz={self.rate_hz}")
-        if self.prismatic and len(self.prismatic) != n:
-            raise ValueError(f"prismatic has {len(self.prismatic)} values for {n} joints {list(self.joint_names)}")
+            raise ValueError(
+                f"max_chunk_age_s={self.max_chunk_age_s} is shorter than two control periods at rate_hz={self.rate_hz}"
+            )
+        for field in ("prismatic", "urdf_velocity_limits"):
+            values = getattr(self, field)
+            if values and len(values) != n:
+                raise ValueError(f"{field} has {len(values)} values for {n} joints {list(self.joint_names)}")
         for field in ("path_tolerance_rad", "path_tolerance_m"):
             value = getattr(self, field)
             if not (math.isfinite(value) and value >= 0.0):
@@ -137,22 +148,35 @@ class ControllerConfig:
         urdf_path: Path | str,
         joint_names: Sequence[str],
         velocity_scale: float = 1.0,
-        max_acceleration: float = 10.0,
-        max_acceleration_prismatic: float = 1.0,
+        acceleration_scale: float = 1.0,
+        default_acceleration_rad_s2: float = 10.0,
+        default_acceleration_m_s2: float = 1.0,
+        limit_overrides: Sequence[str] = (),
         **kwargs,
-    ) -> "ControllerConfig":
-        """Limits from the URDF; ``max_acceleration`` for revolute joints, ``..._prismatic`` for linear ones."""
-        if not 0.0 < velocity_scale <= 1.0:
-            raise ValueError(f"velocity_scale must be in (0, 1], got {velocity_scale}")
+    ) -> ControllerConfig:
+        """Limits from the URDF tightened by the joint limits' settings (``vla_ros.joint_limits``: the scales,
+        the default accelerations of revolute / prismatic joints, the per-joint overrides), resolved as the
+        safety filter resolves them. Overrides of joints this controller does not drive are the filter's.
+        Raises ValueError (an override that would loosen the URDF, a bad setting) saying what is wrong."""
+        settings = JointLimitSettings(
+            velocity_scale=velocity_scale,
+            acceleration_scale=acceleration_scale,
+            default_acceleration_rad_s2=default_acceleration_rad_s2,
+            default_acceleration_m_s2=default_acceleration_m_s2,
+            limit_overrides=tuple(limit_overrides),
+        )
         lim = limits_from_urdf(urdf_path, joint_names)
-        accel = np.where(lim.prismatic, max_acceleration_prismatic, max_acceleration)
+        tight = tighten_limits(lim, settings, unknown_joints=False)
+        if tight.reasons:
+            raise ValueError("; ".join(tight.reasons))
         return cls(
             joint_names=tuple(joint_names),
-            velocity_limits=tuple(float(v) for v in lim.velocity * velocity_scale),
-            acceleration_limits=tuple(float(a) for a in accel),
-            position_lower=tuple(float(v) for v in lim.lower),
-            position_upper=tuple(float(v) for v in lim.upper),
+            velocity_limits=tuple(float(v) for v in tight.velocity),
+            acceleration_limits=tuple(float(a) for a in tight.acceleration),
+            position_lower=tuple(float(v) for v in tight.lower),
+            position_upper=tuple(float(v) for v in tight.upper),
             prismatic=tuple(bool(p) for p in lim.prismatic),
+            urdf_velocity_limits=tuple(float(v) for v in lim.velocity),
             **kwargs,
         )
 
@@ -162,5 +186,5 @@ class ControllerConfig:
         tol = np.where(prismatic, self.path_tolerance_m, self.path_tolerance_rad)
         return np.where(tol > 0.0, tol, np.inf)
 
-    def replace(self, **changes) -> "ControllerConfig":
+    def replace(self, **changes) -> ControllerConfig:
         return dataclasses.replace(self, **changes)

@@ -53,15 +53,14 @@ from collections import Counter
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.chunks import ActionChunk
 from vla_ros.control.config import ControllerConfig
 from vla_ros.control.hermite import HermitePlan, pchip_slopes
+from vla_ros.timeline import EpisodeTimeline
 
 log = logging.getLogger(__name__)
 
-# Joint states stamped up to this far ahead of the controller's clock still count as "now" (message
-# stamps may lead a simulated /clock by a step); a reset moves time back by far more than this.
-STAMP_GRACE_NS = 100_000_000
 # A cycle more than this many periods after the previous one follows a stall of the loop or the process
 # (see update()): the command resumes from the last one, at rest.
 STALL_PERIODS = 3
@@ -84,9 +83,6 @@ VELOCITY_CHECK_RTOL = 1e-6
 # The path tolerance compares the measured state with every command of this last stretch of time, so a
 # servo lagging its command by up to this long is not a divergence.
 PATH_TOLERANCE_WINDOW_S = 0.25
-# An announced reset whose episode starts this much before the clock promises a backwards clock jump
-# (reset_clock_on_reset); the controller waits for it at most RESET_JUMP_WAIT_NS of the old timeline.
-RESET_JUMP_WAIT_NS = 1_000_000_000
 
 
 class Motion(enum.Enum):
@@ -107,7 +103,9 @@ class _Pending:
 
     __slots__ = ("stamp_ns", "times_ns", "positions", "velocities")
 
-    def __init__(self, stamp_ns: int, times_ns: np.ndarray, positions: np.ndarray, velocities: np.ndarray | None) -> None:
+    def __init__(
+        self, stamp_ns: int, times_ns: np.ndarray, positions: np.ndarray, velocities: np.ndarray | None
+    ) -> None:
         self.stamp_ns = stamp_ns
         self.times_ns = times_ns
         self.positions = positions
@@ -148,10 +146,7 @@ class ChunkExecutor:
         self._anchor_ref: np.ndarray | None = None
         self._path_checked_ns: int | None = None
         # Episodes: the newest announced one, when it began (ROS time), and a reset waiting for its clock jump.
-        self.episode: str | None = None
-        self.episode_start_ns: int | None = None
-        self._await_jump_until_ns: int | None = None
-        self._jump_landed_ns: int | None = None
+        self.timeline = EpisodeTimeline()
         self.last_reset = ""  # reason and detail of the newest reset, for diagnostics
         self.last_rejection = ""  # detail of the newest rejection, for logs and diagnostics
         # Inputs.
@@ -174,13 +169,22 @@ class ChunkExecutor:
         self._cycles_since_output = 0  # cycles since a command was last sent (0: sent in the previous one)
         self.watchdog = "no_chunk"  # why the arm is not tracking a chunk ("" while it is)
         self._epoch_ns = 0
-        self._last_ns: int | None = None
         self.now_ns: int | None = None
         self.active_stamp_ns: int | None = None
         self._covered_until = -math.inf
         self.last_blend_horizon_s = 0.0
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+
+    @property
+    def episode(self) -> str | None:
+        """The newest announced episode (None: none announced)."""
+        return self.timeline.episode
+
+    @property
+    def episode_start_ns(self) -> int | None:
+        """Chunks and joint states stamped before this are refused (an episode's start, or a re-anchor's)."""
+        return self.timeline.start_ns
 
     # ---- configuration ---------------------------------------------------------------------------
     def _set_limits(self, cfg: ControllerConfig) -> None:
@@ -198,7 +202,9 @@ class ChunkExecutor:
         """Apply a new snapshot between cycles. Joints, rate and buffer sizes need a new executor."""
         for field in ("joint_names", "rate_hz", "max_chunk_points"):
             if getattr(config, field) != getattr(self.config, field):
-                raise ValueError(f"{field} cannot change at run time ({getattr(self.config, field)!r} -> {getattr(config, field)!r})")
+                raise ValueError(
+                    f"{field} cannot change at run time ({getattr(self.config, field)!r} -> {getattr(config, field)!r})"
+                )
         self.config = config
         self._set_limits(config)
 
@@ -218,32 +224,40 @@ class ChunkExecutor:
         """
         cfg = self.config
         if self.estopped:
-            return self._reject("estopped")
+            return self._reject(reasons.ESTOPPED)
         if not self.enabled:
-            return self._reject("disabled")
+            return self._reject(reasons.DISABLED)
         if self.held:
-            return self._reject("held", f"held: {self.held}")
+            return self._reject(reasons.HELD, f"held: {self.held}")
         if int(chunk.stamp_ns) == 0:
-            return self._reject("unstamped", "header.stamp is 0: a chunk must carry its observation time")
-        if self.episode_start_ns is not None and int(chunk.stamp_ns) < self.episode_start_ns:
-            return self._reject("before_reset", f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began")
+            return self._reject(reasons.UNSTAMPED, "header.stamp is 0: a chunk must carry its observation time")
+        if self.timeline.before_episode(int(chunk.stamp_ns)):
+            return self._reject(
+                reasons.BEFORE_RESET,
+                f"stamped {(self.episode_start_ns - int(chunk.stamp_ns)) * 1e-9:.3f} s before the episode began",
+            )
         names = list(chunk.joint_names)
         if len(set(names)) != len(names):
-            return self._reject("duplicate_joint")
+            return self._reject(reasons.DUPLICATE_JOINT)
         if any(n not in self._index for n in names):
-            return self._reject("unknown_joint")
+            return self._reject(reasons.UNKNOWN_JOINT)
         if len(names) != len(self._index):
-            return self._reject("missing_joint")
+            return self._reject(reasons.MISSING_JOINT)
         pos = np.asarray(chunk.positions, dtype=np.float64)
         tfs = np.asarray(chunk.time_from_start_s, dtype=np.float64)
         if pos.ndim != 2 or pos.shape[1] != len(names) or pos.shape[0] == 0 or tfs.shape != (pos.shape[0],):
-            return self._reject("size_mismatch")
+            return self._reject(reasons.SIZE_MISMATCH)
         if pos.shape[0] > cfg.max_chunk_points:
-            return self._reject("too_long")
-        if not np.all(np.isfinite(tfs)) or np.any(tfs < 0.0) or np.any(np.diff(tfs) <= 0.0) or tfs[-1] > MAX_CHUNK_SPAN_S:
-            return self._reject("bad_time")
+            return self._reject(reasons.TOO_MANY_POINTS)
+        if (
+            not np.all(np.isfinite(tfs))
+            or np.any(tfs < 0.0)
+            or np.any(np.diff(tfs) <= 0.0)
+            or tfs[-1] > MAX_CHUNK_SPAN_S
+        ):
+            return self._reject(reasons.BAD_TIME)
         if not np.all(np.isfinite(pos)):
-            return self._reject("non_finite")
+            return self._reject(reasons.NON_FINITE)
         order = np.array([self._index[n] for n in names])
         mapped = np.empty_like(pos)
         mapped[:, order] = pos  # column k of the chunk is joint names[k]
@@ -251,9 +265,9 @@ class ChunkExecutor:
         if chunk.velocities is not None and cfg.use_chunk_velocities:
             v = np.asarray(chunk.velocities, dtype=np.float64)
             if v.shape != pos.shape:
-                return self._reject("size_mismatch")
+                return self._reject(reasons.SIZE_MISMATCH)
             if not np.all(np.isfinite(v)):
-                return self._reject("non_finite")
+                return self._reject(reasons.NON_FINITE)
             vel = np.empty_like(v)
             vel[:, order] = v
         reason = self._check_limits(mapped, tfs, vel)
@@ -271,28 +285,34 @@ class ChunkExecutor:
         outside = (pos < self._lower - POSITION_CHECK_TOL) | (pos > self._upper + POSITION_CHECK_TOL)  # (H, J)
         if outside.any():
             k, j = np.argwhere(outside)[0]
-            return "position_limit", (f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, "
-                                      f"{self._upper[j]:.6g}]")
+            return reasons.POSITION_LIMIT, (
+                f"point {k}: {names[j]} = {pos[k, j]:.6g} outside [{self._lower[j]:.6g}, {self._upper[j]:.6g}]"
+            )
         if pos.shape[0] > 1:
             v = np.diff(pos, axis=0) / np.diff(tfs)[:, None]  # (H-1, J) segment velocities
             fast = np.abs(v) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
             if fast.any():
                 k, j = np.argwhere(fast)[0]
-                return "velocity_limit", (f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
-                                          f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)")
+                return reasons.VELOCITY_LIMIT, (
+                    f"segment {k}->{k + 1}: {names[j]} at {abs(v[k, j]):.4g} > "
+                    f"{self._vmax[j]:.4g} (URDF limit x velocity_scale)"
+                )
         if vel is not None:
             fast = np.abs(vel) > self._vmax * (1.0 + VELOCITY_CHECK_RTOL)
             if fast.any():
                 k, j = np.argwhere(fast)[0]
-                return "velocity_limit", f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}"
+                return (
+                    reasons.VELOCITY_LIMIT,
+                    f"point {k}: given velocity of {names[j]} {abs(vel[k, j]):.4g} > {self._vmax[j]:.4g}",
+                )
         return None
 
     def set_measured(self, q: np.ndarray, stamp_ns: int, received_ns: int) -> str | None:
         """Measured positions in controller order (the node maps names). Returns a rejection code or None."""
         if not np.all(np.isfinite(q)):
-            return self._reject("joint_state_non_finite")
-        if self.episode_start_ns is not None and int(stamp_ns) < self.episode_start_ns:
-            return self._reject("joint_state_before_reset", "joint state stamped before the episode began")
+            return self._reject(reasons.JOINT_STATE_NON_FINITE)
+        if self.timeline.before_episode(int(stamp_ns)):
+            return self._reject(reasons.JOINT_STATE_BEFORE_RESET, "joint state stamped before the episode began")
         self.q_meas[:] = q
         self.meas_stamp_ns = int(stamp_ns)
         self.meas_received_ns = int(received_ns)
@@ -304,7 +324,9 @@ class ChunkExecutor:
         self.estopped = True
         self._estop_request = True
         self._pending = None
-        return "e-stop was already latched" if already else "e-stop latched: decelerating to rest; call resume to continue"
+        return (
+            "e-stop was already latched" if already else "e-stop latched: decelerating to rest; call resume to continue"
+        )
 
     def resume(self) -> tuple[bool, str]:
         if not self.estopped:
@@ -344,17 +366,15 @@ class ChunkExecutor:
         arm is, without moving it. Returns False for an announcement already handled (a repeat, or the
         same reset as a clock jump just seen)."""
         stamp_ns = int(stamp_ns)
-        if (episode, stamp_ns) == (self.episode, self.episode_start_ns):
-            return False
-        first = self.episode is None
-        self.episode, self.episode_start_ns = episode, stamp_ns
         now = self.now_ns
-        if self._jump_landed_ns is not None and now is not None and stamp_ns <= now + STAMP_GRACE_NS:
-            self._jump_landed_ns = None  # the clock jump that came first was this reset: already re-anchored
+        news = self.timeline.announce(stamp_ns, episode, now)
+        if news is None:
+            return False
+        if self.timeline.claim_jump(now):  # the clock jump that came first was this reset: already re-anchored
             if self.motion is Motion.WAITING:
                 self._ramp = False  # not started yet: start at the arm, as after any announced reset
             return False
-        if first:
+        if news.first:
             # The current episode, learnt at start-up (transient local): only what predates it goes.
             if self.active_stamp_ns is not None and self.active_stamp_ns < stamp_ns:
                 self._drop_plan(ramp=False)
@@ -364,10 +384,10 @@ class ChunkExecutor:
         self.counters["resets"] += 1
         self.counters["resets.announced"] += 1
         self.last_reset = f"episode {episode or '?'} announced, starting at {stamp_ns * 1e-9:.3f} s"
-        if now is not None and stamp_ns + STAMP_GRACE_NS < now:
+        if news.restarts_clock:
             # Time restarts (reset_clock_on_reset): hold off until the clock has jumped back, so the
             # command never re-anchors on a joint state of the old timeline.
-            self._await_jump_until_ns = now + RESET_JUMP_WAIT_NS
+            self.timeline.expect_jump(now)
         self._drop_plan(ramp=False)
         if self.meas_stamp_ns is not None and self.meas_stamp_ns < stamp_ns:
             self.meas_stamp_ns = None  # from the old episode
@@ -384,7 +404,12 @@ class ChunkExecutor:
     def _check_path(self, now_ns: int) -> None:
         """Re-anchor when the measured state is further than the path tolerance from every recent command."""
         stamp = self.meas_stamp_ns
-        if stamp is None or stamp == self._path_checked_ns or not self._output_on or not np.isfinite(self._path_tol).any():
+        if (
+            stamp is None
+            or stamp == self._path_checked_ns
+            or not self._output_on
+            or not np.isfinite(self._path_tol).any()
+        ):
             return
         if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9:
             return  # a stale state says nothing about now
@@ -399,9 +424,12 @@ class ChunkExecutor:
         name = self.config.joint_names[j]
         self.counters["resets"] += 1
         self.counters["resets.path_tolerance"] += 1
-        self.last_reset = f"path tolerance: {name} measured {off[j]:.3f} from every command of the last {PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
+        self.last_reset = (
+            f"path tolerance: {name} measured {off[j]:.3f} from every command of the last "
+            f"{PATH_TOLERANCE_WINDOW_S:g} s (> {self._path_tol[j]:g})"
+        )
         log.warning("%s: re-anchoring at the measured state", self.last_reset)
-        self.episode_start_ns = stamp  # chunks planned before the arm was moved are refused
+        self.timeline.set_start(stamp)  # chunks planned before the arm was moved are refused
         self._drop_plan(ramp=True)
 
     # ---- the control cycle -----------------------------------------------------------------------
@@ -414,26 +442,20 @@ class ChunkExecutor:
         cfg = self.config
         self.now_ns = now_ns
         self._cycles_since_output += 1
-        if self._last_ns is not None and now_ns < self._last_ns:
+        back_ns = self.timeline.observe_clock(now_ns)
+        if back_ns:
             self.counters["clock_jumps"] += 1
-            log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", (self._last_ns - now_ns) * 1e-9)
-            announced = self._await_jump_until_ns is not None
-            if announced:
-                self._await_jump_until_ns = None  # the announced reset's own jump: one reset, counted once
-            else:
+            log.warning("clock jumped back %.3f s: plan dropped, restarting from joint states", back_ns * 1e-9)
+            # The announced reset's own jump is one reset, counted once; another one is a reset of its own
+            # (an episode start it leaves in the discarded future is forgotten).
+            announced = self.timeline.take_jump(now_ns)
+            if not announced:
                 self.counters["resets"] += 1
                 self.counters["resets.clock_jump"] += 1
-                self.last_reset = f"clock jumped back {(self._last_ns - now_ns) * 1e-9:.3f} s"
-                self._jump_landed_ns = now_ns
-                if self.episode_start_ns is not None and self.episode_start_ns > now_ns + STAMP_GRACE_NS:
-                    self.episode_start_ns = None  # that episode's start lies in the discarded future
+                self.last_reset = f"clock jumped back {back_ns * 1e-9:.3f} s"
             self._drop_plan(ramp=not announced)
-        elif self._await_jump_until_ns is not None and now_ns > self._await_jump_until_ns:
+        if self.timeline.expire(now_ns):
             log.warning("an episode reset announced a clock restart that did not come: re-anchoring anyway")
-            self._await_jump_until_ns = None
-        if self._jump_landed_ns is not None and now_ns - self._jump_landed_ns > RESET_JUMP_WAIT_NS:
-            self._jump_landed_ns = None  # too long ago to be the same reset as a late announcement
-        self._last_ns = now_ns
         # After a stall of the loop or the process (more than STALL_PERIODS periods since the last cycle),
         # a position-controlled arm has waited at the last command: the command resumes from there at rest
         # and accelerates at the limits, one period at a time, towards the plan at the current time (the
@@ -516,11 +538,13 @@ class ChunkExecutor:
     # ---- internals -------------------------------------------------------------------------------
     def _start(self, now_ns: int) -> bool:
         """Leave WAITING when enabled and a fresh joint state of this timeline is at hand."""
-        if not self.enabled or self.meas_stamp_ns is None or self._await_jump_until_ns is not None:
+        if not self.enabled or self.meas_stamp_ns is None or self.timeline.jump_expected:
             return False
-        if self.meas_stamp_ns > now_ns + STAMP_GRACE_NS:
+        if self.timeline.ahead(self.meas_stamp_ns, now_ns):
             return False  # from before a backwards clock jump
-        if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.meas_received_ns > now_ns + STAMP_GRACE_NS:
+        if now_ns - self.meas_received_ns > self.config.joint_state_timeout_s * 1e9 or self.timeline.ahead(
+            self.meas_received_ns, now_ns
+        ):
             return False
         self._epoch_ns = now_ns
         target = np.clip(self.q_meas, self._lower, self._upper)
@@ -548,13 +572,13 @@ class ChunkExecutor:
     def _accept(self, c: _Pending, now_ns: int, t: float) -> None:
         cfg = self.config
         if self.estopped or not self.enabled or self.held:
-            self._reject("estopped" if self.estopped else "disabled" if not self.enabled else "held")
+            self._reject(reasons.ESTOPPED if self.estopped else reasons.DISABLED if not self.enabled else reasons.HELD)
         elif c.stamp_ns - now_ns > cfg.max_chunk_future_s * 1e9:
-            self._reject("stamp_in_future")
+            self._reject(reasons.FUTURE_STAMP)
         elif c.times_ns[-1] <= now_ns:
-            self._reject("expired")
+            self._reject(reasons.EXPIRED)
         elif now_ns - c.stamp_ns > cfg.max_chunk_age_s * 1e9:
-            self._reject("stale")
+            self._reject(reasons.STALE_CHUNK)
         else:
             self._build_chunk_spline(c, t)
             self._build_blend(t)

@@ -90,6 +90,12 @@ def assess(summary: dict, nominal_period_s: float, sim_time: bool) -> tuple[bool
         return True, "on time"
     missed = overruns / max(1, summary["window"])
     if missed > SIM_MISSED_PERIODS_WARN:
-        return False, f"missing {100 * missed:.0f} % of the simulated control periods (the controller cannot keep up with the simulator)"
-    return True, (f"keeping up with simulated time ({100 * missed:.1f} % of periods late as /clock arrives, "
-                  f"p99 period error {p99:.1f} ms: information)")
+        return (
+            False,
+            f"missing {100 * missed:.0f} % of the simulated control periods (the controller cannot keep up with "
+            "the simulator)",
+        )
+    return True, (
+        f"keeping up with simulated time ({100 * missed:.1f} % of periods late as /clock arrives, "
+        f"p99 period error {p99:.1f} ms: information)"
+    )

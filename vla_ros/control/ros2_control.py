@@ -71,7 +71,10 @@ def validate_jtc_trajectory(
     p = {**JTC_DEFAULTS[distro], **(params or {})}
     names = list(msg.joint_names)
     if not p["allow_partial_joints_goal"] and len(names) != len(controller_joints):
-        return f"joints on incoming trajectory don't match the controller joints ({len(names)} for {len(controller_joints)})"
+        return (
+            f"joints on incoming trajectory don't match the controller joints ({len(names)} for "
+            f"{len(controller_joints)})"
+        )
     if not names:
         return "empty joint names"
     if not msg.points:
@@ -87,14 +90,24 @@ def validate_jtc_trajectory(
     if stamp_ns != 0:
         end_ns = stamp_ns + _ns(msg.points[-1].time_from_start)
         if end_ns < now_ns:
-            return f"trajectory with non-zero start time ({stamp_ns * 1e-9:.9f}) ends in the past ({end_ns * 1e-9:.9f} < {now_ns * 1e-9:.9f})"
+            return (
+                f"trajectory with non-zero start time ({stamp_ns * 1e-9:.9f}) ends in the past "
+                f"({end_ns * 1e-9:.9f} < {now_ns * 1e-9:.9f})"
+            )
     previous_ns = 0
     for i, point in enumerate(msg.points):
         tfs_ns = _ns(point.time_from_start)
         if i > 0 and tfs_ns <= previous_ns:
-            return f"time between points {i - 1} and {i} is not strictly increasing ({previous_ns * 1e-9} and {tfs_ns * 1e-9})"
+            return (
+                f"time between points {i - 1} and {i} is not strictly increasing ({previous_ns * 1e-9} and "
+                f"{tfs_ns * 1e-9})"
+            )
         previous_ns = tfs_ns
-        fields = (("positions", point.positions), ("velocities", point.velocities), ("accelerations", point.accelerations))
+        fields = (
+            ("positions", point.positions),
+            ("velocities", point.velocities),
+            ("accelerations", point.accelerations),
+        )
         if p["allow_integration_in_goal_trajectories"]:
             if all(len(values) == 0 for _, values in fields):
                 return f"point {i} has no position, velocity or acceleration"
@@ -126,9 +139,15 @@ def check_controller_joints(
         return "the controller's joints parameter is empty"
     if interface == "forward_position":
         if interface_name and interface_name != "position":
-            return f"the controller commands '{interface_name}', not 'position': positions would be taken as {interface_name}s"
+            return (
+                f"the controller commands '{interface_name}', not 'position': positions would be taken as "
+                f"{interface_name}s"
+            )
         if ours != theirs:
-            return f"joint order differs: we send {ours}, the controller takes {theirs} (a forward controller maps by index)"
+            return (
+                f"joint order differs: we send {ours}, the controller takes {theirs} (a forward controller maps "
+                "by index)"
+            )
         return None
     if interface == "joint_trajectory":
         unknown = [j for j in ours if j not in theirs]

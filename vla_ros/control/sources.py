@@ -109,10 +109,16 @@ class SourceGate:
         trusted = " or ".join(self.trusted)
         if foreign:
             names = ", ".join(e.label for e in foreign)
-            return f"{names} publishes on the topic (only {trusted} may): the sender cannot be told apart, so nothing is executed"
+            return (
+                f"{names} publishes on the topic (only {trusted} may): the sender cannot be told apart, so "
+                "nothing is executed"
+            )
         recent = self.recent_untrusted(now_ns)
         if recent:
-            return f"{', '.join(recent)} published on the topic less than {self.quarantine_ns / NS:g} s ago: its messages may still be arriving"
+            return (
+                f"{', '.join(recent)} published on the topic less than {self.quarantine_ns / NS:g} s ago: its "
+                "messages may still be arriving"
+            )
         if not endpoints:
             return f"its publisher is gone and was not {trusted}"
         return None

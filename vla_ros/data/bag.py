@@ -31,8 +31,14 @@ INFINITE = (9223372036, 854775807)  # RMW_DURATION_INFINITE as rosbag2 writes it
 _RELIABILITY = {"system_default": 0, "reliable": 1, "best_effort": 2, "unknown": 3, "best_available": 4}
 _DURABILITY = {"system_default": 0, "transient_local": 1, "volatile": 2, "unknown": 3, "best_available": 4}
 _HISTORY = {"system_default": 0, "keep_last": 1, "keep_all": 2, "unknown": 3}
-_LIVELINESS = {"system_default": 0, "automatic": 1, "manual_by_node": 2, "manual_by_topic": 3, "unknown": 4,
-               "best_available": 5}
+_LIVELINESS = {
+    "system_default": 0,
+    "automatic": 1,
+    "manual_by_node": 2,
+    "manual_by_topic": 3,
+    "unknown": 4,
+    "best_available": 5,
+}
 
 
 class BagError(ValueError):
@@ -53,8 +59,12 @@ class OfferedQos:
     liveliness_lease_ns: int | None = None
 
     def __post_init__(self) -> None:
-        for name, table in (("reliability", _RELIABILITY), ("durability", _DURABILITY), ("history", _HISTORY),
-                            ("liveliness", _LIVELINESS)):
+        for name, table in (
+            ("reliability", _RELIABILITY),
+            ("durability", _DURABILITY),
+            ("history", _HISTORY),
+            ("liveliness", _LIVELINESS),
+        ):
             if getattr(self, name) not in table:
                 raise ValueError(f"{name} must be one of {sorted(table)}, got {getattr(self, name)!r}")
 
@@ -85,7 +95,8 @@ def qos_yaml(profiles: Iterable[OfferedQos]) -> str:
             f"- history: {_HISTORY[q.history]}\n  depth: {q.depth}\n  reliability: {_RELIABILITY[q.reliability]}\n"
             f"  durability: {_DURABILITY[q.durability]}\n  deadline:\n{_duration(q.deadline_ns)}\n"
             f"  lifespan:\n{_duration(q.lifespan_ns)}\n  liveliness: {_LIVELINESS[q.liveliness]}\n"
-            f"  liveliness_lease_duration:\n{_duration(q.liveliness_lease_ns)}\n  avoid_ros_namespace_conventions: false"
+            f"  liveliness_lease_duration:\n{_duration(q.liveliness_lease_ns)}\n  avoid_ros_namespace_conventions: "
+            "false"
         )
     return "\n".join(blocks)
 
@@ -96,6 +107,7 @@ def parse_qos(value: Any) -> list[OfferedQos]:
     items = yaml.safe_load(value) if isinstance(value, str) else value
     out = []
     for item in items or []:
+
         def policy(key: str, table: dict) -> str:
             v = item.get(key, "unknown")
             if isinstance(v, int):
@@ -107,11 +119,18 @@ def parse_qos(value: Any) -> list[OfferedQos]:
             sec, nsec = int(d.get("sec", 0)), int(d.get("nsec", 0))
             return None if (sec, nsec) == INFINITE or sec >= 0x7FFFFFFF else sec * 1_000_000_000 + nsec
 
-        out.append(OfferedQos(
-            reliability=policy("reliability", _RELIABILITY), durability=policy("durability", _DURABILITY),
-            history=policy("history", _HISTORY), depth=int(item.get("depth", 0)), deadline_ns=duration("deadline"),
-            lifespan_ns=duration("lifespan"), liveliness=policy("liveliness", _LIVELINESS),
-            liveliness_lease_ns=duration("liveliness_lease_duration")))
+        out.append(
+            OfferedQos(
+                reliability=policy("reliability", _RELIABILITY),
+                durability=policy("durability", _DURABILITY),
+                history=policy("history", _HISTORY),
+                depth=int(item.get("depth", 0)),
+                deadline_ns=duration("deadline"),
+                lifespan_ns=duration("lifespan"),
+                liveliness=policy("liveliness", _LIVELINESS),
+                liveliness_lease_ns=duration("liveliness_lease_duration"),
+            )
+        )
     return out
 
 
@@ -153,8 +172,10 @@ def bag_files(path: str | Path) -> list[Path]:
         meta = read_metadata_yaml(path)
         storage = meta.get("storage_identifier", "")
         if storage != "mcap":
-            raise BagError(f"{path}: storage '{storage}' is not supported (MCAP only; convert with "
-                           "`ros2 bag convert` to storage_id mcap)")
+            raise BagError(
+                f"{path}: storage '{storage}' is not supported (MCAP only; convert with "
+                "`ros2 bag convert` to storage_id mcap)"
+            )
         files = [path / rel for rel in meta.get("relative_file_paths") or []]
         missing = [str(f) for f in files if not f.is_file()]
         if missing:
@@ -217,7 +238,9 @@ class FileRecord:
     count: int
 
 
-def write_metadata(folder: Path, topics: Iterable[TopicRecord], files: list[FileRecord], custom: dict[str, str] | None = None) -> Path:
+def write_metadata(
+    folder: Path, topics: Iterable[TopicRecord], files: list[FileRecord], custom: dict[str, str] | None = None
+) -> Path:
     """metadata.yaml of a bag folder, as rosbag2 (version 8) writes it."""
     topics = list(topics)
     counted = [f for f in files if f.count]
@@ -230,22 +253,37 @@ def write_metadata(folder: Path, topics: Iterable[TopicRecord], files: list[File
         "starting_time": {"nanoseconds_since_epoch": start},
         "message_count": sum(f.count for f in files),
         "topics_with_message_count": [
-            {"topic_metadata": {"name": t.name, "type": t.type, "serialization_format": "cdr",
-                                "offered_qos_profiles": qos_yaml(t.offered_qos),
-                                "type_description_hash": t.type_description_hash},
-             "message_count": t.count}
+            {
+                "topic_metadata": {
+                    "name": t.name,
+                    "type": t.type,
+                    "serialization_format": "cdr",
+                    "offered_qos_profiles": qos_yaml(t.offered_qos),
+                    "type_description_hash": t.type_description_hash,
+                },
+                "message_count": t.count,
+            }
             for t in topics
         ],
         "compression_format": "",
         "compression_mode": "",
         "relative_file_paths": [f.path for f in files],
-        "files": [{"path": f.path, "starting_time": {"nanoseconds_since_epoch": f.start_ns},
-                   "duration": {"nanoseconds": f.end_ns - f.start_ns}, "message_count": f.count} for f in files],
+        "files": [
+            {
+                "path": f.path,
+                "starting_time": {"nanoseconds_since_epoch": f.start_ns},
+                "duration": {"nanoseconds": f.end_ns - f.start_ns},
+                "message_count": f.count,
+            }
+            for f in files
+        ],
         "custom_data": {str(k): str(v) for k, v in (custom or {}).items()} or None,
         "ros_distro": os.environ.get("ROS_DISTRO", ""),
     }
     out = folder / METADATA
-    out.write_text(yaml.safe_dump({"rosbag2_bagfile_information": info}, sort_keys=False, default_flow_style=False, width=1000))
+    out.write_text(
+        yaml.safe_dump({"rosbag2_bagfile_information": info}, sort_keys=False, default_flow_style=False, width=1000)
+    )
     return out
 
 
@@ -271,24 +309,41 @@ def info(path: str | Path) -> dict[str, Any]:
                     t = topics.get(channel.topic)
                     if t is None:  # once per topic: the QoS YAML took ~1 ms a message (10 s for a 30 s episode)
                         t = topics[channel.topic] = {
-                            "name": channel.topic, "type": schema.name if schema else "", "count": 0,
-                            "first_ns": message.log_time, "last_ns": message.log_time,
+                            "name": channel.topic,
+                            "type": schema.name if schema else "",
+                            "count": 0,
+                            "first_ns": message.log_time,
+                            "last_ns": message.log_time,
                             "encoding": channel.message_encoding,
-                            "offered_qos": [dataclasses.asdict(q) for q in parse_qos(channel.metadata.get("offered_qos_profiles", ""))],
+                            "offered_qos": [
+                                dataclasses.asdict(q)
+                                for q in parse_qos(channel.metadata.get("offered_qos_profiles", ""))
+                            ],
                         }
                     t["count"] += 1
                     t["first_ns"] = min(t["first_ns"], message.log_time)
                     t["last_ns"] = max(t["last_ns"], message.log_time)
                     total += 1
                 summary = reader.get_summary()
-                for channel in (summary.channels.values() if summary else []):  # topics without messages
+                for channel in summary.channels.values() if summary else []:  # topics without messages
                     if channel.topic in topics:
                         continue
                     schema = summary.schemas.get(channel.schema_id)
-                    topics.setdefault(channel.topic, {
-                        "name": channel.topic, "type": schema.name if schema else "", "count": 0, "first_ns": None,
-                        "last_ns": None, "encoding": channel.message_encoding,
-                        "offered_qos": [dataclasses.asdict(q) for q in parse_qos(channel.metadata.get("offered_qos_profiles", ""))]})
+                    topics.setdefault(
+                        channel.topic,
+                        {
+                            "name": channel.topic,
+                            "type": schema.name if schema else "",
+                            "count": 0,
+                            "first_ns": None,
+                            "last_ns": None,
+                            "encoding": channel.message_encoding,
+                            "offered_qos": [
+                                dataclasses.asdict(q)
+                                for q in parse_qos(channel.metadata.get("offered_qos_profiles", ""))
+                            ],
+                        },
+                    )
         except (McapError, OSError, ValueError, EOFError, yaml.YAMLError) as exc:
             raise BagError(f"{file}: cannot read the MCAP file ({exc.__class__.__name__}: {exc})") from None
         if header.profile and header.profile != "ros2":
@@ -302,10 +357,16 @@ def info(path: str | Path) -> dict[str, Any]:
         t.pop("first_ns"), t.pop("last_ns")
     duration = (last_ns - first_ns) * 1e-9 if first_ns is not None else 0.0
     return {
-        "path": str(path), "storage": "mcap", "files": [str(f) for f in files],
+        "path": str(path),
+        "storage": "mcap",
+        "files": [str(f) for f in files],
         "metadata_yaml": path.is_dir() and (path / METADATA).is_file(),
-        "bytes": sum(f.stat().st_size for f in files), "messages": total, "duration_s": round(duration, 6),
-        "start_ns": first_ns, "end_ns": last_ns, "topics": sorted(topics.values(), key=lambda t: t["name"]),
+        "bytes": sum(f.stat().st_size for f in files),
+        "messages": total,
+        "duration_s": round(duration, 6),
+        "start_ns": first_ns,
+        "end_ns": last_ns,
+        "topics": sorted(topics.values(), key=lambda t: t["name"]),
     }
 
 

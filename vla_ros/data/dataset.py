@@ -48,22 +48,33 @@ class Topics:
     extra_images: tuple[str, ...] = ()  # image topics of the model's further cameras (camera 1, 2, ...), e.g. the wrist
 
     @classmethod
-    def for_robot(cls, camera: str | None = None, joint_states: str | None = None, commands: str | None = None,
-                  instruction: str | None = None) -> "Topics":
+    def for_robot(
+        cls,
+        camera: str | None = None,
+        joint_states: str | None = None,
+        commands: str | None = None,
+        instruction: str | None = None,
+    ) -> Topics:
         """The defaults with a user's topic names; ``camera`` may carry Image or CompressedImage."""
         d = cls()
-        return cls(image=camera or d.image, compressed_image=camera or d.compressed_image,
-                   joint_states=joint_states or d.joint_states, commands=commands or d.commands,
-                   instruction=instruction or d.instruction)
+        return cls(
+            image=camera or d.image,
+            compressed_image=camera or d.compressed_image,
+            joint_states=joint_states or d.joint_states,
+            commands=commands or d.commands,
+            instruction=instruction or d.instruction,
+        )
 
     def observation_topics(self) -> list[str]:
-        return list(dict.fromkeys([self.image, self.compressed_image, *self.extra_images, self.joint_states, self.instruction]))
+        return list(
+            dict.fromkeys([self.image, self.compressed_image, *self.extra_images, self.joint_states, self.instruction])
+        )
 
     def camera_sources(self) -> dict[str, int]:
         """Image topic -> the model's camera index (``Observation.camera``)."""
         return {self.image: 0, self.compressed_image: 0, **{t: i + 1 for i, t in enumerate(self.extra_images)}}
 
-    def with_cameras(self, cameras: tuple[str, ...]) -> "Topics":
+    def with_cameras(self, cameras: tuple[str, ...]) -> Topics:
         """These topics for a model reading ``cameras`` (``ModelConfig.cameras``): the first is this camera
         topic, the others ``/<name>/image_raw`` (``vla_ros.cameras``)."""
         from vla_ros.cameras import image_topic
@@ -224,8 +235,9 @@ def samples(
     if episode.instruction is None:
         log.warning("%s: no instruction in the bag; no samples", episode.path.name)
         return
-    t_src, q_src, _source = target_track(episode.command_t_s, episode.command_positions, episode.joint_t_s,
-                                         episode.joint_positions, targets)
+    t_src, q_src, _source = target_track(
+        episode.command_t_s, episode.command_positions, episode.joint_t_s, episode.joint_positions, targets
+    )
     if len(t_src) < 2:
         return
     offsets = chunk_offsets_s(chunk_length, chunk_rate_hz)

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vla_ros.data.bag import BagError, FileRecord, OfferedQos, TopicRecord, bag_files, project_qos, qos_yaml, write_metadata
+from vla_ros.data.bag import (
+    BagError,
+    FileRecord,
+    OfferedQos,
+    TopicRecord,
+    bag_files,
+    project_qos,
+    qos_yaml,
+    write_metadata,
+)
 from vla_ros.data.msgdefs import full_definition, type_hash
 
 log = logging.getLogger(__name__)
@@ -63,13 +72,17 @@ class McapEpisodeWriter:
         qos = list(offered_qos) if offered_qos else [project_qos(topic)]
         record = TopicRecord(topic, type_name, qos, type_hash(type_name))
         self._channels[topic] = self._writer.register_channel(
-            topic=topic, message_encoding="cdr", schema_id=self._schemas[type_name],
+            topic=topic,
+            message_encoding="cdr",
+            schema_id=self._schemas[type_name],
             metadata={"offered_qos_profiles": qos_yaml(qos), "topic_type_hash": record.type_description_hash},
         )
         self._sequence[topic] = 0
         self.topics[topic] = record
 
-    def write(self, topic: str, type_name: str, cdr: bytes, log_time_ns: int, publish_time_ns: int | None = None) -> None:
+    def write(
+        self, topic: str, type_name: str, cdr: bytes, log_time_ns: int, publish_time_ns: int | None = None
+    ) -> None:
         """``cdr``: the serialized message as DDS delivers it (4-byte encapsulation header included)."""
         self.add_channel(topic, type_name)
         self._sequence[topic] += 1
@@ -78,9 +91,11 @@ class McapEpisodeWriter:
         self.start_ns = log_time_ns if self.start_ns is None else min(self.start_ns, log_time_ns)
         self.end_ns = log_time_ns if self.end_ns is None else max(self.end_ns, log_time_ns)
         self._writer.add_message(
-            channel_id=self._channels[topic], log_time=log_time_ns,
+            channel_id=self._channels[topic],
+            log_time=log_time_ns,
             publish_time=int(log_time_ns if publish_time_ns is None else publish_time_ns),
-            data=bytes(cdr), sequence=self._sequence[topic],
+            data=bytes(cdr),
+            sequence=self._sequence[topic],
         )
 
     def add_metadata(self, name: str, values: dict[str, Any]) -> None:
@@ -92,7 +107,7 @@ class McapEpisodeWriter:
         self._writer.finish()
         self._file.close()
 
-    def __enter__(self) -> "McapEpisodeWriter":
+    def __enter__(self) -> McapEpisodeWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -157,8 +172,9 @@ class _Decoders:
         return self.by_channel[key]
 
 
-def read_messages(path: str | Path, topics: Iterable[str] | None = None, log_time_order: bool = False,
-                  skipped: Counter | None = None) -> Iterator[BagMessage]:
+def read_messages(
+    path: str | Path, topics: Iterable[str] | None = None, log_time_order: bool = False, skipped: Counter | None = None
+) -> Iterator[BagMessage]:
     """Messages of ``topics`` (all when None) from a bag folder or an MCAP file, decoded with their own schemas.
 
     Default order is the file's: the order the recorder received them, which is what the online path saw.
@@ -176,7 +192,8 @@ def read_messages(path: str | Path, topics: Iterable[str] | None = None, log_tim
             with open(file, "rb") as f:
                 reader = make_reader(f)
                 for schema, channel, message in reader.iter_messages(
-                        topics=list(wanted) if wanted is not None else None, log_time_order=log_time_order):
+                    topics=list(wanted) if wanted is not None else None, log_time_order=log_time_order
+                ):
                     decoder, reason = decoders.decoder(file, schema, channel)
                     if decoder is None:
                         decoders.skipped[f"{channel.topic}: {reason}"] += 1

@@ -17,8 +17,21 @@ import sys
 from pathlib import Path
 
 PRIMITIVES = {
-    "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16",
-    "int32", "uint32", "int64", "uint64", "string", "wstring",
+    "bool",
+    "byte",
+    "char",
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "string",
+    "wstring",
 }
 SEPARATOR = "=" * 80
 

@@ -18,9 +18,9 @@ from vla_ros.data.dataset import Episode, Topics
 @dataclasses.dataclass(frozen=True)
 class BagSelection:
     """Args:
-        topics: topic names in the bags.
-        instruction: the task of every bag; the instruction topic is then not read.
-        command_joint_names: joint order of the Float64MultiArray commands; None = the model's joint order.
+    topics: topic names in the bags.
+    instruction: the task of every bag; the instruction topic is then not read.
+    command_joint_names: joint order of the Float64MultiArray commands; None = the model's joint order.
     """
 
     topics: Topics = Topics()
@@ -55,7 +55,9 @@ class Diagnosis:
         if reason is None:
             return
         self.skipped[reason] += 1
-        self.rejected.update({k[len("rejected."):]: v for k, v in episode.stats.items() if k.startswith("rejected.") and v})
+        self.rejected.update(
+            {k[len("rejected.") :]: v for k, v in episode.stats.items() if k.startswith("rejected.") and v}
+        )
         self.joint_names_seen.update(episode.joint_names_seen)
         self.topic_counts.update(episode.topic_counts)
 
@@ -63,26 +65,41 @@ class Diagnosis:
         t = self.selection.topics
         parts = [f"no usable episodes in {self.bags} bag(s) under {where} (skipped: {dict(self.skipped)})"]
         if self.rejected:
-            parts.append("token stream rejections: " + ", ".join(f"{code} {n}" for code, n in self.rejected.most_common()))
+            parts.append(
+                "token stream rejections: " + ", ".join(f"{code} {n}" for code, n in self.rejected.most_common())
+            )
         if self.joint_names_seen:
             names = [list(n) for n, _ in self.joint_names_seen.most_common(3)]
-            parts.append(f"joint states on {t.joint_states} name {names[0]}" + (f" (and {names[1:]})" if len(names) > 1 else "")
-                         + f"; the model expects {list(self.joint_names)}: pass --joints with the names in the order to learn")
+            parts.append(
+                f"joint states on {t.joint_states} name {names[0]}"
+                + (f" (and {names[1:]})" if len(names) > 1 else "")
+                + f"; the model expects {list(self.joint_names)}: pass --joints with the names in the order to learn"
+            )
         else:
             parts.append(f"no joint states on {t.joint_states} (pass --joint-states-topic)")
-        read = {topic: self.topic_counts.get(topic, 0) for topic in dict.fromkeys([t.image, t.compressed_image, t.joint_states, t.commands])}
+        read = {
+            topic: self.topic_counts.get(topic, 0)
+            for topic in dict.fromkeys([t.image, t.compressed_image, t.joint_states, t.commands])
+        }
         if self.selection.instruction is None:
             read[t.instruction] = self.topic_counts.get(t.instruction, 0)
         parts.append("messages read: " + ", ".join(f"{topic} {n}" for topic, n in read.items()))
         if "no_instruction" in self.skipped:
-            parts.append(f"no instruction on {t.instruction}: pass --instruction-topic, or --instruction 'the task' for the whole bag")
+            parts.append(
+                f"no instruction on {t.instruction}: pass --instruction-topic, or --instruction 'the task' for the "
+                "whole bag"
+            )
         if "no_targets" in self.skipped:
-            parts.append(f"nothing to learn: fewer than two commands on {t.commands} (std_msgs/Float64MultiArray, one value per "
-                         "joint; pass --command-topic) and fewer than two usable joint states")
+            parts.append(
+                f"nothing to learn: fewer than two commands on {t.commands} (std_msgs/Float64MultiArray, one value per "
+                "joint; pass --command-topic) and fewer than two usable joint states"
+            )
         if "no_frames" in self.skipped:
             parts.append(f"no usable camera frames on {t.image} (pass --camera-topic)")
         if self.skipped_topics:
-            parts.append("topics skipped while reading: " + ", ".join(f"{k} ({n})" for k, n in self.skipped_topics.items()))
+            parts.append(
+                "topics skipped while reading: " + ", ".join(f"{k} ({n})" for k, n in self.skipped_topics.items())
+            )
         return "; ".join(parts)
 
     def error(self, where: str | Path) -> NoUsableEpisodes:

@@ -36,8 +36,13 @@ MAX_TARGET_GAP_S = 0.1
 SOURCES = ("auto", "commands", "joint_states")
 
 
-def target_track(command_t_s: np.ndarray, command_positions: np.ndarray, joint_t_s: np.ndarray,
-                 joint_positions: np.ndarray, source: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
+def target_track(
+    command_t_s: np.ndarray,
+    command_positions: np.ndarray,
+    joint_t_s: np.ndarray,
+    joint_positions: np.ndarray,
+    source: str = "auto",
+) -> tuple[np.ndarray, np.ndarray, str]:
     """The recorded trajectory chunk targets come from: (times (M,), positions (M, J), "commands" or
     "joint_states"). ``source``: "auto" (commands when there are at least two of them), "commands" or
     "joint_states"."""
@@ -53,8 +58,14 @@ def chunk_offsets_s(chunk_length: int, chunk_rate_hz: float) -> np.ndarray:
     return np.arange(1, chunk_length + 1, dtype=np.float64) / chunk_rate_hz
 
 
-def chunk_targets(t_s: np.ndarray, positions: np.ndarray, anchor_t_s: float, offsets_s: np.ndarray,
-                  max_gap_s: float = MAX_TARGET_GAP_S, hold_s: float = 0.0) -> np.ndarray:
+def chunk_targets(
+    t_s: np.ndarray,
+    positions: np.ndarray,
+    anchor_t_s: float,
+    offsets_s: np.ndarray,
+    max_gap_s: float = MAX_TARGET_GAP_S,
+    hold_s: float = 0.0,
+) -> np.ndarray:
     """(H, J) float64 targets of a chunk stamped ``anchor_t_s``: ``positions`` (M, J) recorded at increasing
     ``t_s`` (M,), interpolated at anchor_t_s + offsets_s; NaN where there is no target (module docstring).
     ``hold_s``: points up to this long after the last sample take its value.

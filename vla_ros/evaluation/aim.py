@@ -47,13 +47,15 @@ class CupBeliefs:
         from vla_ros.model.io import load_model
 
         self.model = load_model(model_dir).eval()
-        if self.model.aux_head is None or self.model.frame_aux_head is None:
+        if getattr(self.model, "aux_head", None) is None or self.model.frame_aux_head is None:
             raise ValueError(f"{model_dir}: the model has no cup heads (trained without --task cups)")
 
     def __call__(self, session) -> dict[str, np.ndarray]:
         from vla_ros.evaluation.attention import cup_estimates
 
-        transformer, frame = cup_estimates(self.model, session.window(), session.stream.instruction.embeddings, session.policy.pinned)
+        transformer, frame = cup_estimates(
+            self.model, session.window(), session.stream.instruction.embeddings, session.policy.pinned
+        )
         return {"transformer": transformer, "frame_head": frame}
 
 
@@ -79,7 +81,9 @@ class FirstClose:
         sim = self.sim
         q = q_policy
         if self.driver is not None:
-            q = self.driver.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
+            q = self.driver.command(
+                sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions()
+            )
         if q is not None:
             is_open = q[self.gripper] >= self.half_open  # the evaluation's own rule for a close
             if self.was_open and not is_open and self.record is None:
@@ -92,42 +96,53 @@ class FirstClose:
 
 def summarise(rows: list[dict]) -> dict:
     """Signed medians and means of each point along and across the reach, over all first closes and the failed ones."""
+
     def stats(sel):
         if not sel:
             return None
         out = {}
         for p in POINTS:
             a = np.array([r[p] for r in sel], float)
-            out[p] = {"along_median_cm": round(float(np.median(a[:, 0])), 2), "along_mean_cm": round(float(a[:, 0].mean()), 2),
-                      "across_median_cm": round(float(np.median(a[:, 1])), 2), "across_mean_cm": round(float(a[:, 1].mean()), 2)}
+            out[p] = {
+                "along_median_cm": round(float(np.median(a[:, 0])), 2),
+                "along_mean_cm": round(float(a[:, 0].mean()), 2),
+                "across_median_cm": round(float(np.median(a[:, 1])), 2),
+                "across_mean_cm": round(float(a[:, 1].mean()), 2),
+            }
         return out | {"episodes": len(sel)}
 
     closed = [r for r in rows if "tcp" in r]
-    return {"episodes": len(rows), "success_rate": round(float(np.mean([r["success"] for r in rows])), 3) if rows else None,
-            "first_close": stats(closed), "first_close_failed": stats([r for r in closed if not r["success"]])}
+    return {
+        "episodes": len(rows),
+        "success_rate": round(float(np.mean([r["success"] for r in rows])), 3) if rows else None,
+        "first_close": stats(closed),
+        "first_close_failed": stats([r for r in closed if not r["success"]]),
+    }
 
 
 def run(model_dir, episodes: int, seed: int = 0, templates=None, driver_factory=None, threads: int = 1) -> dict:
-    from vla_ros.evaluation.closed_loop import ClosedLoop
-    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
-
     import torch
+
+    from vla_ros.evaluation.closed_loop import ClosedLoop
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, eval_episodes
 
     torch.set_num_threads(threads)
     beliefs = CupBeliefs(model_dir)
     loop = ClosedLoop(model_dir, backend="onnx", threads=threads)
     rows = []
     try:
-        for i in range(episodes):
-            ep_seed = EVAL_SEED_START + seed + i
-            color, instruction = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
+        for ep_seed, color, instruction in eval_episodes(episodes, seed, templates or HELDOUT_TEMPLATES):
             hook = FirstClose(beliefs, loop, driver_factory)
             r = loop.run_episode(ep_seed, instruction, color, hook=hook)
             rows.append({"seed": ep_seed, "color": color, "success": r.success, **(hook.record or {})})
     finally:
         loop.close()
-    return {**summarise(rows), "model": str(model_dir), "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
-            "rows": rows}
+    return {
+        **summarise(rows),
+        "model": str(model_dir),
+        "seeds": [EVAL_SEED_START + seed, EVAL_SEED_START + seed + episodes - 1],
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

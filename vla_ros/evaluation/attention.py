@@ -38,7 +38,7 @@ def cup_patches(sim, color: str, grid: tuple[int, int], crop=(0.0, 0.0, 0.0, 0.0
     mask = np.zeros((rows, cols), bool)
     r0, r1 = int(np.clip(np.floor(v.min()), 0, rows - 1)), int(np.clip(np.floor(v.max()), 0, rows - 1))
     c0, c1 = int(np.clip(np.floor(u.min()), 0, cols - 1)), int(np.clip(np.floor(u.max()), 0, cols - 1))
-    mask[r0:r1 + 1, c0:c1 + 1] = True
+    mask[r0 : r1 + 1, c0 : c1 + 1] = True
     return mask.reshape(-1)
 
 
@@ -50,7 +50,9 @@ def frame_attention(model, config, window, instruction, pinned=None) -> np.ndarr
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
     from vla_ros.tokens import Kind
 
-    seq = build_sequence(config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned)
+    seq = build_sequence(
+        config, window, text=instruction.embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned
+    )
     batch = collate([seq]).to(next(model.parameters()).device)  # the node's model may live on a GPU
     with torch.no_grad():
         out = model.full_pass(batch, need_weights=True)
@@ -80,7 +82,7 @@ def word_heat(att: np.ndarray, tokens, color: str | None) -> np.ndarray:
 def live_overlay(model, config, window, instruction, rgb: np.ndarray, pinned=None) -> np.ndarray:
     """The heat map of the colour word the instruction names (``named_color``) over the crop of ``rgb``,
     the newest camera frame of ``window``, as the model sees it: what the policy node publishes."""
-    from vla_ros.training.data import named_color
+    from vla_ros.tasks.cups import named_color
 
     att = frame_attention(model, config, window, instruction, pinned)  # (layers, H, L, P)
     heat = word_heat(att, instruction.tokens, named_color(instruction.text))
@@ -91,7 +93,7 @@ def crop_image(rgb: np.ndarray, crop) -> np.ndarray:
     """The part of the camera image the model sees (the tokenizer's crop), so patches line up with it."""
     top, bottom, left, right = crop
     h, w = rgb.shape[:2]
-    return rgb[round(top * h):h - round(bottom * h), round(left * w):w - round(right * w)]
+    return rgb[round(top * h) : h - round(bottom * h), round(left * w) : w - round(right * w)]
 
 
 def overlay(rgb: np.ndarray, heat: np.ndarray, grid) -> np.ndarray:
@@ -130,8 +132,10 @@ def _session(model):
     from vla_ros.policy import PolicySession
     from vla_ros.tokens.text import shared_encoder
 
-    return PolicySession(StreamingPolicy.from_model(model, device=next(model.parameters()).device),
-                         shared_encoder(model.config.max_text_tokens))
+    return PolicySession(
+        StreamingPolicy.from_model(model, device=next(model.parameters()).device),
+        shared_encoder(model.config.max_text_tokens),
+    )
 
 
 def cup_estimates(model, window, text_embeddings, pinned=None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -143,15 +147,19 @@ def cup_estimates(model, window, text_embeddings, pinned=None) -> tuple[np.ndarr
 
     from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, frame_cameras
     from vla_ros.model.timeline import ACTION
-    from vla_ros.training.data import unscale_aux
+    from vla_ros.tasks.cups import unscale_aux
 
-    seq = build_sequence(model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned)
+    seq = build_sequence(
+        model.config, window, text=text_embeddings, chunks=[ChunkSpec(anchor=window[-1].key)], pinned=pinned
+    )
     with torch.no_grad():
         out = model.full_pass(collate([seq]))
         rows = np.flatnonzero(seq.kind == ACTION)
         aux = model.aux_head(out.hidden[0, rows]).mean(0).numpy()
         main = np.flatnonzero(frame_cameras(seq) == 0)  # the frame head reads the main view
-        frame_aux = model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy() if model.frame_aux_head is not None else None
+        frame_aux = (
+            model.frame_aux_head(out.keypoints[main[-1:]])[0].numpy() if model.frame_aux_head is not None else None
+        )
     return unscale_aux(aux)[:2], None if frame_aux is None else unscale_aux(frame_aux)[:2]
 
 
@@ -182,21 +190,32 @@ def named_cup_error_at_rest(model, session, sim, seeds, templates, rest_s: float
         if frame_xy is not None:
             frame_errors.append(float(np.linalg.norm(frame_xy - cup_xy)))
     spread = float(np.linalg.norm(np.std(predictions, axis=0)))
-    result = {"mean": round(float(np.mean(errors)), 4), "max": round(float(np.max(errors)), 4),
-              "prediction_spread": round(spread, 4), "layouts": len(seeds)}
+    result = {
+        "mean": round(float(np.mean(errors)), 4),
+        "max": round(float(np.max(errors)), 4),
+        "prediction_spread": round(spread, 4),
+        "layouts": len(seeds),
+    }
     if frame_errors:
         result["frame_head_mean"] = round(float(np.mean(frame_errors)), 4)
     return result
 
 
-def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6, out: Path | None = None, templates=None,
-        rest_layouts: int = 12) -> dict:
+def run(
+    model_dir,
+    episodes: int = 3,
+    seed: int = 0,
+    frames_per_episode: int = 6,
+    out: Path | None = None,
+    templates=None,
+    rest_layouts: int = 12,
+) -> dict:
     import torch
 
     from vla_ros.model.io import load_model
     from vla_ros.sim import ArmSim
     from vla_ros.sim.expert import PickExpert
-    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, episode_task
+    from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, eval_episodes
 
     torch.manual_seed(0)
     model = load_model(model_dir).eval()
@@ -204,9 +223,8 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
     session = _session(model)
     sim = ArmSim()
     ratios, per_layer, panels = [], [], []
-    for e in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + e
-        color, instruction_text = episode_task(ep_seed, templates or HELDOUT_TEMPLATES)
+    tasks = eval_episodes(episodes, seed, templates or HELDOUT_TEMPLATES)
+    for e, (ep_seed, color, instruction_text) in enumerate(tasks):
         sim.reset(ep_seed)
         instruction = _episode_session(session, instruction_text)
         words = list(instruction.tokens)
@@ -217,11 +235,16 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
         while sim.time_s < 2.05:
             rgb = _feed_sensors(sim, session)
             if sim.is_joint_state_step():
-                sim.command_positions(None, expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()))
+                sim.command_positions(
+                    None,
+                    expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()),
+                )
             if rgb is not None:
                 if round(sim.time_s, 2) in sample_at or any(abs(sim.time_s - t) < 0.017 for t in sample_at):
                     sample_at = {t for t in sample_at if abs(sim.time_s - t) >= 0.017}
-                    att = frame_attention(model, config, session.window(), instruction, session.policy.pinned)  # (layers, H, L, P)
+                    att = frame_attention(
+                        model, config, session.window(), instruction, session.policy.pinned
+                    )  # (layers, H, L, P)
                     target = cup_patches(sim, color, config.patch_grid, config.crop)
                     share = target.mean()
                     if color_idx is not None and share > 0:
@@ -233,7 +256,7 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
                         panels.append((rgb, att.mean(axis=(0, 1)), words, color, instruction_text))
             sim.step()
     rest_error = None
-    if model.aux_head is not None:
+    if getattr(model, "aux_head", None) is not None:
         seeds = [EVAL_SEED_START + seed + e for e in range(rest_layouts)]
         rest_error = named_cup_error_at_rest(model, session, sim, seeds, templates or HELDOUT_TEMPLATES)
     sim.close()
@@ -241,12 +264,21 @@ def run(model_dir, episodes: int = 3, seed: int = 0, frames_per_episode: int = 6
         "grounding_ratio": round(float(np.mean(ratios)), 3) if ratios else None,
         "grounding_ratio_by_layer": [round(float(v), 3) for v in np.mean(per_layer, axis=0)] if per_layer else None,
         "named_cup_error_at_rest_m": rest_error,
-        "frames": len(ratios), "episodes": episodes, "model": str(model_dir),
+        "frames": len(ratios),
+        "episodes": episodes,
+        "model": str(model_dir),
     }
     if out is not None and panels:
         out.mkdir(parents=True, exist_ok=True)
         for i, (rgb, att, words, color, text) in enumerate(panels):
-            draw_panels(crop_image(rgb, config.crop), att, words, config.patch_grid, f"{text!r} (target: {color})", out / f"attention_{i}.png")
+            draw_panels(
+                crop_image(rgb, config.crop),
+                att,
+                words,
+                config.patch_grid,
+                f"{text!r} (target: {color})",
+                out / f"attention_{i}.png",
+            )
         (out / "attention.json").write_text(json.dumps(result, indent=1))
     return result
 

@@ -15,7 +15,7 @@ simulation's clock so a run is deterministic per seed and independent of the mac
 ``vla-ros eval --live`` measures the same episodes through the launched processes instead (``live_eval``).
 Success: the named cup's bottom is 5 cm above the table. Lifting another cup ends the episode as a failure.
 Parameters come from the same YAML files the nodes load (``config/policy.yaml``, ``config/safety_filter.yaml``,
-``config/controller.yaml``), so evaluation runs the shipped configuration.
+``config/controller.yaml``, ``config/limits.yaml``), so evaluation runs the shipped configuration.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """Args:
-        max_episode_s: simulated seconds before an episode counts as failed.
-        policy_rate_hz: policy ticks per simulated second (the node's ``rate_hz``); None = as config/policy.yaml
-            sets it, and its ``tick_on_frame`` too, so the evaluation ticks as the node does.
-        inference_latency_s: modelled time from a tick to its chunk reaching the filter.
-        frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
-        hold_after_success_s: keep running after success (for videos, and ``eval --hold``: is the cup still up?).
-        chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
-        shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
-            config/policy.yaml sets it.
-        temporal_ensemble_s: the policy node's ``temporal_ensemble_s``; None = as config/policy.yaml sets it.
+    max_episode_s: simulated seconds before an episode counts as failed.
+    policy_rate_hz: policy ticks per simulated second (the node's ``rate_hz``); None = as config/policy.yaml
+        sets it, and its ``tick_on_frame`` too, so the evaluation ticks as the node does.
+    inference_latency_s: modelled time from a tick to its chunk reaching the filter.
+    frame_delay_s: frames reach the policy this long after their stamp (rendering + transport).
+    hold_after_success_s: keep running after success (for videos, and ``eval --hold``: is the cup still up?).
+    chunk_smoothing_degree: the policy node's polynomial fit of each chunk; None = as config/policy.yaml sets it.
+    shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
+        config/policy.yaml sets it.
+    temporal_ensemble_s: the policy node's ``temporal_ensemble_s``; None = as config/policy.yaml sets it.
     """
 
     max_episode_s: float = 15.0
@@ -96,9 +96,13 @@ def grasp_offset(t_s: float, tcp_m, cup_m) -> dict:
     arm's reach and across it (``reach_axes``), and in world x, y."""
     d = np.asarray(tcp_m, float)[:2] - np.asarray(cup_m, float)[:2]
     along, across = reach_axes(cup_m)
-    return {"t_s": round(float(t_s), 3), "along_reach_m": round(float(d @ along), 4),
-            "across_reach_m": round(float(d @ across), 4),
-            "x_m": round(float(d[0]), 4), "y_m": round(float(d[1]), 4)}
+    return {
+        "t_s": round(float(t_s), 3),
+        "along_reach_m": round(float(d @ along), 4),
+        "across_reach_m": round(float(d @ across), 4),
+        "x_m": round(float(d[0]), 4),
+        "y_m": round(float(d[1]), 4),
+    }
 
 
 LIFT_CHECK_M = 0.02  # a grasp counts as lifted once the hand is this far above where it closed
@@ -117,8 +121,15 @@ def hand_speed(history: list[tuple[float, np.ndarray]]) -> dict:
 class ClosedLoop:
     """Builds the cores once; ``run_episode(seed, instruction, color)`` runs one episode."""
 
-    def __init__(self, model_dir: str | Path, backend: str = "torch", device: str = "cpu", config: EvalConfig | None = None,
-                 share_dir: Path | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        backend: str = "torch",
+        device: str = "cpu",
+        config: EvalConfig | None = None,
+        share_dir: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
         from vla_ros.control import ChunkExecutor
         from vla_ros.launch_runner.packages import find_package_share
         from vla_ros.params import controller, policy, safety_filter
@@ -143,27 +154,41 @@ class ClosedLoop:
         self.rate_hz, self.tick_on_frame = float(policy_p["rate_hz"]), bool(policy_p["tick_on_frame"])
         if not (self.rate_hz > 0 or self.tick_on_frame):
             raise ValueError(f"the policy never ticks: rate_hz={self.rate_hz} and tick_on_frame is false")
-        safety_p = values_from_yaml(safety_filter.PARAMS, share / "config" / "safety_filter.yaml", "safety_filter")
+        limits_yaml = share / "config" / "limits.yaml"  # the joint limits the filter, controller and policy share
+        safety_p = values_from_yaml(
+            safety_filter.PARAMS, [share / "config" / "safety_filter.yaml", limits_yaml], "safety_filter"
+        )
         safety_config = safety_filter.config_from_params(safety_p)
         policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
+        policy_p["limits_file"] = str(limits_yaml)
         limits = None
         if policy_p["shape_chunks"]:
             from vla_ros.model.io import load_config
 
             names = load_config(model_dir).joint_names
             limits = policy.shaping_limits_from_params(policy_p, self.sim.urdf_xml, names)
-        self.session = PolicySession.from_pretrained(model_dir, backend=backend, device=device, threads=threads,
-                                                     config=policy.session_config_from_params(policy_p, limits))
+        self.session = PolicySession.from_pretrained(
+            model_dir,
+            backend=backend,
+            device=device,
+            threads=threads,
+            config=policy.session_config_from_params(policy_p, limits),
+        )
         self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
-        control_p = values_from_yaml(controller.PARAMS, share / "config" / "controller.yaml", "controller")
+        control_p = values_from_yaml(
+            controller.PARAMS, [share / "config" / "controller.yaml", limits_yaml], "controller"
+        )
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
         # a close: the gripper command falling through half open (the grasp records and the aim tool use it)
         self.gripper_index = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
-        self.half_open = None if self.gripper_index is None else 0.5 * (
-            self.sim.limits.lower[self.gripper_index] + self.sim.limits.upper[self.gripper_index])
+        self.half_open = (
+            None
+            if self.gripper_index is None
+            else 0.5 * (self.sim.limits.lower[self.gripper_index] + self.sim.limits.upper[self.gripper_index])
+        )
 
     def close(self) -> None:
         self.sim.close()
@@ -253,12 +278,17 @@ class ClosedLoop:
                         tcp_history = [h for h in tcp_history if h[0] >= sim.time_s - 0.1 - 1e-9] + [(sim.time_s, tcp)]
                         is_open = q_cmd[self.gripper_index] >= self.half_open
                         if gripper_was_open and not is_open:
-                            closes.append(grasp_offset(sim.time_s, tcp, sim.cup_positions()[color]) | hand_speed(tcp_history)
-                                          | {"lift_after_s": None, "fingers_at_lift_m": None})
+                            closes.append(
+                                grasp_offset(sim.time_s, tcp, sim.cup_positions()[color])
+                                | hand_speed(tcp_history)
+                                | {"lift_after_s": None, "fingers_at_lift_m": None}
+                            )
                             lift_from_z = float(tcp[2])
                         elif not is_open and lift_from_z is not None and tcp[2] > lift_from_z + LIFT_CHECK_M:
                             closes[-1]["lift_after_s"] = round(sim.time_s - closes[-1]["t_s"], 3)
-                            closes[-1]["fingers_at_lift_m"] = round(float(sim.command_joint_positions()[self.gripper_index]), 4)
+                            closes[-1]["fingers_at_lift_m"] = round(
+                                float(sim.command_joint_positions()[self.gripper_index]), 4
+                            )
                             lift_from_z = None
                         if is_open:
                             lift_from_z = None  # opened again before any lift
@@ -280,8 +310,19 @@ class ClosedLoop:
                 if success_t is not None and sim.time_s >= success_t + cfg.hold_after_success_s:
                     break
         return EpisodeResult(
-            seed=seed, color=color, instruction=instruction, success=success_t is not None,
-            time_to_success_s=success_t, lifted=lifted, verdicts=dict(verdicts), chunks=chunks,
-            min_target_distance_m=min_d, initial_target_distance_m=initial_d, findings=dict(findings), closes=closes,
-            frames=frames, commanded=commanded, measured=measured,
+            seed=seed,
+            color=color,
+            instruction=instruction,
+            success=success_t is not None,
+            time_to_success_s=success_t,
+            lifted=lifted,
+            verdicts=dict(verdicts),
+            chunks=chunks,
+            min_target_distance_m=min_d,
+            initial_target_distance_m=initial_d,
+            findings=dict(findings),
+            closes=closes,
+            frames=frames,
+            commanded=commanded,
+            measured=measured,
         )

@@ -4,7 +4,8 @@ The learned policy's failed grasps close 2-4 cm from the named cup, mostly along
 fixed camera looks along it and sees depth worst), while its successes close up to about 2 cm off. This
 tool separates the gripper's geometry from the policy: the privileged expert (``sim.expert.PickExpert``)
 aims a fixed offset away from the cup's axis, along the reach or across it, until it has shut the
-fingers, then lifts as usual; a trial counts when the cup is lifted within 3.5 s of simulated time. Run it for each ``--roll`` (the expert's ``wrist_roll_rad``: 0 closes the fingers across the reach,
+fingers, then lifts as usual; a trial counts when the cup is lifted within 3.5 s of simulated time. Run it for each
+``--roll`` (the expert's ``wrist_roll_rad``: 0 closes the fingers across the reach,
 pi/2 along it)::
 
     .venv/bin/python -m vla_ros.evaluation.grasp_tolerance --roll 0 --seeds 10 --json
@@ -62,7 +63,12 @@ def sweep(roll_rad: float, seeds: int, offsets_cm=OFFSETS_CM, progress: bool = T
 
     sim = ArmSim()
     table = {axis: {} for axis in AXES}
-    bar = tqdm(total=len(AXES) * len(offsets_cm) * seeds, desc=f"grasps (roll {roll_rad:.2f})", unit="trial", disable=not progress)
+    bar = tqdm(
+        total=len(AXES) * len(offsets_cm) * seeds,
+        desc=f"grasps (roll {roll_rad:.2f})",
+        unit="trial",
+        disable=not progress,
+    )
     try:
         for axis in AXES:
             for cm in offsets_cm:
@@ -78,15 +84,25 @@ def sweep(roll_rad: float, seeds: int, offsets_cm=OFFSETS_CM, progress: bool = T
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vla_ros.evaluation.grasp_tolerance", description=__doc__.splitlines()[0])
-    parser.add_argument("--roll", type=float, default=0.0, help="the expert's wrist roll in rad (default 0; 1.5708 closes along the reach)")
+    parser = argparse.ArgumentParser(
+        prog="python -m vla_ros.evaluation.grasp_tolerance", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--roll",
+        type=float,
+        default=0.0,
+        help="the expert's wrist roll in rad (default 0; 1.5708 closes along the reach)",
+    )
     parser.add_argument("--seeds", type=int, default=10, help="training layouts per offset (default 10)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     from vla_ros.sim.expert import WRIST_ROLL_LIMIT_RAD
 
     if args.seeds < 1 or not abs(args.roll) <= WRIST_ROLL_LIMIT_RAD:
-        print(f"--seeds must be >= 1 and --roll within +-{WRIST_ROLL_LIMIT_RAD} rad, got {args.seeds} and {args.roll}", file=sys.stderr)
+        print(
+            f"--seeds must be >= 1 and --roll within +-{WRIST_ROLL_LIMIT_RAD} rad, got {args.seeds} and {args.roll}",
+            file=sys.stderr,
+        )
         return 2
     result = sweep(args.roll, args.seeds, progress=not args.json)
     if not args.json:

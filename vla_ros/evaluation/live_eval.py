@@ -38,17 +38,31 @@ from vla_ros.evaluation.tables import success_breakdown, verdict_shares
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
 
+def vla_launch_args(model: str | Path) -> list[str]:
+    """``sim.launch.xml`` arguments for the learned policy on ``model`` (a folder or a name under models/),
+    with what the simulation needs for that model (its cameras)."""
+    from vla_ros.model.io import resolve_model_dir
+
+    return ["policy:=vla", f"model:={model}", *sim_launch_args(resolve_model_dir(model))]
+
+
 class LiveGraph:
     """The launch file in its own process group (stopped with SIGINT, as Ctrl-C stops ``ros2 launch``)."""
 
     def __init__(self, launch_args: list[str], log_path: Path | None) -> None:
         from vla_ros.launch_runner import find_launch_file
 
-        self.cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(find_launch_file("vla_ros", "sim.launch.xml")), *launch_args]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "vla_ros.launch_runner",
+            str(find_launch_file("vla_ros", "sim.launch.xml")),
+            *launch_args,
+        ]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "LiveGraph":
+    def __enter__(self) -> LiveGraph:
         log = open(self.log_path, "w") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
@@ -72,11 +86,11 @@ class Driver:
     def __init__(self) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from rcl_interfaces.srv import SetParameters
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.parameter import Parameter
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from rcl_interfaces.srv import SetParameters
         from std_msgs.msg import Header, String
         from std_srvs.srv import Trigger
         from trajectory_msgs.msg import JointTrajectory
@@ -90,7 +104,9 @@ class Driver:
         n = self.node
         self._executor = SingleThreadedExecutor()  # kept: rclpy.spin_once(node) rebuilds the wait set each call
         self._executor.add_node(n)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         self.status: dict | None = None
         self.first_status: dict[int, dict] = {}  # episode -> its first status (published by the reset itself)
         self.resets: dict[int, int] = {}  # episode -> announced start stamp (ns)
@@ -152,6 +168,24 @@ class Driver:
                 return True
         return False
 
+    def wait_until_up(self, graph: LiveGraph, startup_timeout_s: float, also=lambda: True) -> None:
+        """Spin until the graph is up: simulated time moves, the sim reports its episode, the policy has its
+        model, the filter and the controller report (and ``also()`` holds); RuntimeError with the tail of the
+        graph's log when that takes longer than ``startup_timeout_s`` wall seconds."""
+        ready = self.spin_until(
+            lambda: (
+                self.now_ns() > 0
+                and self.status is not None
+                and (self.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
+                and self.values("safety_filter", "filter") is not None
+                and self.values("controller", "loop") is not None
+                and also()
+            ),
+            startup_timeout_s,
+        )
+        if not ready:
+            raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
+
     def values(self, prefix: str, concern: str) -> dict | None:
         """The newest values of the status ``<prefix>: <concern>`` (None before the first report)."""
         entry = self.diag.get(f"{prefix}: {concern}")
@@ -176,7 +210,9 @@ class Driver:
         from rcl_interfaces.msg import ParameterType, ParameterValue
 
         value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
-        result = self.call(self.param_client, self._SetParameters.Request(parameters=[ParameterMsg(name="seed", value=value)])).results[0]
+        result = self.call(
+            self.param_client, self._SetParameters.Request(parameters=[ParameterMsg(name="seed", value=value)])
+        ).results[0]
         if not result.successful:
             raise RuntimeError(f"the sim refused seed={seed}: {result.reason}")
 
@@ -208,7 +244,10 @@ def _count(values: dict | None, key: str) -> float:
 
 def _drop_pct(before: dict | None, after: dict | None, source: str) -> tuple[float | None, dict]:
     """Share of ``source``'s messages the policy did not use between two diagnostics snapshots."""
-    delta = {k: int(_count(after, f"{source}.{k}") - _count(before, f"{source}.{k}")) for k in ("received", "lost", "dropped", "rejected", "unused")}
+    delta = {
+        k: int(_count(after, f"{source}.{k}") - _count(before, f"{source}.{k}"))
+        for k in ("received", "lost", "dropped", "rejected", "unused")
+    }
     sent = delta["received"] + delta["lost"]
     return (round(100.0 * delta["dropped"] / sent, 3) if sent else None), delta
 
@@ -238,54 +277,72 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
             return lifted is not None or s["time_s"] - start_ns * 1e-9 >= max_episode_s
 
         if not driver.spin_until(done, wall_per_episode_s):
-            raise RuntimeError(f"episode {episode} did not finish within {wall_per_episode_s:.0f} s wall "
-                               f"(simulated time at {driver.status['time_s']:.2f} s)")
+            raise RuntimeError(
+                f"episode {episode} did not finish within {wall_per_episode_s:.0f} s wall "
+                f"(simulated time at {driver.status['time_s']:.2f} s)"
+            )
         arrivals = [(stamp, ms) for stamp, ms in driver.arrivals[n_arrivals:] if stamp >= start_ns]
         latencies = [ms for _, ms in arrivals]
-        results.append({
-            "seed": ep_seed, "color": color, "instruction": instruction, "success": lifted == color,
-            "time_to_success_s": None if success_t is None else round(success_t, 3), "lifted": lifted,
-            "chunks": len(latencies), "min_target_distance_m": min_d, "initial_target_distance_m": d0,
-            "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
-            "episode": episode,
-            "chunk_arrivals": [[stamp, ms] for stamp, ms in arrivals],  # (stamp ns, latency ms): kept in results.json
-        })
+        results.append(
+            {
+                "seed": ep_seed,
+                "color": color,
+                "instruction": instruction,
+                "success": lifted == color,
+                "time_to_success_s": None if success_t is None else round(success_t, 3),
+                "lifted": lifted,
+                "chunks": len(latencies),
+                "min_target_distance_m": min_d,
+                "initial_target_distance_m": d0,
+                "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
+                "episode": episode,
+                "chunk_arrivals": [
+                    [stamp, ms] for stamp, ms in arrivals
+                ],  # (stamp ns, latency ms): kept in results.json
+            }
+        )
         if progress:
             r = results[-1]
-            print(f"episode {len(results)}/{len(jobs)} seed {ep_seed} {color}: {'success' if r['success'] else 'failure'}"
-                  f" (lifted {r['lifted']}), {r['chunks']} chunks", flush=True)
+            print(
+                f"episode {len(results)}/{len(jobs)} seed {ep_seed} {color}: {'success' if r['success'] else 'failure'}"
+                f" (lifted {r['lifted']}), {r['chunks']} chunks",
+                flush=True,
+            )
     return results
 
 
-def evaluate_live(model: str, episodes: int, seed: int, templates, backend: str = "onnx", max_episode_s: float = 15.0,
-                  real_time_factor: float = 1.0, out: Path | None = None, progress: bool = True,
-                  startup_timeout_s: float = 240.0, extra_launch_args: tuple[str, ...] = ()) -> dict:
+def evaluate_live(
+    model: str,
+    episodes: int,
+    seed: int,
+    templates,
+    backend: str = "onnx",
+    max_episode_s: float = 15.0,
+    real_time_factor: float = 1.0,
+    out: Path | None = None,
+    progress: bool = True,
+    startup_timeout_s: float = 240.0,
+    extra_launch_args: tuple[str, ...] = (),
+) -> dict:
     """Run ``episodes`` through the launched graph; the summary dict (see the module docstring)."""
-    from vla_ros.model.io import resolve_model_dir
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color))
+    jobs = [(ep_seed, instruction, color) for ep_seed, color, instruction in eval_episodes(episodes, seed, templates)]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
     t0 = time.time()
-    args = ["policy:=vla", f"model:={model}", f"backend:={backend}", f"real_time_factor:={real_time_factor}",
-            f"seed:={jobs[0][0] if jobs else 0}", *sim_launch_args(resolve_model_dir(model)), *extra_launch_args]
+    args = [
+        *vla_launch_args(model),
+        f"backend:={backend}",
+        f"real_time_factor:={real_time_factor}",
+        f"seed:={jobs[0][0] if jobs else 0}",
+        *extra_launch_args,
+    ]
     with LiveGraph(args, out / "graph.log" if out is not None else None) as graph:
         driver = Driver()
         try:
-            # Up: simulated time moves, the policy has its model, the filter and the controller report.
-            ready = driver.spin_until(
-                lambda: driver.now_ns() > 0 and driver.status is not None
-                and (driver.values("policy", "policy") or {}).get("status") not in (None, "starting", "no_model")
-                and driver.values("safety_filter", "filter") is not None and driver.values("controller", "loop") is not None,
-                startup_timeout_s)
-            if not ready:
-                raise RuntimeError(f"the graph did not come up within {startup_timeout_s:.0f} s:\n{graph.log_tail()}")
+            driver.wait_until_up(graph, startup_timeout_s)
             names = ["policy: policy", "safety_filter: filter"]
             before = driver.fresh_snapshot(names)
             driver.period_err_p99.clear()
@@ -298,13 +355,36 @@ def evaluate_live(model: str, episodes: int, seed: int, templates, backend: str 
             policy_reports = list(driver.policy_reports)
         finally:
             driver.close()
-    return summarize(results, before, after, period_err, policy_reports, model=model, backend=backend, seeds=[jobs[0][0], jobs[-1][0]],
-                     real_time_factor=real_time_factor, wall_s=time.time() - t0, load=(load_start, os.getloadavg()), out=out)
+    return summarize(
+        results,
+        before,
+        after,
+        period_err,
+        policy_reports,
+        model=model,
+        backend=backend,
+        seeds=[jobs[0][0], jobs[-1][0]],
+        real_time_factor=real_time_factor,
+        wall_s=time.time() - t0,
+        load=(load_start, os.getloadavg()),
+        out=out,
+    )
 
 
-def summarize(results: list[dict], before: dict, after: dict, period_err: list[float], policy_reports: list[dict],
-              model: str, backend: str, seeds,
-              real_time_factor: float, wall_s: float, load, out: Path | None) -> dict:
+def summarize(
+    results: list[dict],
+    before: dict,
+    after: dict,
+    period_err: list[float],
+    policy_reports: list[dict],
+    model: str,
+    backend: str,
+    seeds,
+    real_time_factor: float,
+    wall_s: float,
+    load,
+    out: Path | None,
+) -> dict:
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
     verdicts = {v: int(_count(filter_b, f"chunks.{v}") - _count(filter_a, f"chunks.{v}")) for v in VERDICTS}
@@ -324,15 +404,23 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         **verdict_shares(verdicts),
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in results if r["lifted"] not in (None, r["color"])),
-        "mean_distance_reduction": round(float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in results])), 3) if results else None,
+        "mean_distance_reduction": round(
+            float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in results])), 3
+        )
+        if results
+        else None,
         "episodes": len(results),
         "seeds": list(seeds),
-        "model": str(model), "backend": backend, "mode": "live",
+        "model": str(model),
+        "backend": backend,
+        "mode": "live",
         "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
         "latency_ms_p99": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
         "latency_chunks": len(latencies),
-        "joint_msgs_dropped_pct": joint_pct, "image_msgs_dropped_pct": image_pct,
-        "joint_msgs": joint_counts, "image_msgs": image_counts,
+        "joint_msgs_dropped_pct": joint_pct,
+        "image_msgs_dropped_pct": image_pct,
+        "joint_msgs": joint_counts,
+        "image_msgs": image_counts,
         "controller_period_err_ms_p99": round(max(period_err), 3) if period_err else None,
         "policy_inference_ms_p50": _weighted_median(policy_reports, "inference_ms"),
         "policy_inference_cpu_ms_p50": _weighted_median(policy_reports, "inference_cpu_ms"),
@@ -340,8 +428,11 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "policy_in_node_wall_ms_p50": _weighted_median(policy_reports, "in_node_wall_ms"),
         "policy_chunks": int(_count(policy_b, "chunks") - _count(policy_a, "chunks")),
         "policy_ticks": int(_count(policy_b, "ticks") - _count(policy_a, "ticks")),
-        "policy_skipped": {k.split(".", 1)[1]: int(_count(policy_b, k) - _count(policy_a, k))
-                           for k in sorted(policy_b or {}) if k.startswith("skipped.") and _count(policy_b, k) > _count(policy_a, k)},
+        "policy_skipped": {
+            k.split(".", 1)[1]: int(_count(policy_b, k) - _count(policy_a, k))
+            for k in sorted(policy_b or {})
+            if k.startswith("skipped.") and _count(policy_b, k) > _count(policy_a, k)
+        },
         "real_time_factor": real_time_factor,
         "real_time_factor_achieved": _float(sim_values, "real_time_factor.achieved"),
         "load_avg_1min": [round(load[0][0], 2), round(load[1][0], 2)],
@@ -349,15 +440,27 @@ def summarize(results: list[dict], before: dict, after: dict, period_err: list[f
         "wall_s": round(wall_s, 1),
     }
     if out is not None:
-        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": results, "policy_reports": policy_reports,
-                                                      "diagnostics": {"before": before, "after": after}}, indent=1, default=str))
+        (out / "results.json").write_text(
+            json.dumps(
+                {
+                    "summary": summary,
+                    "episodes": results,
+                    "policy_reports": policy_reports,
+                    "diagnostics": {"before": before, "after": after},
+                },
+                indent=1,
+                default=str,
+            )
+        )
     return summary
 
 
 def _weighted_median(reports: list[dict], name: str) -> float | None:
     """The median over the run of a figure the policy reports per period (``<name>.p50`` over ``<name>.n``
     ticks): the periods' medians, each counted as often as it had ticks."""
-    values = [(float(r[f"{name}.p50"]), int(r[f"{name}.n"])) for r in reports if f"{name}.p50" in r and f"{name}.n" in r]
+    values = [
+        (float(r[f"{name}.p50"]), int(r[f"{name}.n"])) for r in reports if f"{name}.p50" in r and f"{name}.n" in r
+    ]
     if not values:
         return None
     return round(float(np.median(np.repeat([v for v, _ in values], [n for _, n in values]))), 3)

@@ -21,12 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros.cli import print_result
 from vla_ros.evaluation.tables import outcome_summary
 
-EXAMPLE = ("examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
-           "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
-           "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json"
-           "   # choose between runs")
+EXAMPLE = (
+    "examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
+    "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
+    "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json   # choose "
+    "between runs"
+)
 
 
 def load_templates(path: str | None) -> tuple[str, ...]:
@@ -79,8 +82,20 @@ def _run_one(job):
     return r
 
 
-def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", device="cpu", videos: int = 0,
-             out: Path | None = None, progress: bool = True, config=None, share_dir=None, workers: int = 1) -> dict:
+def evaluate(
+    model: str,
+    episodes: int,
+    seed: int,
+    templates,
+    backend="onnx",
+    device="cpu",
+    videos: int = 0,
+    out: Path | None = None,
+    progress: bool = True,
+    config=None,
+    share_dir=None,
+    workers: int = 1,
+) -> dict:
     """Run the episodes; with ``workers`` > 1 they are spread over processes (one torch thread each).
 
     Every episode starts from its own seed with a reset sim and policy, so the results do not depend on
@@ -90,14 +105,13 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
 
     from tqdm import tqdm
 
-    from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
+    from vla_ros.sim.tasks import eval_episodes
 
     load_start = os.getloadavg()
-    jobs = []
-    for i in range(episodes):
-        ep_seed = EVAL_SEED_START + seed + i
-        color, instruction = episode_task(ep_seed, templates)
-        jobs.append((ep_seed, instruction, color, i < videos, out))
+    jobs = [
+        (ep_seed, instruction, color, i < videos, out)
+        for i, (ep_seed, color, instruction) in enumerate(eval_episodes(episodes, seed, templates))
+    ]
     results = []
     t0 = time.time()
     bar = tqdm(total=episodes, desc="evaluating", unit="ep", disable=not progress)
@@ -122,18 +136,27 @@ def evaluate(model: str, episodes: int, seed: int, templates, backend="onnx", de
     results.sort(key=lambda r: r.seed)
     summary = {
         **outcome_summary([r.__dict__ for r in results]),
-        "model": str(model), "backend": backend, "mode": "in_process", "workers": max(1, workers),
-        "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
+        "model": str(model),
+        "backend": backend,
+        "mode": "in_process",
+        "workers": max(1, workers),
+        "load_avg_1min": [round(load_start[0], 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
         "wall_s": round(time.time() - t0, 1),
     }
     hold_s = config.hold_after_success_s if config is not None else 0.0
     if hold_s > 0:  # success counts the lift; a cup dropped within the hold is counted here
         held = sum(1 for r in results if r.success and r.lifted == r.color)
-        summary["held_after_lift"] = {"hold_s": hold_s, "rate": round(held / len(results), 3) if results else None,
-                                      "dropped": sum(1 for r in results if r.success) - held}
+        summary["held_after_lift"] = {
+            "hold_s": hold_s,
+            "rate": round(held / len(results), 3) if results else None,
+            "dropped": sum(1 for r in results if r.success) - held,
+        }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps({"summary": summary, "episodes": [r.__dict__ for r in results]}, indent=1, default=str))
+        (out / "results.json").write_text(
+            json.dumps({"summary": summary, "episodes": [r.__dict__ for r in results]}, indent=1, default=str)
+        )
     return summary
 
 
@@ -149,34 +172,92 @@ def write_video(frames, path: Path, fps: int = 30) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-ros eval", description=__doc__.splitlines()[0], epilog=EXAMPLE,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vla-ros eval",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
-    parser.add_argument("--instructions", default=None, help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training list, to choose between runs) or a file of templates with {color}, one per line")
-    parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)")
+    parser.add_argument(
+        "--instructions",
+        default=None,
+        help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training list, "
+        "to choose between runs) or a file of templates with {color}, one per line",
+    )
+    parser.add_argument(
+        "--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--videos", type=int, default=0, help="write a video of the first N episodes")
     parser.add_argument("--out", default="", help="output folder (default runs/eval-<date>)")
     parser.add_argument("--max-episode-s", type=float, default=15.0)
-    parser.add_argument("--smoothing-degree", type=int, default=None, help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)")
-    parser.add_argument("--policy-rate", type=float, default=None, metavar="HZ", help="override the policy's rate_hz, its ticks per simulated second (default: config/policy.yaml)")
-    parser.add_argument("--shape-chunks", choices=("on", "off"), default=None, help="override the policy's shape_chunks (default: config/policy.yaml)")
-    parser.add_argument("--temporal-ensemble", type=float, default=None, metavar="S", help="override the policy's temporal_ensemble_s (0 = newest chunk alone; default: config/policy.yaml)")
-    parser.add_argument("--hold", type=float, default=0.0, metavar="S", help="run each episode S simulated seconds past the lift "
-                        "(success still counts the lift); the summary's held_after_lift says how many named cups are still up then")
-    parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)")
-    parser.add_argument("--live", action="store_true", help="run the episodes through the launched graph (sim, policy, "
-                        "safety filter and controller processes, DDS, simulated time) instead of in process")
-    parser.add_argument("--real-time-factor", type=float, default=1.0, help="--live: simulated seconds per wall second (default 1)")
-    parser.add_argument("--startup-timeout", type=float, default=240.0, help="--live: wall seconds for the graph to come up")
+    parser.add_argument(
+        "--smoothing-degree",
+        type=int,
+        default=None,
+        help="override the policy's chunk_smoothing_degree (default: config/policy.yaml)",
+    )
+    parser.add_argument(
+        "--policy-rate",
+        type=float,
+        default=None,
+        metavar="HZ",
+        help="override the policy's rate_hz, its ticks per simulated second (default: config/policy.yaml)",
+    )
+    parser.add_argument(
+        "--shape-chunks",
+        choices=("on", "off"),
+        default=None,
+        help="override the policy's shape_chunks (default: config/policy.yaml)",
+    )
+    parser.add_argument(
+        "--temporal-ensemble",
+        type=float,
+        default=None,
+        metavar="S",
+        help="override the policy's temporal_ensemble_s (0 = newest chunk alone; default: config/policy.yaml)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="run each episode S simulated seconds past the lift (success still counts the lift); the summary's "
+        "held_after_lift says how many named cups are still up then",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="episodes run in this many processes at once (one torch thread each)"
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="run the episodes through the launched graph (sim, policy, safety filter and controller processes, DDS, "
+        "simulated time) instead of in process",
+    )
+    parser.add_argument(
+        "--real-time-factor", type=float, default=1.0, help="--live: simulated seconds per wall second (default 1)"
+    )
+    parser.add_argument(
+        "--startup-timeout", type=float, default=240.0, help="--live: wall seconds for the graph to come up"
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
-    if args.live and (args.videos or args.workers != 1 or args.smoothing_degree is not None or args.shape_chunks is not None
-                      or args.policy_rate is not None or args.temporal_ensemble is not None or args.hold):
-        parser.error("--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, --shape-chunks, "
-                     "--policy-rate, --temporal-ensemble and --hold do not apply")
+    if args.live and (
+        args.videos
+        or args.workers != 1
+        or args.smoothing_degree is not None
+        or args.shape_chunks is not None
+        or args.policy_rate is not None
+        or args.temporal_ensemble is not None
+        or args.hold
+    ):
+        parser.error(
+            "--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, "
+            "--shape-chunks, --policy-rate, --temporal-ensemble and --hold do not apply"
+        )
     if not 0.0 <= args.hold <= 5.0:  # NaN fails too
         parser.error(f"--hold must be in [0, 5] simulated seconds, got {args.hold}")
     if args.temporal_ensemble is not None:  # the node parameter's own range check, before anything loads
@@ -198,21 +279,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.live:
         from vla_ros.evaluation.live_eval import evaluate_live
 
-        summary = evaluate_live(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend,
-                                args.max_episode_s, args.real_time_factor, out, progress=not args.json,
-                                startup_timeout_s=args.startup_timeout)
-        if not args.json:
-            for k, v in summary.items():
-                print(f"{k:>28}: {v}")
-        print(json.dumps(summary))
+        summary = evaluate_live(
+            str(resolve_model_dir(args.model)),
+            args.episodes,
+            args.seed,
+            templates,
+            args.backend,
+            args.max_episode_s,
+            args.real_time_factor,
+            out,
+            progress=not args.json,
+            startup_timeout_s=args.startup_timeout,
+        )
+        print_result(summary, args.json, 28)
         return 0
-    summary = evaluate(str(resolve_model_dir(args.model)), args.episodes, args.seed, templates, args.backend, args.device,
-                       args.videos, out, progress=not args.json, config=EvalConfig(max_episode_s=args.max_episode_s, chunk_smoothing_degree=args.smoothing_degree, policy_rate_hz=args.policy_rate,
-                                                           shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on",
-                                                           temporal_ensemble_s=args.temporal_ensemble, hold_after_success_s=args.hold),
-                       workers=args.workers)
-    if not args.json:
-        for k, v in summary.items():
-            print(f"{k:>24}: {v}")
-    print(json.dumps(summary))
+    summary = evaluate(
+        str(resolve_model_dir(args.model)),
+        args.episodes,
+        args.seed,
+        templates,
+        args.backend,
+        args.device,
+        args.videos,
+        out,
+        progress=not args.json,
+        config=EvalConfig(
+            max_episode_s=args.max_episode_s,
+            chunk_smoothing_degree=args.smoothing_degree,
+            policy_rate_hz=args.policy_rate,
+            shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on",
+            temporal_ensemble_s=args.temporal_ensemble,
+            hold_after_success_s=args.hold,
+        ),
+        workers=args.workers,
+    )
+    print_result(summary, args.json, 24)
     return 0

@@ -23,9 +23,11 @@ import shutil
 import sys
 from pathlib import Path
 
-EXAMPLE = ("example: vla-ros select --runs runs/seed0 runs/seed1 --out runs/vla_cups --episodes 100 --workers 2 --json\n"
-           "         vla-ros select --runs runs/seed0 runs/seed1 --checkpoints --screen-episodes 50 --out runs/vla_cups\n"
-           "         vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --json   # the held-out figure")
+EXAMPLE = (
+    "example: vla-ros select --runs runs/seed0 runs/seed1 --out runs/vla_cups --episodes 100 --workers 2 --json\n"
+    "         vla-ros select --runs runs/seed0 runs/seed1 --checkpoints --screen-episodes 50 --out runs/vla_cups\n"
+    "         vla-ros eval --model runs/vla_cups --episodes 100 --seed 0 --json   # the held-out figure"
+)
 SELECTION_FILE = "selection.json"
 HELDOUT_OFFSETS = 1_000_000  # `vla-ros eval --seed` offsets below this are the held-out figure's seeds
 
@@ -35,8 +37,11 @@ def rank_key(summary: dict) -> tuple:
     missing figure ranks last; equal keys keep the order the runs were given in (sorting is stable)."""
     unmodified = summary.get("filter_pass_unmodified_pct")
     seconds = summary.get("mean_time_to_success_s")
-    return (-summary["success_rate"], -(unmodified if unmodified is not None else -1.0),
-            seconds if seconds is not None else float("inf"))
+    return (
+        -summary["success_rate"],
+        -(unmodified if unmodified is not None else -1.0),
+        seconds if seconds is not None else float("inf"),
+    )
 
 
 def rank_runs(summaries: dict[str, dict]) -> list[str]:
@@ -133,28 +138,50 @@ def combine_rounds(first: Path, rest: Path) -> dict:
 
     a, b = (json.loads((folder / "results.json").read_text()) for folder in (first, rest))
     rows = sorted(a["episodes"] + b["episodes"], key=lambda r: r["seed"])
-    summary = {**a["summary"], **outcome_summary(rows), "wall_s": round(a["summary"]["wall_s"] + b["summary"]["wall_s"], 1)}
+    summary = {
+        **a["summary"],
+        **outcome_summary(rows),
+        "wall_s": round(a["summary"]["wall_s"] + b["summary"]["wall_s"], 1),
+    }
     (first / "results.json").write_text(json.dumps({"summary": summary, "episodes": rows}, indent=1, default=str))
     shutil.rmtree(rest)
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-ros select", description=__doc__.splitlines()[0], epilog=EXAMPLE,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vla-ros select",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--runs", nargs="+", required=True, help="trained model folders to choose between")
     parser.add_argument("--out", required=True, help="folder that receives the winner's files and selection.json")
     parser.add_argument("--episodes", type=int, default=100, help="selection episodes per run (default 100)")
-    parser.add_argument("--checkpoints", action="store_true",
-                        help="also every checkpoint the runs wrote (<run>/checkpoints/step_*), each a candidate of its own")
-    parser.add_argument("--screen-episodes", type=int, default=0,
-                        help="run every candidate on this many of the --episodes first; only the best --finalists run "
-                             "the rest (default 0: every candidate runs all of them)")
+    parser.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="also every checkpoint the runs wrote (<run>/checkpoints/step_*), each a candidate of its own",
+    )
+    parser.add_argument(
+        "--screen-episodes",
+        type=int,
+        default=0,
+        help="run every candidate on this many of the --episodes first; only the best --finalists run the rest "
+        "(default 0: every candidate runs all of them)",
+    )
     parser.add_argument("--finalists", type=int, default=2, help="candidates that go on after screening (default 2)")
-    parser.add_argument("--seed", type=int, default=HELDOUT_OFFSETS,
-                        help=f"offset into the evaluation seeds (default {HELDOUT_OFFSETS:,}: none of the held-out figure's)")
-    parser.add_argument("--instructions", default="train", help="phrasings, as for vla-ros eval (default train: the "
-                        "held-out ones stay for the final figure)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=HELDOUT_OFFSETS,
+        help=f"offset into the evaluation seeds (default {HELDOUT_OFFSETS:,}: none of the held-out figure's)",
+    )
+    parser.add_argument(
+        "--instructions",
+        default="train",
+        help="phrasings, as for vla-ros eval (default train: the held-out ones stay for the final figure)",
+    )
     parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"))
     parser.add_argument("--max-episode-s", type=float, default=15.0)
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once")
@@ -182,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         parser.error(f"--instructions: {exc}")
     if args.seed < HELDOUT_OFFSETS:
-        print(f"warning: --seed {args.seed} selects on the held-out figure's seeds (offsets below {HELDOUT_OFFSETS:,}); "
-              f"that figure will then flatter the winner", file=sys.stderr)
+        print(
+            f"warning: --seed {args.seed} selects on the held-out figure's seeds (offsets below {HELDOUT_OFFSETS:,}); "
+            f"that figure will then flatter the winner",
+            file=sys.stderr,
+        )
 
     for folder, twin in same_weights.items():
         print(f"note: {folder} has the weights of {twin}; judged once, as {twin}", file=sys.stderr)
@@ -198,13 +228,23 @@ def main(argv: list[str] | None = None) -> int:
         for i, run in enumerate(members):
             if not args.json:
                 print(f"[{i + 1}/{len(members)}] {run}: {episodes} episodes from seed offset {seed:,}")
-            figures[str(run)] = evaluate(str(run), episodes, seed, templates, args.backend, "cpu", 0,
-                                         Path(str(folders[str(run)]) + suffix), progress=not args.json,
-                                         config=EvalConfig(max_episode_s=args.max_episode_s), workers=args.workers)
+            figures[str(run)] = evaluate(
+                str(run),
+                episodes,
+                seed,
+                templates,
+                args.backend,
+                "cpu",
+                0,
+                Path(str(folders[str(run)]) + suffix),
+                progress=not args.json,
+                config=EvalConfig(max_episode_s=args.max_episode_s),
+                workers=args.workers,
+            )
         return figures
 
     summaries = run_round(pool, screen or args.episodes, args.seed, "")
-    finalists = [Path(name) for name in rank_runs(summaries)[:args.finalists]] if screen else pool
+    finalists = [Path(name) for name in rank_runs(summaries)[: args.finalists]] if screen else pool
     if screen:
         run_round(finalists, args.episodes - screen, args.seed + screen, ".rest")
         for run in finalists:
@@ -216,25 +256,47 @@ def main(argv: list[str] | None = None) -> int:
     winner = Path(order[0])
     copied = install(winner, out)
     staging.rename(out / "selection")  # every run's per-episode results, beside the winner
-    keys = ("success_rate", "success_by_color", "filter_pass_unmodified_pct", "filter_rejected_pct",
-            "mean_time_to_success_s", "wrong_cup", "episodes", "wall_s")
+    keys = (
+        "success_rate",
+        "success_by_color",
+        "filter_pass_unmodified_pct",
+        "filter_rejected_pct",
+        "mean_time_to_success_s",
+        "wrong_cup",
+        "episodes",
+        "wall_s",
+    )
     report = {
         "chosen": str(winner),
         "order": order,
-        "runs": {name: {**{k: summaries[name].get(k) for k in keys}, "screened_out": Path(name) not in finalists,
-                        "training": training_figures(Path(name))} for name in order},
-        "same_weights": same_weights, "episodes": args.episodes, "screen_episodes": screen,
+        "runs": {
+            name: {
+                **{k: summaries[name].get(k) for k in keys},
+                "screened_out": Path(name) not in finalists,
+                "training": training_figures(Path(name)),
+            }
+            for name in order
+        },
+        "same_weights": same_weights,
+        "episodes": args.episodes,
+        "screen_episodes": screen,
         "finalists": len(finalists) if screen else None,
-        "seeds": summaries[order[0]]["seeds"], "instructions": args.instructions,
-        "backend": args.backend, "files": copied, "out": str(out),
+        "seeds": summaries[order[0]]["seeds"],
+        "instructions": args.instructions,
+        "backend": args.backend,
+        "files": copied,
+        "out": str(out),
     }
     (out / SELECTION_FILE).write_text(json.dumps(report, indent=1))
     if not args.json:
         for name in order:
             r = report["runs"][name]
-            print(f"  {'chosen' if name == order[0] else '      '} {name}: success {r['success_rate']} over {r['episodes']}"
-                  f"{' (screened out)' if r['screened_out'] else ''}, unmodified {r['filter_pass_unmodified_pct']} %, "
-                  f"val loss {r['training'].get('final_val_loss')}")
+            print(
+                f"  {'chosen' if name == order[0] else '      '} {name}: success {r['success_rate']} over "
+                f"{r['episodes']}"
+                f"{' (screened out)' if r['screened_out'] else ''}, unmodified {r['filter_pass_unmodified_pct']} %, "
+                f"val loss {r['training'].get('final_val_loss')}"
+            )
     print(json.dumps(report))
     return 0
 

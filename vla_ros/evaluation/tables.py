@@ -18,6 +18,7 @@ def phrasing(instruction: str, color: str) -> str:
 def success_breakdown(rows: list[dict]) -> dict:
     """``success_by_color`` and ``success_by_phrasing`` (rate and episode count per template) of rows with
     ``success``, ``color`` and ``instruction``."""
+
     def rate(sel):
         return round(float(np.mean([r["success"] for r in sel])), 3) if sel else None
 
@@ -34,7 +35,10 @@ def verdict_shares(verdicts: dict) -> dict:
     """Percent of chunks the filter passed unmodified and rejected (None without chunks)."""
     total = sum(verdicts.values())
     pct = (lambda n: round(100.0 * n / total, 2)) if total else (lambda n: None)
-    return {"filter_pass_unmodified_pct": pct(verdicts.get("pass", 0)), "filter_rejected_pct": pct(verdicts.get("rejected", 0))}
+    return {
+        "filter_pass_unmodified_pct": pct(verdicts.get("pass", 0)),
+        "filter_rejected_pct": pct(verdicts.get("rejected", 0)),
+    }
 
 
 def grasp_summary(rows: list[dict]) -> dict:
@@ -44,30 +48,40 @@ def grasp_summary(rows: list[dict]) -> dict:
     and how the hand moved at that close (medians: horizontal speed and vertical velocity, cm/s, negative
     still coming down; seconds from the close until the hand had risen 2 cm, and the finger opening then, mm).
     The scripted expert closes on a still hand and lifts 0.77 s later on fingers squeezing the cup."""
+
     def medians(sel):
         first = [r["closes"][0] for r in sel if r["closes"]]
         if not first:
             return None
-        return {"along_reach_cm": round(100 * float(np.median([abs(c["along_reach_m"]) for c in first])), 2),
-                "across_reach_cm": round(100 * float(np.median([abs(c["across_reach_m"]) for c in first])), 2),
-                "episodes": len(first)}
+        return {
+            "along_reach_cm": round(100 * float(np.median([abs(c["along_reach_m"]) for c in first])), 2),
+            "across_reach_cm": round(100 * float(np.median([abs(c["across_reach_m"]) for c in first])), 2),
+            "episodes": len(first),
+        }
 
     def motion(sel):
         first = [r["closes"][0] for r in sel if r["closes"] and "hand_speed_xy_m_s" in r["closes"][0]]
         if not first:
             return None
         lifts = [c for c in first if c.get("lift_after_s") is not None]
-        return {"hand_speed_xy_cm_s": round(100 * float(np.median([c["hand_speed_xy_m_s"] for c in first])), 2),
-                "hand_speed_z_cm_s": round(100 * float(np.median([c["hand_speed_z_m_s"] for c in first])), 2),
-                "lift_after_s": round(float(np.median([c["lift_after_s"] for c in lifts])), 3) if lifts else None,
-                "fingers_at_lift_mm": round(1000 * float(np.median([c["fingers_at_lift_m"] for c in lifts])), 1) if lifts else None,
-                "episodes": len(first), "lifted_after_close": len(lifts)}
+        return {
+            "hand_speed_xy_cm_s": round(100 * float(np.median([c["hand_speed_xy_m_s"] for c in first])), 2),
+            "hand_speed_z_cm_s": round(100 * float(np.median([c["hand_speed_z_m_s"] for c in first])), 2),
+            "lift_after_s": round(float(np.median([c["lift_after_s"] for c in lifts])), 3) if lifts else None,
+            "fingers_at_lift_mm": round(1000 * float(np.median([c["fingers_at_lift_m"] for c in lifts])), 1)
+            if lifts
+            else None,
+            "episodes": len(first),
+            "lifted_after_close": len(lifts),
+        }
 
-    return {"closes_per_episode": round(float(np.mean([len(r["closes"]) for r in rows])), 2) if rows else None,
-            "first_close_offset": medians(rows),
-            "first_close_offset_failed": medians([r for r in rows if not r["success"]]),
-            "first_close_motion": motion(rows),
-            "first_close_motion_failed": motion([r for r in rows if not r["success"]])}
+    return {
+        "closes_per_episode": round(float(np.mean([len(r["closes"]) for r in rows])), 2) if rows else None,
+        "first_close_offset": medians(rows),
+        "first_close_offset_failed": medians([r for r in rows if not r["success"]]),
+        "first_close_motion": motion(rows),
+        "first_close_motion_failed": motion([r for r in rows if not r["success"]]),
+    }
 
 
 def outcome_summary(rows: list[dict]) -> dict:
@@ -89,8 +103,9 @@ def outcome_summary(rows: list[dict]) -> dict:
         "safety_findings": dict(sorted(sum((Counter(r["findings"]) for r in rows), Counter()).items())),
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in rows if r["lifted"] not in (None, r["color"])),
-        "mean_distance_reduction": round(float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"]
-                                                        for r in rows])), 3),
+        "mean_distance_reduction": round(
+            float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in rows])), 3
+        ),
         "grasps": grasp_summary(rows),
         "episodes": len(rows),
         "seeds": [rows[0]["seed"], rows[-1]["seed"]],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any
 
 
 @dataclass
@@ -24,15 +24,15 @@ class LaunchArgument:
 
     name: str
     #: Raw default text (substitutions not evaluated); None for a required argument.
-    default: Optional[str] = None
-    description: str = 'no description given'
-    choices: Optional[List[str]] = None
+    default: str | None = None
+    description: str = "no description given"
+    choices: list[str] | None = None
     #: Value the argument resolved to (None when only described, not resolved).
-    value: Optional[str] = None
+    value: str | None = None
     #: True when declared under an if/unless (it may not be visited).
     conditional: bool = False
     #: ``file:line`` of the declaration.
-    source: str = ''
+    source: str = ""
 
 
 @dataclass
@@ -41,7 +41,7 @@ class LogMessage:
 
     message: str
     delay_s: float = 0.0
-    source: str = ''
+    source: str = ""
 
 
 @dataclass
@@ -50,7 +50,7 @@ class ShutdownRequest:
 
     reason: str
     delay_s: float = 0.0
-    source: str = ''
+    source: str = ""
     #: False when the timer it is in was declared with cancel_on_shutdown="false".
     cancel_on_shutdown: bool = True
 
@@ -63,7 +63,7 @@ class ParamFile:
     #: True for files the runner wrote (inline ``<param>`` values, allow_substs).
     generated: bool = False
     #: For generated files from inline params: the flat ``{dotted.name: value}`` written.
-    values: Dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
     #: True for a ``-p name:=value`` argument (``<set_parameter>``) instead of a file.
     rule: bool = False
 
@@ -72,19 +72,19 @@ class ParamFile:
 class NodeInfo:
     """ROS-specific details of a ``<node>`` (already folded into ``ProcessSpec.cmd``)."""
 
-    package: Optional[str]
+    package: str | None
     executable: str
-    name: Optional[str]
+    name: str | None
     #: Absolute namespace after composing pushed namespaces; None when none was given.
-    namespace: Optional[str]
+    namespace: str | None
     #: ``--params-file`` files and ``-p`` rules in command-line order.
-    params_files: List[ParamFile] = field(default_factory=list)
-    remappings: List[Tuple[str, str]] = field(default_factory=list)
+    params_files: list[ParamFile] = field(default_factory=list)
+    remappings: list[tuple[str, str]] = field(default_factory=list)
 
     @property
-    def parameters(self) -> Dict[str, Any]:
+    def parameters(self) -> dict[str, Any]:
         """All inline parameter values merged in order (later files win)."""
-        merged: Dict[str, Any] = {}
+        merged: dict[str, Any] = {}
         for params_file in self.params_files:
             merged.update(params_file.values)
         return merged
@@ -96,13 +96,13 @@ class ProcessSpec:
 
     #: Output prefix without brackets, e.g. ``talker-1`` (name or exec + launch-wide counter).
     label: str
-    cmd: List[str]
+    cmd: list[str]
     #: Complete environment of the child (launch environment + ``<env>`` children).
-    env: Dict[str, str]
-    cwd: Optional[str] = None
+    env: dict[str, str]
+    cwd: str | None = None
     shell: bool = False
     #: ``screen``, ``log``, ``both``, ``own_log`` or ``full`` (launch.logging's aliases).
-    output: str = 'log'
+    output: str = "log"
     emulate_tty: bool = False
     #: Seconds after the launch starts (``<timer>``).
     delay_s: float = 0.0
@@ -116,12 +116,12 @@ class ProcessSpec:
     respawn_max_retries: int = -1
     sigterm_timeout: float = 5.0
     sigkill_timeout: float = 5.0
-    node: Optional[NodeInfo] = None
+    node: NodeInfo | None = None
     #: ``file:line`` of the ``<node>``/``<executable>`` tag.
-    source: str = ''
+    source: str = ""
 
 
-PlanItem = Union[ProcessSpec, LogMessage, ShutdownRequest]
+PlanItem = ProcessSpec | LogMessage | ShutdownRequest
 
 
 @dataclass
@@ -130,20 +130,20 @@ class LaunchPlan:
 
     launch_file: Path
     #: Everything the launch does, in the order upstream executes it (timers last, by firing time).
-    items: List[PlanItem] = field(default_factory=list)
+    items: list[PlanItem] = field(default_factory=list)
     #: Declared arguments in visiting order (first declaration of a name wins).
-    arguments: List[LaunchArgument] = field(default_factory=list)
+    arguments: list[LaunchArgument] = field(default_factory=list)
     #: Launch configurations of the top-level file once parsing finished.
-    configurations: Dict[str, str] = field(default_factory=dict)
+    configurations: dict[str, str] = field(default_factory=dict)
     #: Non-fatal problems (e.g. unknown attributes), for the caller to show.
-    warnings: List[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     #: Directory holding generated parameter files (None when none were needed).
-    params_dir: Optional[Path] = None
+    params_dir: Path | None = None
     #: The launch log directory a run writes (created when the run starts).
-    log_dir: Optional[Path] = None
+    log_dir: Path | None = None
 
     @property
-    def processes(self) -> List[ProcessSpec]:
+    def processes(self) -> list[ProcessSpec]:
         return [item for item in self.items if isinstance(item, ProcessSpec)]
 
     def cleanup(self) -> None:

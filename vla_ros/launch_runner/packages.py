@@ -25,17 +25,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional
 
 from .errors import LaunchError
 
 #: The package that can be found without an ament index ("pip mode").
-SOURCE_PACKAGE = 'vla_ros'
+SOURCE_PACKAGE = "vla_ros"
 #: Root of the source tree: vla_ros/launch_runner/packages.py -> parents[2].
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _ament_lookup(package: str, kind: str) -> Optional[Path]:
+def _ament_lookup(package: str, kind: str) -> Path | None:
     """Ask the ament index for a package's share or prefix; None if it is not indexed."""
     try:
         from ament_index_python.packages import (
@@ -46,7 +45,7 @@ def _ament_lookup(package: str, kind: str) -> Optional[Path]:
     except ImportError:  # no ament_index_python at all: nothing is indexed
         return None
     try:
-        if kind == 'share':
+        if kind == "share":
             return Path(get_package_share_directory(package))
         return Path(get_package_prefix(package))
     except PackageNotFoundError:
@@ -66,10 +65,10 @@ def _pip_mode_location(kind: str) -> Path:
     regular ``pip install`` instead copies the data files (launch/, config/,
     package.xml) to ``<sys.prefix>/share/vla_ros``.
     """
-    installed_share = Path(sys.prefix) / 'share' / SOURCE_PACKAGE
-    if (SOURCE_ROOT / 'package.xml').is_file() or not installed_share.is_dir():
+    installed_share = Path(sys.prefix) / "share" / SOURCE_PACKAGE
+    if (SOURCE_ROOT / "package.xml").is_file() or not installed_share.is_dir():
         return SOURCE_ROOT
-    return installed_share if kind == 'share' else Path(sys.prefix)
+    return installed_share if kind == "share" else Path(sys.prefix)
 
 
 def _find_package(package: str, kind: str) -> Path:
@@ -80,17 +79,18 @@ def _find_package(package: str, kind: str) -> Path:
         return _pip_mode_location(kind)
     raise LaunchError(
         f"package '{package}' not found in the ament index "
-        f"(AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})")
+        f"(AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})"
+    )
 
 
 def find_package_share(package: str) -> Path:
     """Return the share directory of *package* (``$(find-pkg-share package)``)."""
-    return _find_package(package, 'share')
+    return _find_package(package, "share")
 
 
 def find_package_prefix(package: str) -> Path:
     """Return the install prefix of *package* (``$(find-pkg-prefix package)``)."""
-    return _find_package(package, 'prefix')
+    return _find_package(package, "prefix")
 
 
 def _is_executable(path: Path) -> bool:
@@ -104,25 +104,30 @@ def find_node_executable(package: str, executable: str) -> str:
     ament index. Pip mode only: vla_ros's own console scripts next to ``sys.executable``. Raises
     :class:`LaunchError` naming the places searched.
     """
-    prefix = _ament_lookup(package, 'prefix')
+    prefix = _ament_lookup(package, "prefix")
     if prefix is not None:
-        libexec = prefix / 'lib' / package
+        libexec = prefix / "lib" / package
         if not libexec.is_dir():
-            raise LaunchError(f"package '{package}' found at '{prefix}', but libexec directory "
-                              f"'{libexec}' does not exist")
+            raise LaunchError(
+                f"package '{package}' found at '{prefix}', but libexec directory '{libexec}' does not exist"
+            )
         found = shutil.which(executable, path=str(libexec))
         if found is None:
-            raise LaunchError(f"executable '{executable}' not found in the libexec directory '{libexec}' "
-                              f"of package '{package}'")
+            raise LaunchError(
+                f"executable '{executable}' not found in the libexec directory '{libexec}' of package '{package}'"
+            )
         return found
     if package != SOURCE_PACKAGE:
         raise LaunchError(
             f"executable '{executable}' of package '{package}' not found: the package is not in the ament "
-            f"index (AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})")
+            f"index (AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})"
+        )
     # Deliberately not resolved: a venv's python is a symlink to the base
     # interpreter, and the console scripts live next to the symlink.
     venv_candidate = Path(sys.executable).parent / executable
     if _is_executable(venv_candidate):
         return str(venv_candidate)
-    raise LaunchError(f"executable '{executable}' of package '{package}' not found "
-                      f"(searched: {venv_candidate}; pip mode: is vla_ros installed in this environment?)")
+    raise LaunchError(
+        f"executable '{executable}' of package '{package}' not found "
+        f"(searched: {venv_candidate}; pip mode: is vla_ros installed in this environment?)"
+    )

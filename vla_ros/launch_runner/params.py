@@ -21,22 +21,23 @@ Follows ``launch_ros`` (``Node.parse_nested_parameters``, ``evaluate_parameter_d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 import yaml
 
 from .errors import LaunchError
 from .substitutions import has_substitutions, parse_template
 
-_SCALAR_TYPES = {'str': str, 'int': int, 'float': float, 'bool': bool}
-_LIST_TYPES = {'list_of_str': str, 'list_of_int': int, 'list_of_float': float, 'list_of_bool': bool}
-TYPE_NAMES = ('yaml', *_SCALAR_TYPES, *_LIST_TYPES)
+_SCALAR_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+_LIST_TYPES = {"list_of_str": str, "list_of_int": int, "list_of_float": float, "list_of_bool": bool}
+TYPE_NAMES = ("yaml", *_SCALAR_TYPES, *_LIST_TYPES)
 _VALID_ITEM_TYPES = (bool, int, float, str)
 
 
 def _unescape(text: str) -> str:
-    return re.sub(r'\\(.)', r'\1', text)
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def _yaml_load(text: str) -> Any:
@@ -48,10 +49,10 @@ def _yaml_load(text: str) -> Any:
 
 def _uniform(items: list, text: object) -> list:
     if not items:
-        raise LaunchError(f'{text!r}: an empty list has no parameter type; give a type')
+        raise LaunchError(f"{text!r}: an empty list has no parameter type; give a type")
     item_types = {type(item) for item in items}
     if len(item_types) > 1 or not issubclass(item_types.pop(), _VALID_ITEM_TYPES):
-        raise LaunchError(f'{text!r}: list items must all have the same type (bool, int, float or str)')
+        raise LaunchError(f"{text!r}: list items must all have the same type (bool, int, float or str)")
     return items
 
 
@@ -63,7 +64,7 @@ def _check(value: Any, text: str) -> Any:
     if value is None:
         raise LaunchError(f"{text!r} is YAML null, which is not a parameter value")
     if isinstance(value, dict):
-        raise LaunchError(f'{text!r} is a YAML mapping; use nested <param> tags instead')
+        raise LaunchError(f"{text!r} is a YAML mapping; use nested <param> tags instead")
     return text  # e.g. dates: keep what was written
 
 
@@ -75,23 +76,23 @@ def _coerce(item: Any, kind: type) -> Any:
             return str(item)
         if isinstance(item, kind) and not (kind is int and isinstance(item, bool)):
             return item
-        raise LaunchError(f'{item!r} is not of type {kind.__name__}')
+        raise LaunchError(f"{item!r} is not of type {kind.__name__}")
     if kind is str:
         return item
     if kind is bool:
-        if item.strip() in ('1', '0'):
-            return item.strip() == '1'
+        if item.strip() in ("1", "0"):
+            return item.strip() == "1"
         loaded = _yaml_load(item)
         if isinstance(loaded, bool):
             return loaded
-        raise LaunchError(f'{item!r} is not a bool')
+        raise LaunchError(f"{item!r} is not a bool")
     try:
         return kind(item)
     except ValueError:
-        raise LaunchError(f'{item!r} is not of type {kind.__name__}') from None
+        raise LaunchError(f"{item!r} is not of type {kind.__name__}") from None
 
 
-def _typed(text: str, type_name: Optional[str], substituted: bool) -> Any:
+def _typed(text: str, type_name: str | None, substituted: bool) -> Any:
     """One scalar (or YAML list) value from its text."""
     if type_name in _SCALAR_TYPES:
         return _coerce(text, _SCALAR_TYPES[type_name])
@@ -100,16 +101,21 @@ def _typed(text: str, type_name: Optional[str], substituted: bool) -> Any:
         if not isinstance(items, list):
             raise LaunchError(f"{text!r} is not a list (type '{type_name}')")
         return [_coerce(item, _LIST_TYPES[type_name]) for item in items]
-    if text == '':
-        return ''
+    if text == "":
+        return ""
     loaded = _yaml_load(text)
     if isinstance(loaded, str) and not substituted:
         loaded = _unescape(loaded)
     return _check(loaded, text)
 
 
-def param_value(raw: str, evaluate: Callable[[list], str], separator: Optional[str] = None,
-                type_name: Optional[str] = None, substituted: bool = False) -> Any:
+def param_value(
+    raw: str,
+    evaluate: Callable[[list], str],
+    separator: str | None = None,
+    type_name: str | None = None,
+    substituted: bool = False,
+) -> Any:
     """The typed value of a ``value`` attribute as written (``raw``), evaluating substitutions.
 
     ``substituted=True`` evaluates the whole text first (``<set_parameter>``, whose value upstream
@@ -117,7 +123,7 @@ def param_value(raw: str, evaluate: Callable[[list], str], separator: Optional[s
     """
     if type_name is not None and type_name not in TYPE_NAMES:
         raise LaunchError(f"unknown param type '{type_name}' (expected one of {', '.join(TYPE_NAMES)})")
-    if type_name == 'yaml':
+    if type_name == "yaml":
         type_name = None
     if separator is None:
         template = parse_template(raw)
@@ -126,7 +132,7 @@ def param_value(raw: str, evaluate: Callable[[list], str], separator: Optional[s
         return _typed(raw, type_name, substituted=False)
     if type_name in _SCALAR_TYPES:
         raise LaunchError(f"type '{type_name}' cannot be used with value-sep")
-    items: List[Any] = []
+    items: list[Any] = []
     for item in raw.split(separator):
         template = parse_template(item)
         if has_substitutions(template):
@@ -136,17 +142,15 @@ def param_value(raw: str, evaluate: Callable[[list], str], separator: Optional[s
         if type_name in _LIST_TYPES:
             items.append(_coerce(_unescape(text) if literal else text, _LIST_TYPES[type_name]))
         else:
-            value = _yaml_load(text) if text else ''
+            value = _yaml_load(text) if text else ""
             if isinstance(value, str) and literal:
                 value = _unescape(value)
             items.append(value if isinstance(value, _VALID_ITEM_TYPES) else text)
     return _uniform(items, raw)
 
 
-def write_params_file(path: Path, values: Dict[str, Any], node_key: str = '/**') -> None:
+def write_params_file(path: Path, values: dict[str, Any], node_key: str = "/**") -> None:
     """Write flat ``{dotted.name: value}`` parameters as a ROS 2 params file for ``node_key``."""
-    document = {node_key: {'ros__parameters': dict(values)}}
-    with open(path, 'w', encoding='utf-8') as handle:
+    document = {node_key: {"ros__parameters": dict(values)}}
+    with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(document, handle, default_flow_style=False, sort_keys=False)
-
-

@@ -53,8 +53,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Dict, List, Optional, Sequence
+from typing import IO
 
 from .model import LogMessage, PlanItem, ProcessSpec, ShutdownRequest
 
@@ -62,11 +63,11 @@ _POLL_INTERVAL = 0.05
 _MAX_LINE = 65536
 # launch.logging's output aliases -> destinations of (stdout, stderr): screen, log (launch.log), own.
 _ROUTES = {
-    'screen': ({'screen'}, {'screen'}),
-    'log': ({'log'}, {'log', 'screen'}),
-    'both': ({'log', 'screen'}, {'log', 'screen'}),
-    'own_log': ({'own'}, {'own'}),
-    'full': ({'screen', 'log', 'own'}, {'screen', 'log', 'own'}),
+    "screen": ({"screen"}, {"screen"}),
+    "log": ({"log"}, {"log", "screen"}),
+    "both": ({"log", "screen"}, {"log", "screen"}),
+    "own_log": ({"own"}, {"own"}),
+    "full": ({"screen", "log", "own"}, {"screen", "log", "own"}),
 }
 
 
@@ -78,10 +79,10 @@ def _exit_status(returncode: int) -> int:
 def _describe_returncode(returncode: int) -> str:
     if returncode < 0:
         try:
-            return f'signal {signal.Signals(-returncode).name}'
+            return f"signal {signal.Signals(-returncode).name}"
         except ValueError:
-            return f'signal {-returncode}'
-    return f'exit code {returncode}'
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 class _Managed:
@@ -89,42 +90,43 @@ class _Managed:
 
     def __init__(self, spec: ProcessSpec) -> None:
         self.spec = spec
-        self.popen: Optional[subprocess.Popen] = None
+        self.popen: subprocess.Popen | None = None
         self.starts = 0
-        self.returncode: Optional[int] = None
-        self.respawn_at: Optional[float] = None
+        self.returncode: int | None = None
+        self.respawn_at: float | None = None
         # Shutdown escalation: 0 nothing sent, 1 SIGINT, 2 SIGTERM, 3 SIGKILL.
         self.stage = 0
-        self.deadline: Optional[float] = None
-        self.partial: Dict[int, bytes] = {}
-        self.streams: Dict[int, bool] = {}  # open read fds -> is stderr
-        self.own_logs: Dict[str, IO[str]] = {}
+        self.deadline: float | None = None
+        self.partial: dict[int, bytes] = {}
+        self.streams: dict[int, bool] = {}  # open read fds -> is stderr
+        self.own_logs: dict[str, IO[str]] = {}
 
 
 class Supervisor:
     """Runs the items of a plan until they are done or shut down."""
 
-    def __init__(self, items: Sequence[PlanItem], *, stdout: Optional[IO[str]] = None,
-                 log_dir: Optional[Path] = None) -> None:
-        self._pending: List[PlanItem] = list(items)  # in plan order; delays never decrease
-        self._procs: List[_Managed] = []
+    def __init__(
+        self, items: Sequence[PlanItem], *, stdout: IO[str] | None = None, log_dir: Path | None = None
+    ) -> None:
+        self._pending: list[PlanItem] = list(items)  # in plan order; delays never decrease
+        self._procs: list[_Managed] = []
         self._managed = {id(item): _Managed(item) for item in items if isinstance(item, ProcessSpec)}
         self._stdout = stdout
         self._log_dir = log_dir
-        self._launch_log: Optional[IO[str]] = None
+        self._launch_log: IO[str] | None = None
         self._t0 = 0.0
         # Created by run(), so a Supervisor that never runs holds no descriptors.
-        self._selector: Optional[selectors.BaseSelector] = None
-        self._wake_w: Optional[int] = None
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_w: int | None = None
         self._stop_requests = 0  # written by signal handlers / other threads
         self._stops_handled = 0
         self._shutting_down = False
         self._user_shutdown = False
-        self._exit_code: Optional[int] = None  # set by the cause that ended the launch
+        self._exit_code: int | None = None  # set by the cause that ended the launch
 
     @property
     def _sel(self) -> selectors.BaseSelector:
-        assert self._selector is not None, 'only valid while run() is running'
+        assert self._selector is not None, "only valid while run() is running"
         return self._selector
 
     # ---- output -------------------------------------------------------------
@@ -133,7 +135,7 @@ class Supervisor:
         # Looked up late so pytest's capsys (which swaps sys.stdout) sees output.
         return self._stdout or sys.stdout
 
-    def _write(self, stream: Optional[IO[str]], text: str) -> None:
+    def _write(self, stream: IO[str] | None, text: str) -> None:
         if stream is None:
             return
         try:
@@ -143,28 +145,28 @@ class Supervisor:
             pass
 
     def _log(self, level: str, who: str, message: str) -> None:
-        text = f'[{level}] [{who}]: {message}\n'
+        text = f"[{level}] [{who}]: {message}\n"
         self._write(self._screen(), text)
-        self._write(self._launch_log, f'{time.time():.7f} {text}')
+        self._write(self._launch_log, f"{time.time():.7f} {text}")
 
-    def _own_log(self, proc: _Managed, name: str) -> Optional[IO[str]]:
+    def _own_log(self, proc: _Managed, name: str) -> IO[str] | None:
         if self._log_dir is None:
             return None
         if name not in proc.own_logs:
-            proc.own_logs[name] = open(self._log_dir / name, 'a', encoding='utf-8')
+            proc.own_logs[name] = open(self._log_dir / name, "a", encoding="utf-8")
         return proc.own_logs[name]
 
     def _emit(self, proc: _Managed, is_err: bool, line: bytes) -> None:
         text = f"[{proc.spec.label}] {line.decode('utf-8', errors='replace').rstrip(chr(13))}\n"
         routes = _ROUTES[proc.spec.output][is_err]
-        if 'screen' in routes:
+        if "screen" in routes:
             self._write(self._screen(), text)
-        if 'log' in routes:
-            self._write(self._launch_log, f'{time.time():.7f} {text}')
-        if 'own' in routes:
+        if "log" in routes:
+            self._write(self._launch_log, f"{time.time():.7f} {text}")
+        if "own" in routes:
             label = proc.spec.label
             self._write(self._own_log(proc, f"{label}-{'stderr' if is_err else 'stdout'}.log"), text)
-            self._write(self._own_log(proc, f'{label}.log'), text)
+            self._write(self._own_log(proc, f"{label}.log"), text)
 
     def _read(self, proc: _Managed, fd: int, is_err: bool, *, drain: bool = False) -> bool:
         """Forward what is available on *fd*; False once it reached EOF.
@@ -179,15 +181,15 @@ class Supervisor:
             except BlockingIOError:
                 return True
             except OSError:
-                chunk = b''
-            buffered = proc.partial.get(fd, b'') + chunk
-            *lines, rest = buffered.split(b'\n')
+                chunk = b""
+            buffered = proc.partial.get(fd, b"") + chunk
+            *lines, rest = buffered.split(b"\n")
             for line in lines:
                 self._emit(proc, is_err, line)
             if not chunk or len(rest) > _MAX_LINE:
                 if rest:
                     self._emit(proc, is_err, rest)
-                rest = b''
+                rest = b""
             proc.partial[fd] = rest
             if not chunk:
                 return False
@@ -196,7 +198,7 @@ class Supervisor:
     def _close_streams(self, proc: _Managed) -> None:
         for fd, is_err in list(proc.streams.items()):
             self._read(proc, fd, is_err, drain=True)  # whatever the process left behind
-            rest = proc.partial.pop(fd, b'')
+            rest = proc.partial.pop(fd, b"")
             if rest:
                 self._emit(proc, is_err, rest)
             self._forget(proc, fd)
@@ -217,7 +219,7 @@ class Supervisor:
         if self._wake_w is None:
             return  # not running yet: run() checks the counter before each start
         try:
-            os.write(self._wake_w, b'x')
+            os.write(self._wake_w, b"x")
         except OSError:  # pipe full (a wake-up is already pending) or closed
             pass
 
@@ -228,7 +230,7 @@ class Supervisor:
         while self._stops_handled < self._stop_requests:
             self._stops_handled += 1
             if not self._shutting_down:
-                self._log('INFO', 'launch', 'user interrupted with ctrl-c (SIGINT)')
+                self._log("INFO", "launch", "user interrupted with ctrl-c (SIGINT)")
                 self._user_shutdown = True
                 self._begin_shutdown()
             else:  # asked again: stop waiting for graceful exits
@@ -249,20 +251,27 @@ class Supervisor:
     def _start(self, proc: _Managed) -> None:
         spec = proc.spec
         env = dict(spec.env)
-        env.setdefault('PYTHONUNBUFFERED', '1')
-        cmd = ' '.join(spec.cmd) if spec.shell else spec.cmd  # upstream joins for shell=True
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = " ".join(spec.cmd) if spec.shell else spec.cmd  # upstream joins for shell=True
         if spec.emulate_tty:
             (out_r, out_w), (err_r, err_w) = pty.openpty(), pty.openpty()
         else:
             (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         try:
             popen = subprocess.Popen(
-                cmd, cwd=spec.cwd, env=env, shell=spec.shell, stdin=subprocess.DEVNULL,
-                stdout=out_w, stderr=err_w, start_new_session=True)
+                cmd,
+                cwd=spec.cwd,
+                env=env,
+                shell=spec.shell,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+            )
         except OSError as exc:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
-            self._log('ERROR', spec.label, f'failed to start {shlex.join(spec.cmd)}: {exc}')
+            self._log("ERROR", spec.label, f"failed to start {shlex.join(spec.cmd)}: {exc}")
             if self._exit_code is None:
                 self._exit_code = 1
             self._begin_shutdown()
@@ -274,15 +283,14 @@ class Supervisor:
             os.set_blocking(fd, False)
             proc.streams[fd] = is_err
             self._sel.register(fd, selectors.EVENT_READ, (proc, is_err))
-        self._log('INFO', spec.label, f'process started with pid [{popen.pid}]')
+        self._log("INFO", spec.label, f"process started with pid [{popen.pid}]")
 
-    def _exited(self, proc: _Managed) -> Optional[int]:
+    def _exited(self, proc: _Managed) -> int | None:
         """Return the exit code if the process ended, killing leftovers of its group."""
         assert proc.popen is not None
-        if hasattr(os, 'waitid'):
+        if hasattr(os, "waitid"):
             try:
-                info = os.waitid(os.P_PID, proc.popen.pid,
-                                 os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = os.waitid(os.P_PID, proc.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 info = True  # already reaped (cannot happen unless someone else waits)
             if info is None:
@@ -304,11 +312,15 @@ class Supervisor:
             self._close_streams(proc)
             proc.popen, proc.returncode, proc.deadline = None, returncode, None
             if returncode == 0:
-                self._log('INFO', proc.spec.label, f'process has finished cleanly [pid {pid}]')
+                self._log("INFO", proc.spec.label, f"process has finished cleanly [pid {pid}]")
             else:
-                self._log('ERROR', proc.spec.label, f'process has died [pid {pid}, '
-                          f'{_describe_returncode(returncode)}, cmd '
-                          f"'{shlex.join(proc.spec.cmd)}']")
+                self._log(
+                    "ERROR",
+                    proc.spec.label,
+                    f"process has died [pid {pid}, "
+                    f"{_describe_returncode(returncode)}, cmd "
+                    f"'{shlex.join(proc.spec.cmd)}']",
+                )
             self._after_exit(proc, returncode, now)
 
     def _after_exit(self, proc: _Managed, returncode: int, now: float) -> None:
@@ -318,14 +330,15 @@ class Supervisor:
         if spec.on_exit_shutdown:
             self._exit_code = 0 if returncode == 0 else _exit_status(returncode)
             if returncode == 0:
-                self._log('INFO', 'launch', f'required process [{spec.label}] exited; '
-                          'shutting down')
+                self._log("INFO", "launch", f"required process [{spec.label}] exited; shutting down")
             else:
-                self._log('ERROR', 'launch', f'required process [{spec.label}] died with '
-                          f'{_describe_returncode(returncode)}; shutting down')
+                self._log(
+                    "ERROR",
+                    "launch",
+                    f"required process [{spec.label}] died with {_describe_returncode(returncode)}; shutting down",
+                )
             self._begin_shutdown()
-        elif spec.respawn and (spec.respawn_max_retries < 0
-                               or proc.starts <= spec.respawn_max_retries):
+        elif spec.respawn and (spec.respawn_max_retries < 0 or proc.starts <= spec.respawn_max_retries):
             proc.respawn_at = now + spec.respawn_delay
 
     def _begin_shutdown(self) -> None:
@@ -347,13 +360,11 @@ class Supervisor:
             if proc.popen is None or proc.deadline is None or proc.deadline > now:
                 continue
             if proc.stage == 1:
-                self._log('WARNING', proc.spec.label, 'still running after SIGINT, '
-                          'sending SIGTERM')
+                self._log("WARNING", proc.spec.label, "still running after SIGINT, sending SIGTERM")
                 self._signal_group(proc, signal.SIGTERM)
                 proc.stage, proc.deadline = 2, now + proc.spec.sigkill_timeout
             else:
-                self._log('WARNING', proc.spec.label, 'still running after SIGTERM, '
-                          'sending SIGKILL')
+                self._log("WARNING", proc.spec.label, "still running after SIGTERM, sending SIGKILL")
                 self._signal_group(proc, signal.SIGKILL)
                 proc.stage, proc.deadline = 3, None
 
@@ -361,7 +372,7 @@ class Supervisor:
         for proc in self._procs:
             if proc.respawn_at is not None and proc.respawn_at <= now:
                 proc.respawn_at = None
-                self._log('INFO', proc.spec.label, 'respawning')
+                self._log("INFO", proc.spec.label, "respawning")
                 self._start(proc)
 
     def _run_due(self, now: float) -> None:
@@ -372,9 +383,9 @@ class Supervisor:
                 return
             item = self._pending.pop(0)
             if isinstance(item, LogMessage):
-                self._log('INFO', 'launch.user', item.message)
+                self._log("INFO", "launch.user", item.message)
             elif isinstance(item, ShutdownRequest):
-                self._log('INFO', 'launch', f'shutdown requested: {item.reason}')
+                self._log("INFO", "launch", f"shutdown requested: {item.reason}")
                 if self._exit_code is None:
                     self._exit_code = 0
                 self._begin_shutdown()
@@ -424,7 +435,7 @@ class Supervisor:
         if self._log_dir is None:
             return
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        latest = self._log_dir.parent / 'latest'
+        latest = self._log_dir.parent / "latest"
         try:  # upstream renews a 'latest' link next to the launch folders
             if latest.is_symlink():
                 latest.unlink()
@@ -432,8 +443,8 @@ class Supervisor:
                 latest.symlink_to(self._log_dir, target_is_directory=True)
         except OSError:
             pass
-        self._launch_log = open(self._log_dir / 'launch.log', 'a', encoding='utf-8')
-        self._log('INFO', 'launch', f'All log files can be found below {self._log_dir}')
+        self._launch_log = open(self._log_dir / "launch.log", "a", encoding="utf-8")
+        self._log("INFO", "launch", f"All log files can be found below {self._log_dir}")
 
     def run(self) -> int:
         """Run everything; return the launch's exit code (see module docstring)."""

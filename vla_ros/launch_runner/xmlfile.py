@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 from xml.parsers import expat
 
 from .errors import LaunchError
@@ -21,25 +21,25 @@ from .errors import LaunchError
 @dataclass
 class Element:
     tag: str
-    attrib: Dict[str, str]
+    attrib: dict[str, str]
     file: Path
     line: int
-    children: List['Element'] = field(default_factory=list)
+    children: list[Element] = field(default_factory=list)
     #: Parsed attribute values (templates, typed literals), filled by :func:`schema.check_file`.
-    values: Dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
-        return f'{self.file}:{self.line}'
+        return f"{self.file}:{self.line}"
 
 
 def load(path: Path) -> Element:
     """Parse *path* and return its root element."""
     parser = expat.ParserCreate()
-    roots: List[Element] = []
-    stack: List[Element] = []
+    roots: list[Element] = []
+    stack: list[Element] = []
 
-    def start(tag: str, attrib: Dict[str, str]) -> None:
+    def start(tag: str, attrib: dict[str, str]) -> None:
         element = Element(tag, dict(attrib), path, parser.CurrentLineNumber)
         (stack[-1].children if stack else roots).append(element)
         stack.append(element)
@@ -50,11 +50,10 @@ def load(path: Path) -> Element:
     parser.StartElementHandler = start
     parser.EndElementHandler = end
     try:
-        with open(path, 'rb') as handle:
+        with open(path, "rb") as handle:
             parser.ParseFile(handle)
     except expat.ExpatError as exc:
-        raise LaunchError(
-            f'{path}:{exc.lineno}: malformed XML: {expat.ErrorString(exc.code)}') from None
+        raise LaunchError(f"{path}:{exc.lineno}: malformed XML: {expat.ErrorString(exc.code)}") from None
     except OSError as exc:
-        raise LaunchError(f'{path}: cannot read launch file: {exc.strerror}') from None
+        raise LaunchError(f"{path}: cannot read launch file: {exc.strerror}") from None
     return roots[0]

@@ -4,7 +4,7 @@ Layout (lerobot-style split of configuration, modeling and runtime):
 
 * ``config``: ``ModelConfig``, the dataclass behind ``models/<name>/config.json``.
 * ``timeline``: the attention rule (time window, pinned instruction, chunks) and the time-RoPE tables.
-* ``layers`` / ``model``: the Transformer (``VLATransformer``) and its one shared ``step``.
+* ``layers`` / ``model``: the Transformer (``VLATransformer``) and its one shared ``step`` (``StepInputs``).
 * ``sequence``: observations -> token layout, training batches (``build_sequence``, ``collate``).
 * ``runtime``: ``StreamingPolicy``, the rolling-cache runtime the node drives (torch backend).
 * ``onnx_backend`` / ``export_onnx``: ONNX export of the step and the ONNX Runtime backend.
@@ -13,7 +13,7 @@ Layout (lerobot-style split of configuration, modeling and runtime):
 
 from vla_ros.model.config import ModelConfig, tiny_config
 from vla_ros.model.io import ModelFileError, load_config, load_model, save_model
-from vla_ros.model.model import StepGraph, VLATransformer
+from vla_ros.model.model import StepGraph, StepInputs, VLATransformer
 from vla_ros.model.runtime import ObserveReport, PolicyChunk, PolicyNotReady, StreamingPolicy, TorchBackend
 from vla_ros.model.sequence import ChunkSpec, TokenBatch, build_sequence, collate
 
@@ -25,6 +25,7 @@ __all__ = [
     "PolicyChunk",
     "PolicyNotReady",
     "StepGraph",
+    "StepInputs",
     "StreamingPolicy",
     "TokenBatch",
     "TorchBackend",

@@ -19,9 +19,13 @@ from vla_ros.model.sequence import ChunkSpec, build_sequence, collate, pinned_fr
 from vla_ros.tokens.types import Kind, Observation
 
 
-def record_stream(policy: StreamingPolicy, tick_list: Sequence[Sequence[Observation]],
-                  chunk_after: Iterable[int] = (), hidden: dict | None = None,
-                  chunks: list | None = None) -> tuple[dict, list[tuple[tuple, PolicyChunk]]]:
+def record_stream(
+    policy: StreamingPolicy,
+    tick_list: Sequence[Sequence[Observation]],
+    chunk_after: Iterable[int] = (),
+    hidden: dict | None = None,
+    chunks: list | None = None,
+) -> tuple[dict, list[tuple[tuple, PolicyChunk]]]:
     """Observe each tick; decode a chunk after the ticks whose index is in chunk_after."""
     hidden = {} if hidden is None else hidden
     chunks = [] if chunks is None else chunks
@@ -35,8 +39,9 @@ def record_stream(policy: StreamingPolicy, tick_list: Sequence[Sequence[Observat
     return hidden, chunks
 
 
-def full_pass_outputs(model: VLATransformer, observations: Sequence[Observation], text: np.ndarray | None,
-                      anchors: Sequence[tuple] = ()) -> tuple[dict, list[tuple[np.ndarray, np.ndarray]]]:
+def full_pass_outputs(
+    model: VLATransformer, observations: Sequence[Observation], text: np.ndarray | None, anchors: Sequence[tuple] = ()
+) -> tuple[dict, list[tuple[np.ndarray, np.ndarray]]]:
     """Reference outputs of one full pass: {(key, patch): hidden} and per chunk (positions, hidden)."""
     config = model.config
     pinned = pinned_frame(observations) if config.pin_first_frame else None  # as the runtime pins after its reset
@@ -53,17 +58,26 @@ def full_pass_outputs(model: VLATransformer, observations: Sequence[Observation]
             patch = int(seq.src_index[t] % P) if seq.kind[t] == int(Kind.IMAGE) else 0
             hidden[(observations[seq.token_obs[t]].key, patch)] = H[t]
     first = seq.num_tokens - Hc * len(anchors)
-    chunks = [(A[first + c * Hc:first + (c + 1) * Hc], H[first + c * Hc:first + (c + 1) * Hc])
-              for c in range(len(anchors))]
+    chunks = [
+        (A[first + c * Hc : first + (c + 1) * Hc], H[first + c * Hc : first + (c + 1) * Hc])
+        for c in range(len(anchors))
+    ]
     if config.relative_actions:  # the runtime adds the newest joint state back: so does the reference
         ordered = sorted(observations, key=lambda o: o.key)
-        chunks = [(positions + state_reference(ordered, anchor, len(config.joint_names)), h)
-                  for (positions, h), anchor in zip(chunks, anchors)]
+        chunks = [
+            (positions + state_reference(ordered, anchor, len(config.joint_names)), h)
+            for (positions, h), anchor in zip(chunks, anchors)
+        ]
     return hidden, chunks
 
 
-def compare_with_full_pass(model: VLATransformer, observations: Sequence[Observation], text: np.ndarray | None,
-                           hidden: dict, chunks: list[tuple[tuple, PolicyChunk]]) -> float:
+def compare_with_full_pass(
+    model: VLATransformer,
+    observations: Sequence[Observation],
+    text: np.ndarray | None,
+    hidden: dict,
+    chunks: list[tuple[tuple, PolicyChunk]],
+) -> float:
     """Max |streamed - full pass| over every streamed token's hidden state and every chunk (positions and
     hidden states). Every observation in ``observations`` must have been streamed."""
     ref_hidden, ref_chunks = full_pass_outputs(model, observations, text, [key for key, _ in chunks])

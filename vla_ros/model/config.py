@@ -42,7 +42,8 @@ class ModelConfig:
         rms_norm_eps: epsilon of every RMSNorm (pre-norm blocks and the final norm).
         initializer_range: std of the normal init of linear and embedding weights.
         rope_min_period_s / rope_max_period_s: periods of the fastest and slowest time-RoPE rotation,
-            spaced geometrically over head_dim / 4 frequencies (half of each head is rotated). 0.02 s separates two 100 Hz joint states
+            spaced geometrically over head_dim / 4 frequencies (half of each head is rotated). 0.02 s separates two 100
+            Hz joint states
             by half a turn; 10 s stays monotonic over the window plus the chunk horizon.
         window_seconds: W; a token sees earlier tokens at most W seconds older than itself (plus the
             pinned instruction). Sets the per-token cost and the cache size.
@@ -77,14 +78,15 @@ class ModelConfig:
         max_cache_tokens: cache capacity in tokens; 0 derives it from the rates with a 50% margin.
         state_mean / state_std: normalisation of state tokens (len state_dim); None = identity.
         action_mean / action_std: normalisation of action targets (len action_dim); None = identity.
-        aux_dim: width of the auxiliary head trained beside the actions (0 = none). Training uses it to
-            predict where the named cup is from every action token, which teaches the policy to ground the
-            colour word in the image long before the action loss alone would; it is not used online.
+        aux_dim: width of the auxiliary target a task's heads predict beside the actions (0 = none). A config
+            with one is the cup task's (``vla_ros.tasks.cups``: where the named cup is, from every action
+            token, which teaches the policy to ground the colour word in the image long before the action
+            loss alone would); it is not used online.
         aux_loss_weight: weight of the auxiliary loss next to the action loss.
         frame_aux_loss_weight: weight of a second auxiliary loss, per camera frame: a small head on the
             frame's instruction-conditioned keypoints (``PatchEncoder``) predicts the same aux target (0 =
             no such head). The gradient reaches the vision stem in two layers instead of through the
-            whole Transformer, so the stem learns to find the named cup; not used online either.
+            whole Transformer, so the stem learns to find what the target names; not used online either.
         relative_actions: False = a chunk's points are joint positions; True = offsets from the joint
             positions of the newest joint state at or before the chunk's anchor (``state_reference``), added
             back when the chunk is decoded. Offsets span a fraction of the positions' range, so the same
@@ -149,29 +151,46 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(float(v) for v in value))
-        positive_ints = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                         "intermediate_size", "image_height", "image_width", "text_embedding_dim",
-                         "max_text_tokens", "chunk_length")
+        positive_ints = (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "image_height",
+            "image_width",
+            "text_embedding_dim",
+            "max_text_tokens",
+            "chunk_length",
+        )
         for name in positive_ints:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
-                             f"num_attention_heads={self.num_attention_heads}")
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
+            )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads={self.num_key_value_heads}")
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
         if self.head_dim % 4:
-            raise ValueError(f"head_dim={self.head_dim} (hidden_size / num_attention_heads) must be a multiple of 4: "
-                             f"half of each head is rotated, in pairs")
+            raise ValueError(
+                f"head_dim={self.head_dim} (hidden_size / num_attention_heads) must be a multiple of 4: "
+                f"half of each head is rotated, in pairs"
+            )
         if not (0 < self.rope_min_period_s < self.rope_max_period_s):
-            raise ValueError(f"need 0 < rope_min_period_s={self.rope_min_period_s} < "
-                             f"rope_max_period_s={self.rope_max_period_s}")
+            raise ValueError(
+                f"need 0 < rope_min_period_s={self.rope_min_period_s} < rope_max_period_s={self.rope_max_period_s}"
+            )
         if self.rope_min_period_s < 1e-6:
             raise ValueError(f"rope_min_period_s={self.rope_min_period_s} is below 1 us: time is integer ns")
         if self.aux_dim < 0 or self.aux_loss_weight < 0 or self.frame_aux_loss_weight < 0:
-            raise ValueError(f"aux_dim={self.aux_dim}, aux_loss_weight={self.aux_loss_weight} and "
-                             f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0")
+            raise ValueError(
+                f"aux_dim={self.aux_dim}, aux_loss_weight={self.aux_loss_weight} and "
+                f"frame_aux_loss_weight={self.frame_aux_loss_weight} must be >= 0"
+            )
         if not isinstance(self.relative_actions, bool):
             raise ValueError(f"relative_actions={self.relative_actions!r} must be true or false")
         if not isinstance(self.pin_first_frame, bool):
@@ -199,15 +218,20 @@ class ModelConfig:
             raise ValueError(f"image size {self.image_height}x{self.image_width} must be even (stride-2 stem)")
         rows, cols = self.patch_grid
         if (self.image_height // 2) % rows or (self.image_width // 2) % cols:
-            raise ValueError(f"patch_grid={self.patch_grid} must divide the stem output "
-                             f"{self.image_height // 2}x{self.image_width // 2} (image {self.image_height}x"
-                             f"{self.image_width} halved)")
+            raise ValueError(
+                f"patch_grid={self.patch_grid} must divide the stem output "
+                f"{self.image_height // 2}x{self.image_width // 2} (image {self.image_height}x"
+                f"{self.image_width} halved)"
+            )
         if len(self.stem_channels) != 2 or min(self.stem_channels) < 1:
             raise ValueError(f"stem_channels={self.stem_channels} must be two positive ints")
         if not self.joint_names or len(set(self.joint_names)) != len(self.joint_names):
             raise ValueError(f"joint_names={self.joint_names} must be non-empty and unique")
-        if (not self.cameras or len(set(self.cameras)) != len(self.cameras)
-                or not all(isinstance(c, str) and c and "/" not in c for c in self.cameras)):
+        if (
+            not self.cameras
+            or len(set(self.cameras)) != len(self.cameras)
+            or not all(isinstance(c, str) and c and "/" not in c for c in self.cameras)
+        ):
             raise ValueError(f"cameras={self.cameras} must be non-empty, unique stream names (no '/')")
         for name in ("chunk_rate_hz", "camera_rate_hz", "state_rate_hz"):
             if getattr(self, name) <= 0:
@@ -217,10 +241,16 @@ class ModelConfig:
         if self.max_cache_tokens < 0:
             raise ValueError(f"max_cache_tokens={self.max_cache_tokens} must be >= 0 (0 = derive from rates)")
         if self.max_cache_tokens and self.max_cache_tokens < self.prefix_tokens + 4 * self.num_visual_tokens:
-            raise ValueError(f"max_cache_tokens={self.max_cache_tokens} is below max_text_tokens (+ the pinned "
-                             f"frame) + 4 frames = {self.prefix_tokens + 4 * self.num_visual_tokens}")
-        for name, size in (("state_mean", self.state_dim), ("state_std", self.state_dim),
-                           ("action_mean", self.action_dim), ("action_std", self.action_dim)):
+            raise ValueError(
+                f"max_cache_tokens={self.max_cache_tokens} is below max_text_tokens (+ the pinned "
+                f"frame) + 4 frames = {self.prefix_tokens + 4 * self.num_visual_tokens}"
+            )
+        for name, size in (
+            ("state_mean", self.state_dim),
+            ("state_std", self.state_dim),
+            ("action_mean", self.action_dim),
+            ("action_std", self.action_dim),
+        ):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -321,7 +351,7 @@ class ModelConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> ModelConfig:
         """Build from a config.json dict; keys that are not fields (file metadata) are ignored.
 
         Derived keys (num_visual_tokens, head_dim, ...) must agree with the fields when present.
@@ -330,23 +360,38 @@ class ModelConfig:
         config = cls(**{k: v for k, v in data.items() if k in names})
         for key in DERIVED_KEYS:
             if key in data and data[key] != getattr(config, key):
-                raise ValueError(f"{source}: {key}={data[key]} disagrees with the other fields "
-                                 f"(they give {getattr(config, key)})")
+                raise ValueError(
+                    f"{source}: {key}={data[key]} disagrees with the other fields (they give {getattr(config, key)})"
+                )
         return config
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
 def tiny_config(**changes: Any) -> ModelConfig:
     """A model small enough for unit tests: a few thousand parameters, runs in milliseconds on a CPU."""
-    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                intermediate_size=64, image_height=16, image_width=24, patch_grid=(2, 3),
-                stem_channels=(8, 8), chunk_length=4, chunk_rate_hz=10.0, window_seconds=0.1,
-                max_lateness_s=0.05, rope_min_period_s=0.02, rope_max_period_s=2.0, max_text_tokens=8,
-                text_embedding_dim=384)
+    base = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        image_height=16,
+        image_width=24,
+        patch_grid=(2, 3),
+        stem_channels=(8, 8),
+        chunk_length=4,
+        chunk_rate_hz=10.0,
+        window_seconds=0.1,
+        max_lateness_s=0.05,
+        rope_min_period_s=0.02,
+        rope_max_period_s=2.0,
+        max_text_tokens=8,
+        text_embedding_dim=384,
+    )
     base.update(changes)
     return ModelConfig(**base)

@@ -33,10 +33,10 @@ def parity(model, onnx_path, device: str = "cpu") -> float:
     session = ort.InferenceSession(str(onnx_path), providers=ort_providers(device))
     graph = StepGraph(model.eval())
     worst = 0.0
-    for i, (f, n, l, a, c) in enumerate(CHECK_SHAPES):
+    for i, (f, n, t, a, c) in enumerate(CHECK_SHAPES):
         a = min(a, model.config.chunk_length)
-        l = min(l, model.config.max_text_tokens)
-        inputs = example_inputs(model.config, frames=f, states=n, text=l, actions=a, past=c, seed=i)
+        t = min(t, model.config.max_text_tokens)
+        inputs = example_inputs(model.config, frames=f, states=n, text=t, actions=a, past=c, seed=i)
         got = session.run(None, inputs)
         with torch.inference_mode():
             want = graph(*[torch.from_numpy(inputs[name]) for name in graph.input_names])
@@ -47,8 +47,8 @@ def parity(model, onnx_path, device: str = "cpu") -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vla-ros export-onnx",
-        description="Export a model folder's streaming step to model.onnx (KV cache as explicit inputs/outputs) "
-                    "and check it against torch with ONNX Runtime.",
+        description="Export a model folder's streaming step to model.onnx (KV cache as explicit inputs/outputs) and "
+        "check it against torch with ONNX Runtime.",
         epilog="example: vla-ros export-onnx models/vla_cups",
     )
     parser.add_argument("folder", help="model folder with config.json and model.safetensors")

@@ -29,8 +29,16 @@ WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.onnx"
 MODEL_TYPE = "vla_ros.streaming_vla"
 FORMAT_VERSION = 1
-FILE_KEYS = ("model_type", "format_version", "weights_file", "weights_sha256", "onnx_file", "onnx_sha256",
-             "onnx_weights_sha256", "metadata")
+FILE_KEYS = (
+    "model_type",
+    "format_version",
+    "weights_file",
+    "weights_sha256",
+    "onnx_file",
+    "onnx_sha256",
+    "onnx_weights_sha256",
+    "metadata",
+)
 
 
 class ModelFileError(ValueError):
@@ -48,8 +56,9 @@ def sha256_file(path: str | Path) -> str:
 def _folder(folder: str | Path) -> Path:
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"model folder not found: {folder} (expected {folder}/{CONFIG_FILE} and "
-                                f"{folder}/{WEIGHTS_FILE})")
+        raise FileNotFoundError(
+            f"model folder not found: {folder} (expected {folder}/{CONFIG_FILE} and {folder}/{WEIGHTS_FILE})"
+        )
     return folder
 
 
@@ -73,8 +82,9 @@ def load_config(folder: str | Path) -> ModelConfig:
     if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise ModelFileError(f"{path}: model_type={data['model_type']!r} is not {MODEL_TYPE!r}")
     if int(data.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
-        raise ModelFileError(f"{path}: format_version={data['format_version']} is newer than this code reads "
-                             f"({FORMAT_VERSION})")
+        raise ModelFileError(
+            f"{path}: format_version={data['format_version']} is newer than this code reads ({FORMAT_VERSION})"
+        )
     known = {f for f in ModelConfig.__dataclass_fields__} | set(DERIVED_KEYS) | set(FILE_KEYS)
     unknown = sorted(set(data) - known)
     if unknown:
@@ -85,8 +95,9 @@ def load_config(folder: str | Path) -> ModelConfig:
         raise ModelFileError(f"{path}: {exc}") from exc
 
 
-def save_model(model: VLATransformer, folder: str | Path, metadata: dict[str, Any] | None = None,
-               onnx: bool = False) -> Path:
+def save_model(
+    model: VLATransformer, folder: str | Path, metadata: dict[str, Any] | None = None, onnx: bool = False
+) -> Path:
     """Write config.json (with the weights' sha256 and ``metadata``) and model.safetensors into ``folder``;
     with ``onnx`` also export model.onnx and record its checksum."""
     from safetensors.torch import save_file
@@ -98,9 +109,14 @@ def save_model(model: VLATransformer, folder: str | Path, metadata: dict[str, An
     # One metadata key: safetensors writes its metadata map in hash order, so two keys come out in either
     # order and the same weights would get two checksums. The model type is in config.json.
     save_file(tensors, str(weights), metadata={"format": "pt"})
-    data = {"model_type": MODEL_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict(),
-            "weights_file": WEIGHTS_FILE, "weights_sha256": sha256_file(weights),
-            "metadata": dict(metadata or {})}
+    data = {
+        "model_type": MODEL_TYPE,
+        "format_version": FORMAT_VERSION,
+        **model.config.to_dict(),
+        "weights_file": WEIGHTS_FILE,
+        "weights_sha256": sha256_file(weights),
+        "metadata": dict(metadata or {}),
+    }
     old = folder / CONFIG_FILE
     if old.is_file():  # keep what a previous save recorded that this one does not override
         try:
@@ -171,9 +187,11 @@ def upgrade_legacy_tensors(tensors: dict[str, torch.Tensor], source: str) -> dic
     tensors = dict(tensors)
     raw = tensors.pop(LEGACY_KEYPOINT_TEMPERATURE)
     if not bool((raw > 0).all()):
-        raise ModelFileError(f"{source}: {LEGACY_KEYPOINT_TEMPERATURE} = {raw.tolist()} is not positive (its spatial "
-                             f"softmax picks the weakest pixel); this version keeps the temperature positive and "
-                             f"cannot load it: retrain the model")
+        raise ModelFileError(
+            f"{source}: {LEGACY_KEYPOINT_TEMPERATURE} = {raw.tolist()} is not positive (its spatial "
+            f"softmax picks the weakest pixel); this version keeps the temperature positive and "
+            f"cannot load it: retrain the model"
+        )
     tensors[LEGACY_KEYPOINT_TEMPERATURE.replace("temperature", "log_temperature")] = raw.double().log().to(raw.dtype)
     return tensors
 
@@ -192,12 +210,15 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu", verify_ch
     if verify_checksum:
         expected = data.get("weights_sha256")
         if not expected:
-            raise ModelFileError(f"{folder / CONFIG_FILE}: no weights_sha256 recorded; save the model with "
-                                 f"vla_ros.model.io.save_model")
+            raise ModelFileError(
+                f"{folder / CONFIG_FILE}: no weights_sha256 recorded; save the model with vla_ros.model.io.save_model"
+            )
         actual = sha256_file(weights)
         if actual != expected:
-            raise ModelFileError(f"{weights}: sha256 {actual} does not match weights_sha256 {expected} in "
-                                 f"{folder / CONFIG_FILE} (file changed or truncated)")
+            raise ModelFileError(
+                f"{weights}: sha256 {actual} does not match weights_sha256 {expected} in "
+                f"{folder / CONFIG_FILE} (file changed or truncated)"
+            )
     try:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -219,8 +240,10 @@ def check_onnx(folder: str | Path) -> Path:
     if data.get("onnx_sha256") and sha256_file(path) != data["onnx_sha256"]:
         raise ModelFileError(f"{path}: sha256 does not match onnx_sha256 in {folder / CONFIG_FILE}; re-export it")
     if data.get("onnx_weights_sha256") and data.get("onnx_weights_sha256") != data.get("weights_sha256"):
-        raise ModelFileError(f"{path} was exported from other weights than {folder / WEIGHTS_FILE}; re-export it "
-                             f"with: vla-ros export-onnx {folder}")
+        raise ModelFileError(
+            f"{path} was exported from other weights than {folder / WEIGHTS_FILE}; re-export it "
+            f"with: vla-ros export-onnx {folder}"
+        )
     return path
 
 

@@ -90,8 +90,17 @@ class GroupedQueryAttention(nn.Module):
         keep = (1.0 - is_text)[:, None, :, None]  # (B, 1, T, 1)
         return torch.cat([keep.expand(-1, -1, -1, r), torch.ones_like(keep).expand(-1, -1, -1, self.head_dim - r)], -1)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_scale: torch.Tensor,
-                mask: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, need_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        key_scale: torch.Tensor,
+        mask: torch.Tensor,
+        past_k: torch.Tensor,
+        past_v: torch.Tensor,
+        need_weights: bool = False,
+    ):
         """x (B, T, D); cos/sin (B, T, d/4); key_scale (B, 1, T, d) from ``key_scale``; mask (B, 1, T, C+T)
         additive; past_k, past_v (B, G, C, d).
 
@@ -101,8 +110,8 @@ class GroupedQueryAttention(nn.Module):
         B, T = x.shape[0], x.shape[1]
         H, G, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)  # (B, T, (H + 2G) * d)
-        qk = qkv[..., :(H + G) * d].reshape(B, T, H + G, d).transpose(1, 2)  # (B, H+G, T, d): queries, keys
-        v = qkv[..., (H + G) * d:].reshape(B, T, G, d).transpose(1, 2)  # (B, G, T, d)
+        qk = qkv[..., : (H + G) * d].reshape(B, T, H + G, d).transpose(1, 2)  # (B, H+G, T, d): queries, keys
+        v = qkv[..., (H + G) * d :].reshape(B, T, G, d).transpose(1, 2)  # (B, G, T, d)
         r = d // 2
         qk = torch.cat([rotate(qk[..., :r], cos[:, None], sin[:, None]), qk[..., r:]], dim=-1)  # rotate 1st half
         q = qk[:, :H]  # (B, H, T, d)
@@ -116,11 +125,13 @@ class GroupedQueryAttention(nn.Module):
             weights = torch.softmax(scores, dim=-1)
             y = weights @ self._expand_kv(values)
         elif exporting():  # the ONNX exporter has no grouped-query SDPA: repeat the kv heads
-            y = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values), attn_mask=mask,
-                                               scale=scale)  # (B, H, T, d)
+            y = F.scaled_dot_product_attention(
+                q, self._expand_kv(keys), self._expand_kv(values), attn_mask=mask, scale=scale
+            )  # (B, H, T, d)
         else:
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
-                                               enable_gqa=G < H)  # (B, H, T, d)
+            y = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=scale, enable_gqa=G < H
+            )  # (B, H, T, d)
         y = y.transpose(1, 2).reshape(B, T, H * d)
         return self.o_proj(y), new_k, v, weights
 
@@ -130,15 +141,15 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        D, I = config.hidden_size, config.intermediate_size
-        self.intermediate_size = I
-        self.gate_up_proj = nn.Linear(D, 2 * I, bias=False)
-        self.down_proj = nn.Linear(I, D, bias=False)
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.intermediate_size = inter
+        self.gate_up_proj = nn.Linear(hidden, 2 * inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)  # (..., 2I)
-        I = self.intermediate_size
-        return self.down_proj(F.silu(gate_up[..., :I]) * gate_up[..., I:])
+        inter = self.intermediate_size
+        return self.down_proj(F.silu(gate_up[..., :inter]) * gate_up[..., inter:])
 
 
 class Block(nn.Module):
@@ -152,8 +163,9 @@ class Block(nn.Module):
         self.mlp = SwiGLU(config)
 
     def forward(self, x, cos, sin, key_scale, mask, past_k, past_v, need_weights: bool = False):
-        a, new_k, new_v, weights = self.attn(self.input_norm(x), cos, sin, key_scale, mask, past_k, past_v,
-                                             need_weights)
+        a, new_k, new_v, weights = self.attn(
+            self.input_norm(x), cos, sin, key_scale, mask, past_k, past_v, need_weights
+        )
         x = x + a
         x = x + self.mlp(self.post_attention_norm(x))
         return x, new_k, new_v, weights

@@ -1,15 +1,18 @@
 """The streaming vision-language-action Transformer (torch; no rclpy).
 
-A decoder-only Transformer over timed tokens (see DESIGN.md, "Timed tokens"): camera patches, joint
-states, the pinned instruction and the action queries of a chunk, each with its own timestamp. Time is
+A decoder-only Transformer over timed tokens (see docs/architecture.md, "Timed tokens and datasets"): camera
+patches, joint states, the pinned instruction and the action queries of a chunk, each with its own timestamp. Time is
 the position (continuous-time RoPE, ``timeline``), attention is limited per token to a window of W
 seconds (plus the instruction), and the same mask is used in training (``forward``), in the streaming
 runtime and in the exported ONNX step, which is what makes the cached stream exactly equal to a full pass.
 
-``VLATransformer.step`` is the single computation every path shares: embed the new tokens, run them
-through the blocks against past keys/values, return the final hidden states, the action head's output
-and the new tokens' keys/values. Training calls it with no past; the runtime with its cache;
-``StepGraph`` wraps it for ONNX export with the KV cache as explicit inputs/outputs.
+``VLATransformer.step`` is the single computation every path shares: embed the new tokens (``StepInputs``),
+run them through the blocks against past keys/values, return the final hidden states, the action head's
+output and the new tokens' keys/values. Training calls it with no past; the runtime with its cache;
+``StepGraph`` wraps it for ONNX export with the KV cache as explicit (positional) inputs/outputs.
+
+The model knows no task: a task's extra heads and losses (``vla_ros.tasks``, e.g. the cup task's) are
+attached by the task that claims the config, under the task's own attribute names.
 """
 
 from __future__ import annotations
@@ -23,6 +26,31 @@ from vla_ros.model.config import ModelConfig
 from vla_ros.model.layers import Block, PatchEncoder, RMSNorm, StateEncoder, TextProjection
 from vla_ros.model.sequence import TokenBatch
 from vla_ros.model.timeline import ACTION, IMAGE, STATE, TEXT, TokenTimes, additive_mask, rope_tables, visibility
+from vla_ros.tasks import task_of
+
+
+@dataclasses.dataclass
+class StepInputs:
+    """One step's inputs, batch first (see ``sequence`` for the token layout).
+
+    images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,) int64, gather (B, T) int64, cos/sin
+    (B, T, d/4), mask (B, 1, T, C+T) additive float, past_k / past_v (layers, B, G, C, d), instruction (B, 384)
+    (``sequence.instruction_vector``); frame_batch (F,) the sequence of each frame (None: all frames belong
+    to sequence 0), image_camera (F,) each frame's camera (None: camera 0)."""
+
+    images: torch.Tensor
+    states: torch.Tensor
+    text: torch.Tensor
+    action_index: torch.Tensor
+    gather: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor
+    past_k: torch.Tensor
+    past_v: torch.Tensor
+    instruction: torch.Tensor
+    frame_batch: torch.Tensor | None = None
+    image_camera: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
@@ -60,11 +88,9 @@ class VLATransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(D, config.rms_norm_eps)
         self.action_head = nn.Linear(D, J)
-        self.aux_head = nn.Linear(D, config.aux_dim) if config.aux_dim else None
-        self.frame_aux_head = None
-        if config.aux_dim and config.frame_aux_loss_weight > 0:  # keypoints -> named cup (training only)
-            c2 = config.stem_channels[1]
-            self.frame_aux_head = nn.Sequential(nn.Linear(2 * c2, D), nn.GELU(), nn.Linear(D, config.aux_dim))
+        self.task = task_of(config)  # the task that claims the config attaches its heads by their own names
+        for name, head in self.task.heads(config).items():
+            self.register_module(name, head)
         mean = config.action_mean or (0.0,) * J
         std = config.action_std or (1.0,) * J
         self.register_buffer("action_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
@@ -88,23 +114,38 @@ class VLATransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ----- pieces -----
-    def embed(self, images: torch.Tensor, states: torch.Tensor, text: torch.Tensor, action_index: torch.Tensor,
-              gather: torch.Tensor, instruction: torch.Tensor, frame_batch: torch.Tensor | None = None,
-              image_camera: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(
+        self,
+        images: torch.Tensor,
+        states: torch.Tensor,
+        text: torch.Tensor,
+        action_index: torch.Tensor,
+        gather: torch.Tensor,
+        instruction: torch.Tensor,
+        frame_batch: torch.Tensor | None = None,
+        image_camera: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode every input once, then gather rows into token order (see ``sequence``).
 
         images (F, 3, H, W), states (N, S), text (L, 384), action_index (A,), gather (B, T), instruction
         (B, 384), frame_batch (F,) the sequence of each frame (None: all frames belong to sequence 0),
-        image_camera (F,) each frame's camera (None: camera 0) -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2 c2).
+        image_camera (F,) each frame's camera (None: camera 0) -> x (B, T, D), is_text (B, T) float 0/1, keypoints (F, 2
+        c2).
         """
         D, P = self.config.hidden_size, self.config.num_visual_tokens
         n_frames = images.shape[0]
         instruction = self.instruction_norm(instruction)  # (B, 384)
-        frame_instruction = instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
+        frame_instruction = (
+            instruction[frame_batch] if frame_batch is not None else instruction[:1].expand(n_frames, -1)
+        )
         patches, keypoints = self.patch_encoder.encode(images, frame_instruction)
         patches = patches + self.modality.weight[IMAGE]  # (F, P, D)
         if self.camera_embedding is not None:
-            cam = image_camera if image_camera is not None else torch.zeros(n_frames, dtype=torch.int64, device=images.device)
+            cam = (
+                image_camera
+                if image_camera is not None
+                else torch.zeros(n_frames, dtype=torch.int64, device=images.device)
+            )
             patches = patches + self.camera_embedding(cam)[:, None, :]
         patches = patches.reshape(n_frames * P, D)
         state_tok = self.state_encoder(states) + self.modality.weight[STATE]  # (N, D)
@@ -118,7 +159,7 @@ class VLATransformer(nn.Module):
         is_image = ((gather >= 1) & (gather < 1 + n_frames * P)).to(x.dtype)[..., None]
         is_action = (gather >= action_start).to(x.dtype)[..., None]
         cond = self.instruction_proj(instruction)[:, None, :]  # (B, 1, 3D)
-        query, scale, shift = cond[..., :D], cond[..., D:2 * D], cond[..., 2 * D:]
+        query, scale, shift = cond[..., :D], cond[..., D : 2 * D], cond[..., 2 * D :]
         x = x * (1.0 + is_image * scale) + is_image * shift + is_action * query
         return x, is_text, keypoints
 
@@ -149,13 +190,15 @@ class VLATransformer(nn.Module):
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     # ----- the shared step -----
-    def step(self, images, states, text, action_index, gather, cos, sin, mask, past_k, past_v, instruction,
-             need_weights: bool = False, frame_batch: torch.Tensor | None = None,
-             image_camera: torch.Tensor | None = None) -> StepOutput:
-        """New tokens (gather (B, T)) against past keys/values; mask (B, 1, T, C+T), cos/sin (B, T, d/4),
-        instruction (B, 384) (``sequence.instruction_vector``)."""
-        x, is_text, keypoints = self.embed(images, states, text, action_index, gather, instruction, frame_batch, image_camera)
-        hidden, new_k, new_v, weights = self.backbone(x, cos, sin, is_text, mask, past_k, past_v, need_weights)
+    def step(self, inputs: StepInputs, need_weights: bool = False) -> StepOutput:
+        """New tokens (``inputs.gather`` (B, T)) against past keys/values (see ``StepInputs``)."""
+        i = inputs
+        x, is_text, keypoints = self.embed(
+            i.images, i.states, i.text, i.action_index, i.gather, i.instruction, i.frame_batch, i.image_camera
+        )
+        hidden, new_k, new_v, weights = self.backbone(
+            x, i.cos, i.sin, is_text, i.mask, i.past_k, i.past_v, need_weights
+        )
         actions = self.denormalize_actions(self.head(hidden))
         return StepOutput(hidden, actions, new_k, new_v, weights, keypoints)
 
@@ -178,8 +221,22 @@ class VLATransformer(nn.Module):
         instruction = batch.instruction
         if instruction is None:
             instruction = torch.zeros(batch.gather.shape[0], self.config.text_embedding_dim, device=batch.gather.device)
-        return self.step(batch.images, batch.states, batch.text, batch.action_index, batch.gather,
-                         cos, sin, mask, past_k, past_v, instruction, need_weights, batch.frame_batch, batch.image_camera)
+        inputs = StepInputs(
+            batch.images,
+            batch.states,
+            batch.text,
+            batch.action_index,
+            batch.gather,
+            cos,
+            sin,
+            mask,
+            past_k,
+            past_v,
+            instruction,
+            batch.frame_batch,
+            batch.image_camera,
+        )
+        return self.step(inputs, need_weights)
 
     def forward(self, batch: TokenBatch, tool=None) -> tuple[torch.Tensor, dict]:
         """Training loss on the action tokens only: MSE (or L1, ``config.action_loss``) in normalised
@@ -188,7 +245,8 @@ class VLATransformer(nn.Module):
         Padding and tokens without a target are excluded from the mean (not just zero-weighted in
         the numerator), so the loss does not shrink as padding grows. ``tool``: an optional
         ``(pred, target) -> loss`` on the absolute joint positions (``training.tool_points.ToolPoints``),
-        added to the loss and reported as ``tool_loss``; ``info["loss"]`` stays the action loss alone.
+        added to the loss and reported as ``tool_loss``; ``info["loss"]`` stays the action loss alone. The
+        task's losses on its heads (``vla_ros.tasks``) are added with their weights and reported by name.
         """
         out = self.full_pass(batch)
         pred = self.head(out.hidden)  # (B, T, J) normalised; recomputed cheaply rather than re-normalising
@@ -207,28 +265,10 @@ class VLATransformer(nn.Module):
             tool_loss = tool(out.actions[sel], batch.targets[sel])
             info["tool_loss"] = float(tool_loss.detach())
             loss = loss + tool_loss
-        if self.aux_head is not None and batch.aux is not None and bool(batch.aux_valid.any()):
-            aux_err = self.aux_head(out.hidden[batch.aux_valid]) - batch.aux[batch.aux_valid]
-            aux_loss = aux_err.pow(2).mean()
-            info["aux_loss"] = float(aux_loss.detach())
-            loss = loss + self.config.aux_loss_weight * aux_loss
-        if self.frame_aux_head is not None and batch.frame_aux is not None and bool(batch.frame_aux_valid.any()):
-            sel = batch.frame_aux_valid
-            frame_loss = self._frame_head_mse(out.keypoints[sel], batch.frame_aux[sel])
-            info["frame_aux_loss"] = float(frame_loss.detach())
-            loss = loss + self.config.frame_aux_loss_weight * frame_loss
+        for name, weight, term in self.task.losses(self, out, batch):
+            info[name] = float(term.detach())
+            loss = loss + weight * term
         return loss, info
-
-    def _frame_head_mse(self, keypoints: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return (self.frame_aux_head(keypoints) - target).pow(2).mean()
-
-    def view_loss(self, images: torch.Tensor, instruction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The frame head's loss on still views (``training.views``): images (F, 3, H, W), instruction
-        (F, 384) vectors, target (F, aux_dim) scaled named-cup positions; weighted like the frame loss."""
-        if self.frame_aux_head is None:
-            raise ValueError("view_loss needs a frame head: ModelConfig(aux_dim > 0, frame_aux_loss_weight > 0)")
-        _, keypoints = self.patch_encoder.encode(images, self.instruction_norm(instruction))
-        return self.config.frame_aux_loss_weight * self._frame_head_mse(keypoints, target)
 
 
 class StepGraph(nn.Module):
@@ -242,8 +282,19 @@ class StepGraph(nn.Module):
     The torch runtime calls this module and the ONNX file is exported from it: one code path.
     """
 
-    base_input_names = ("images", "states", "text", "action_index", "gather", "cos", "sin", "mask",
-                        "past_key", "past_value", "instruction")
+    base_input_names = (
+        "images",
+        "states",
+        "text",
+        "action_index",
+        "gather",
+        "cos",
+        "sin",
+        "mask",
+        "past_key",
+        "past_value",
+        "instruction",
+    )
     output_names = ("actions", "hidden", "new_key", "new_value")
 
     def __init__(self, model: VLATransformer) -> None:
@@ -251,11 +302,36 @@ class StepGraph(nn.Module):
         self.model = model
         self.input_names = step_input_names(model.config)
 
-    def forward(self, images, states, text, action_index, gather, cos, sin, mask, past_key, past_value, instruction,
-                image_camera=None):
-        out = self.model.step(images, states, text, action_index, gather[None], cos[None], sin[None],
-                              mask[None, None], past_key[:, None], past_value[:, None], instruction[None],
-                              image_camera=image_camera)
+    def forward(
+        self,
+        images,
+        states,
+        text,
+        action_index,
+        gather,
+        cos,
+        sin,
+        mask,
+        past_key,
+        past_value,
+        instruction,
+        image_camera=None,
+    ):
+        inputs = StepInputs(
+            images,
+            states,
+            text,
+            action_index,
+            gather[None],
+            cos[None],
+            sin[None],
+            mask[None, None],
+            past_key[:, None],
+            past_value[:, None],
+            instruction[None],
+            image_camera=image_camera,
+        )
+        out = self.model.step(inputs)
         return out.actions[0], out.hidden[0], out.new_k[:, 0], out.new_v[:, 0]
 
 

@@ -44,8 +44,9 @@ DYNAMIC_AXES = {
 }
 
 
-def example_inputs(config: ModelConfig, frames: int = 2, states: int = 3, text: int = 4, actions: int = 2,
-                   past: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
+def example_inputs(
+    config: ModelConfig, frames: int = 2, states: int = 3, text: int = 4, actions: int = 2, past: int = 5, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Random step inputs of the given sizes (for export tracing and parity checks)."""
     rng = np.random.default_rng(seed)
     P, d = config.num_visual_tokens, config.head_dim
@@ -64,7 +65,11 @@ def example_inputs(config: ModelConfig, frames: int = 2, states: int = 3, text: 
         "past_key": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "past_value": rng.standard_normal((layers, G, past, d)).astype(np.float32),
         "instruction": rng.standard_normal(config.text_embedding_dim).astype(np.float32),
-        **({"image_camera": rng.integers(0, config.frame_embeddings, frames).astype(np.int64)} if config.frame_embeddings else {}),
+        **(
+            {"image_camera": rng.integers(0, config.frame_embeddings, frames).astype(np.int64)}
+            if config.frame_embeddings
+            else {}
+        ),
     }
 
 
@@ -78,9 +83,17 @@ def export_onnx(model: VLATransformer, path: str | Path, opset: int = OPSET) -> 
     args = tuple(torch.from_numpy(inputs[name]) for name in graph.input_names)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notices
-        torch.onnx.export(graph, args, str(path), dynamo=False, opset_version=opset,
-                          input_names=list(graph.input_names), output_names=list(StepGraph.output_names),
-                          dynamic_axes={**DYNAMIC_AXES, "image_camera": {0: "frames"}}, do_constant_folding=True)
+        torch.onnx.export(
+            graph,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=list(graph.input_names),
+            output_names=list(StepGraph.output_names),
+            dynamic_axes={**DYNAMIC_AXES, "image_camera": {0: "frames"}},
+            do_constant_folding=True,
+        )
     onnx.checker.check_model(str(path))
     return path
 
@@ -91,8 +104,9 @@ def ort_providers(device: str = "auto") -> list[str]:
 
     available = ort.get_available_providers()
     if str(device).startswith("cuda") and "CUDAExecutionProvider" not in available:
-        log.warning("device=%s asked for but ONNX Runtime has no CUDAExecutionProvider (has %s): using CPU",
-                    device, available)
+        log.warning(
+            "device=%s asked for but ONNX Runtime has no CUDAExecutionProvider (has %s): using CPU", device, available
+        )
     if str(device) in ("auto",) or str(device).startswith("cuda"):
         if "CUDAExecutionProvider" in available:
             return ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -133,16 +147,20 @@ class OnnxBackend:
         outs = tuple(o.name for o in self.session.get_outputs())
         expected = step_input_names(self.config)
         if names != expected or outs != StepGraph.output_names:
-            raise ValueError(f"{path}: graph inputs {names} / outputs {outs} are not the step graph of this "
-                             f"config.json (cameras {list(self.config.cameras)}: expected {expected} / "
-                             f"{StepGraph.output_names}); re-export it")
+            raise ValueError(
+                f"{path}: graph inputs {names} / outputs {outs} are not the step graph of this "
+                f"config.json (cameras {list(self.config.cameras)}: expected {expected} / "
+                f"{StepGraph.output_names}); re-export it"
+            )
         self._input_names = names
         pk = self.session.get_inputs()[names.index("past_key")].shape
         c = self.config
         if [pk[0], pk[1], pk[3]] != [c.num_hidden_layers, c.num_key_value_heads, c.head_dim]:
-            raise ValueError(f"{path}: past_key shape {pk} does not match config.json "
-                             f"(layers {c.num_hidden_layers}, kv heads {c.num_key_value_heads}, "
-                             f"head_dim {c.head_dim}); re-export it from this folder's weights")
+            raise ValueError(
+                f"{path}: past_key shape {pk} does not match config.json "
+                f"(layers {c.num_hidden_layers}, kv heads {c.num_key_value_heads}, "
+                f"head_dim {c.head_dim}); re-export it from this folder's weights"
+            )
 
     def allocate(self, capacity: int) -> None:
         c = self.config
@@ -156,19 +174,22 @@ class OnnxBackend:
 
     def run(self, inputs: dict[str, np.ndarray], past_len: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
         """Same contract as ``TorchBackend.run``."""
-        feed = {name: np.ascontiguousarray(inputs[name]) for name in self._input_names
-                if name not in ("past_key", "past_value")}
+        feed = {
+            name: np.ascontiguousarray(inputs[name])
+            for name in self._input_names
+            if name not in ("past_key", "past_value")
+        }
         feed["past_key"] = np.ascontiguousarray(self.cache_k[:, :, :past_len])
         feed["past_value"] = np.ascontiguousarray(self.cache_v[:, :, :past_len])
         actions, hidden, new_k, new_v = self.session.run(None, feed)
         if keep:
-            self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]
-            self.cache_v[:, :, past_len:past_len + keep] = new_v[:, :, :keep]
+            self.cache_k[:, :, past_len : past_len + keep] = new_k[:, :, :keep]
+            self.cache_v[:, :, past_len : past_len + keep] = new_v[:, :, :keep]
         return actions, hidden
 
     def move(self, src: int, dst: int, n: int) -> None:
-        self.cache_k[:, :, dst:dst + n] = self.cache_k[:, :, src:src + n].copy()
-        self.cache_v[:, :, dst:dst + n] = self.cache_v[:, :, src:src + n].copy()
+        self.cache_k[:, :, dst : dst + n] = self.cache_k[:, :, src : src + n].copy()
+        self.cache_v[:, :, dst : dst + n] = self.cache_v[:, :, src : src + n].copy()
 
     def synchronize(self) -> None:
         pass

@@ -49,8 +49,16 @@ import torch
 
 from vla_ros.model.config import ModelConfig
 from vla_ros.model.model import StepGraph, VLATransformer
-from vla_ros.model.sequence import (SRC_PATCH, ChunkSpec, build_sequence, instruction_vector, pinned_frame, state_reference,
-                                    validate_observation, validate_text)
+from vla_ros.model.sequence import (
+    SRC_PATCH,
+    ChunkSpec,
+    build_sequence,
+    instruction_vector,
+    pinned_frame,
+    state_reference,
+    validate_observation,
+    validate_text,
+)
 from vla_ros.model.timeline import TokenTimes, additive_mask_np, rope_tables_np, visibility
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
@@ -100,7 +108,7 @@ class ObserveReport:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """"auto" = CUDA when available, else CPU."""
+    """ "auto" = CUDA when available, else CPU."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -139,23 +147,28 @@ class TorchBackend:
         """One step against cache slots [0, past_len); the first ``keep`` new tokens' keys/values are
         written at past_len (action tokens come last and are never kept)."""
         dev = self.device
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[name])).to(dev, non_blocking=True)
-                for name in StepGraph.base_input_names[:8]]
+        args = [
+            torch.from_numpy(np.ascontiguousarray(inputs[name])).to(dev, non_blocking=True)
+            for name in StepGraph.base_input_names[:8]
+        ]
         past_k = self.cache_k[:, :, :past_len]
         past_v = self.cache_v[:, :, :past_len]
         instruction = torch.from_numpy(np.ascontiguousarray(inputs["instruction"])).to(dev, non_blocking=True)
-        extra = ([torch.from_numpy(np.ascontiguousarray(inputs["image_camera"])).to(dev)]
-                 if "image_camera" in self.graph.input_names else [])
+        extra = (
+            [torch.from_numpy(np.ascontiguousarray(inputs["image_camera"])).to(dev)]
+            if "image_camera" in self.graph.input_names
+            else []
+        )
         actions, hidden, new_k, new_v = self.graph(*args, past_k, past_v, instruction, *extra)
         if keep:
-            self.cache_k[:, :, past_len:past_len + keep] = new_k[:, :, :keep]
-            self.cache_v[:, :, past_len:past_len + keep] = new_v[:, :, :keep]
+            self.cache_k[:, :, past_len : past_len + keep] = new_k[:, :, :keep]
+            self.cache_v[:, :, past_len : past_len + keep] = new_v[:, :, :keep]
         return actions.cpu().numpy(), hidden.cpu().numpy()
 
     def move(self, src: int, dst: int, n: int) -> None:
         """Copy slots [src, src+n) to [dst, dst+n), dst < src (compaction)."""
-        self.cache_k[:, :, dst:dst + n] = self.cache_k[:, :, src:src + n].clone()
-        self.cache_v[:, :, dst:dst + n] = self.cache_v[:, :, src:src + n].clone()
+        self.cache_k[:, :, dst : dst + n] = self.cache_k[:, :, src : src + n].clone()
+        self.cache_v[:, :, dst : dst + n] = self.cache_v[:, :, src : src + n].clone()
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -203,8 +216,9 @@ class StreamingPolicy:
 
     # ----- construction -----
     @classmethod
-    def from_model(cls, model: VLATransformer, device: str | torch.device = "auto",
-                   threads: int | None = None) -> "StreamingPolicy":
+    def from_model(
+        cls, model: VLATransformer, device: str | torch.device = "auto", threads: int | None = None
+    ) -> StreamingPolicy:
         """Wrap a model with the torch backend. threads: torch intra-op threads for the process (1 is
         best for a streaming tick on a CPU shared with other nodes; None leaves torch's setting)."""
         if threads:
@@ -212,8 +226,9 @@ class StreamingPolicy:
         return cls(model.config, TorchBackend(model, device))
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, backend: str = "torch", device: str = "auto",
-                        threads: int | None = None) -> "StreamingPolicy":
+    def from_pretrained(
+        cls, folder: str | Path, backend: str = "torch", device: str = "auto", threads: int | None = None
+    ) -> StreamingPolicy:
         """Load ``models/<name>`` (config.json + model.safetensors, checked) and wrap it.
 
         backend "torch": device "auto" | "cpu" | "cuda[:i]". backend "onnx": runs ``model.onnx`` from the
@@ -300,8 +315,9 @@ class StreamingPolicy:
             self._n_prefix = self._start = self._end
 
     # ----- ticks -----
-    def observe(self, observations: Observation | Iterable[Observation], return_hidden: bool = False,
-                _decode: bool = False) -> ObserveReport:
+    def observe(
+        self, observations: Observation | Iterable[Observation], return_hidden: bool = False, _decode: bool = False
+    ) -> ObserveReport:
         """Insert new observations (any order) and run their tokens through the model. Late ones are
         inserted exactly (cache cut back, newer ones replayed); duplicates and ones too late are counted
         in the report and skipped. Each observation is validated first: a bad one raises ValueError
@@ -360,13 +376,17 @@ class StreamingPolicy:
         if self.config.relative_actions:
             reference = state_reference(self._raw, anchor.key, len(self.config.joint_names))
             if reference is None:
-                raise PolicyNotReady("no joint state at or before the newest observation: a state-relative "
-                                     "chunk (relative_actions) cannot be decoded")
+                raise PolicyNotReady(
+                    "no joint state at or before the newest observation: a state-relative chunk (relative_actions) "
+                    "cannot be decoded"
+                )
             positions = positions + reference
         return PolicyChunk(
-            stamp_ns=int(anchor.stamp_ns), t_s=float(anchor.t_s),
+            stamp_ns=int(anchor.stamp_ns),
+            t_s=float(anchor.t_s),
             time_from_start_s=np.asarray(self.config.chunk_offsets_ns, np.float64) / 1e9,
-            positions=positions, joint_names=self.config.joint_names,
+            positions=positions,
+            joint_names=self.config.joint_names,
             hidden=None if hidden is None else hidden[-H:],
         )
 
@@ -411,11 +431,12 @@ class StreamingPolicy:
             chunk = ChunkSpec(group[-1].key) if decode and j == len(self._raw) else None
             actions, hidden, seq = self._step(group, chunk=chunk, order_start=self._next_order)
             if chunk is not None:
-                self._fused_chunk = (group[-1], actions[-self.config.chunk_length:])
+                self._fused_chunk = (group[-1], actions[-self.config.chunk_length :])
                 n_obs = seq.num_tokens - self.config.chunk_length
                 actions, hidden = actions[:n_obs], hidden[:n_obs]
-                seq = dataclasses.replace(seq, src=seq.src[:n_obs], src_index=seq.src_index[:n_obs],
-                                          token_obs=seq.token_obs[:n_obs])
+                seq = dataclasses.replace(
+                    seq, src=seq.src[:n_obs], src_index=seq.src_index[:n_obs], token_obs=seq.token_obs[:n_obs]
+                )
             for k in range(i, j):  # build_sequence ranks the (already sorted) group in order
                 self._raw_order[k] = self._next_order + (k - i)
             self._next_order += j - i
@@ -423,8 +444,9 @@ class StreamingPolicy:
             if report.hidden is not None:
                 report.hidden = np.concatenate([report.hidden, hidden])
                 report.token_keys.extend(group[t].key for t in seq.token_obs)
-                report.token_patch = np.concatenate([report.token_patch,
-                                                     np.where(seq.src == SRC_PATCH, seq.src_index % P, 0)])
+                report.token_patch = np.concatenate(
+                    [report.token_patch, np.where(seq.src == SRC_PATCH, seq.src_index % P, 0)]
+                )
             i = j
         report.evicted_tokens += self._evict_by_age()
         self.total_overflow_tokens += report.overflow_tokens
@@ -433,7 +455,7 @@ class StreamingPolicy:
         """Drop cached observation tokens whose order is >= order (a suffix: slots are in key order)."""
         lo, hi = self._start, self._end
         self._end = lo + int(np.count_nonzero(self._order[lo:hi] < order))
-        self._valid[self._end:hi] = False
+        self._valid[self._end : hi] = False
 
     def _evict_by_age(self) -> int:
         """Mark observation tokens older than (newest cached) - (W + lateness) as evicted (masked now,
@@ -442,8 +464,8 @@ class StreamingPolicy:
         if self._end <= self._start:
             return 0
         horizon = int(self._stamp[self._end - 1]) - (self.config.window_ns + self.config.max_lateness_ns)
-        n_old = int(np.searchsorted(self._stamp[self._start:self._end], horizon, side="left"))
-        self._valid[self._start:self._start + n_old] = False
+        n_old = int(np.searchsorted(self._stamp[self._start : self._end], horizon, side="left"))
+        self._valid[self._start : self._start + n_old] = False
         self._start += n_old
         return n_old
 
@@ -455,8 +477,8 @@ class StreamingPolicy:
             live = self._end - self._start
             self.backend.move(self._start, self._n_prefix, live)
             for arr in (self._kind, self._stamp, self._order, self._valid):
-                arr[self._n_prefix:self._n_prefix + live] = arr[self._start:self._end].copy()
-            self._valid[self._n_prefix + live:self._end] = False
+                arr[self._n_prefix : self._n_prefix + live] = arr[self._start : self._end].copy()
+            self._valid[self._n_prefix + live : self._end] = False
             self._start, self._end = self._n_prefix, self._n_prefix + live
         overflow = max(0, self._end + tokens - self.capacity)
         if not overflow:
@@ -465,32 +487,62 @@ class StreamingPolicy:
         cut = min(self._end - self._start, overflow)
         while self._start + cut < self._end and self._order[self._start + cut] == self._order[self._start + cut - 1]:
             cut += 1
-        log.warning("KV cache full (capacity %d tokens): evicting %d tokens early; outputs are not exact "
-                    "until they would have aged out. Raise max_cache_tokens or check the input rates.",
-                    self.capacity, cut)
-        self._valid[self._start:self._start + cut] = False
+        log.warning(
+            "KV cache full (capacity %d tokens): evicting %d tokens early; outputs are not exact until they would have "
+            "aged out. Raise max_cache_tokens or check the input rates.",
+            self.capacity,
+            cut,
+        )
+        self._valid[self._start : self._start + cut] = False
         self._start += cut
         self._make_room(tokens)
         return cut
 
-    def _step(self, observations: list[Observation], text: np.ndarray | None = None,
-              chunk: ChunkSpec | None = None, anchors: dict | None = None, order_start: int = 0,
-              pinned: Observation | None = None):
+    def _step(
+        self,
+        observations: list[Observation],
+        text: np.ndarray | None = None,
+        chunk: ChunkSpec | None = None,
+        anchors: dict | None = None,
+        order_start: int = 0,
+        pinned: Observation | None = None,
+    ):
         """Run new tokens against the cache [0, end); write the text and observation tokens at end (the
         chunk's action tokens, last in the sequence, are never written)."""
         cfg = self.config
-        seq = build_sequence(cfg, observations, text, [chunk] if chunk else (), validate=False,
-                             order_start=order_start, anchors=anchors, pinned=pinned)
+        seq = build_sequence(
+            cfg,
+            observations,
+            text,
+            [chunk] if chunk else (),
+            validate=False,
+            order_start=order_start,
+            anchors=anchors,
+            pinned=pinned,
+        )
         T, end = seq.num_tokens, self._end
         q = TokenTimes(seq.kind, seq.stamp_ns, seq.order, seq.chunk, np.ones(T, bool))
-        k = TokenTimes(np.concatenate([self._kind[:end], seq.kind]), np.concatenate([self._stamp[:end], seq.stamp_ns]),
-                       np.concatenate([self._order[:end], seq.order]), np.concatenate([np.full(end, -1), seq.chunk]),
-                       np.concatenate([self._valid[:end], np.ones(T, bool)]))
+        k = TokenTimes(
+            np.concatenate([self._kind[:end], seq.kind]),
+            np.concatenate([self._stamp[:end], seq.stamp_ns]),
+            np.concatenate([self._order[:end], seq.order]),
+            np.concatenate([np.full(end, -1), seq.chunk]),
+            np.concatenate([self._valid[:end], np.ones(T, bool)]),
+        )
         mask = additive_mask_np(visibility(q, k, cfg.window_ns))  # (T, end + T)
         cos, sin = rope_tables_np(seq.rope_ns, seq.kind, cfg.rope_periods_ns)
-        inputs = dict(images=seq.images, states=seq.states, text=seq.text, action_index=seq.action_index,
-                      gather=seq.gather(), cos=cos, sin=sin, mask=mask, instruction=self._instruction_vec,
-                      image_camera=seq.image_camera)
+        inputs = dict(
+            images=seq.images,
+            states=seq.states,
+            text=seq.text,
+            action_index=seq.action_index,
+            gather=seq.gather(),
+            cos=cos,
+            sin=sin,
+            mask=mask,
+            instruction=self._instruction_vec,
+            image_camera=seq.image_camera,
+        )
         keep = T - (self.config.chunk_length if chunk else 0)
         actions, hidden = self.backend.run(inputs, end, keep)
         if keep:

@@ -79,8 +79,9 @@ class TokenSequence:
 
     def gather(self) -> np.ndarray:
         """(T,) pool rows for this sequence alone (see the module docstring)."""
-        return _gather(self.src, self.src_index, self.images.shape[0], self.states.shape[0], self.text.shape[0],
-                       self.num_patches)
+        return _gather(
+            self.src, self.src_index, self.images.shape[0], self.states.shape[0], self.text.shape[0], self.num_patches
+        )
 
 
 def _gather(src, src_index, n_frames, n_states, n_text, num_patches, offsets=(0, 0, 0, 0)) -> np.ndarray:
@@ -154,12 +155,17 @@ def validate_text(embeddings: np.ndarray, config: ModelConfig) -> np.ndarray:
     return emb
 
 
-def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] = (),
-                   text: np.ndarray | None = None, chunks: SequenceABC[ChunkSpec] = (),
-                   validate: bool = True, order_start: int = 0,
-                   anchors: dict[tuple, tuple[int, int]] | None = None,
-                   frame_aux: SequenceABC[np.ndarray | None] | None = None,
-                   pinned: Observation | None = None) -> TokenSequence:
+def build_sequence(
+    config: ModelConfig,
+    observations: SequenceABC[Observation] = (),
+    text: np.ndarray | None = None,
+    chunks: SequenceABC[ChunkSpec] = (),
+    validate: bool = True,
+    order_start: int = 0,
+    anchors: dict[tuple, tuple[int, int]] | None = None,
+    frame_aux: SequenceABC[np.ndarray | None] | None = None,
+    pinned: Observation | None = None,
+) -> TokenSequence:
     """Lay out text, the pinned frame, observations (sorted by key) and chunk tokens; see the module docstring.
 
     ``pinned``: the pinned frame (a main-camera frame; only for a model with ``pin_first_frame``). It is
@@ -175,8 +181,11 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
     if validate:
         for obs in observations:
             validate_observation(obs, config)
-    text_arr = (np.zeros((0, config.text_embedding_dim), np.float32) if text is None
-                else (validate_text(text, config) if validate else np.asarray(text, np.float32)))
+    text_arr = (
+        np.zeros((0, config.text_embedding_dim), np.float32)
+        if text is None
+        else (validate_text(text, config) if validate else np.asarray(text, np.float32))
+    )
     P, J, H = config.num_visual_tokens, config.action_dim, config.chunk_length
     order = sorted(range(len(observations)), key=lambda i: observations[i].key)
     images, states, frame_targets, cameras = [], [], [], []
@@ -187,16 +196,18 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         src.append(s), src_index.append(si), kind.append(k), stamp.append(st), order_.append(od)
         chunk.append(ch), rope.append(rp), token_obs.append(ob)
 
-    for l in range(text_arr.shape[0]):
-        add(SRC_TEXT, l, TEXT, 0, -1, -1, 0, -1)
+    for t in range(text_arr.shape[0]):
+        add(SRC_TEXT, t, TEXT, 0, -1, -1, 0, -1)
     if pinned is not None:
         if not config.pin_first_frame:
             raise ValueError("a pinned frame was given to a model without pin_first_frame")
         if validate:
             validate_observation(pinned, config)
         if pinned.kind != Kind.IMAGE or pinned.camera != 0:
-            raise ValueError(f"the pinned frame must be a frame of the main camera, not {Kind(pinned.kind).name} "
-                             f"camera {pinned.camera}")
+            raise ValueError(
+                f"the pinned frame must be a frame of the main camera, not {Kind(pinned.kind).name} "
+                f"camera {pinned.camera}"
+            )
         images.append(np.asarray(pinned.data, np.float32))
         cameras.append(config.pinned_camera)
         if frame_aux is not None:
@@ -234,9 +245,9 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
             t = np.asarray(spec.targets, np.float32)
             if t.shape != (H, J):
                 raise ValueError(f"chunk {c}: targets shape {t.shape} != ({H}, {J})")
-            targets[len(src):len(src) + H] = t
+            targets[len(src) : len(src) + H] = t
         if spec.aux is not None:
-            aux[len(src):len(src) + H] = np.asarray(spec.aux, np.float32)
+            aux[len(src) : len(src) + H] = np.asarray(spec.aux, np.float32)
         for k in range(H):
             add(SRC_ACTION, len(action_index), ACTION, anchor_ns, anchor_order, c, anchor_ns + offsets[k], -1)
             action_index.append(k)
@@ -246,8 +257,17 @@ def build_sequence(config: ModelConfig, observations: SequenceABC[Observation] =
         states=np.stack(states) if states else np.zeros((0, config.state_dim), np.float32),
         text=text_arr,
         action_index=i64(action_index),
-        src=i64(src), src_index=i64(src_index), kind=i64(kind), stamp_ns=i64(stamp), order=i64(order_),
-        chunk=i64(chunk), rope_ns=i64(rope), targets=targets, token_obs=i64(token_obs), num_patches=P, aux=aux,
+        src=i64(src),
+        src_index=i64(src_index),
+        kind=i64(kind),
+        stamp_ns=i64(stamp),
+        order=i64(order_),
+        chunk=i64(chunk),
+        rope_ns=i64(rope),
+        targets=targets,
+        token_obs=i64(token_obs),
+        num_patches=P,
+        aux=aux,
         frame_aux=_frame_aux_rows(frame_targets) if frame_aux is not None else None,
         image_camera=i64(cameras),
     )
@@ -295,9 +315,13 @@ class TokenBatch:
     frame_aux_valid: torch.Tensor | None = None  # (F,) bool
     image_camera: torch.Tensor | None = None  # (F,) camera index of each pooled frame
 
-    def to(self, device: torch.device | str) -> "TokenBatch":
-        return TokenBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
-                             for f in dataclasses.fields(self)})
+    def to(self, device: torch.device | str) -> TokenBatch:
+        return TokenBatch(
+            **{
+                f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                for f in dataclasses.fields(self)
+            }
+        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -331,8 +355,12 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
         targets[b, :n] = s.targets
         if aux is not None and s.aux is not None:
             aux[b, :n] = s.aux
-        offs = [offs[0] + s.images.shape[0] * P, offs[1] + s.states.shape[0], offs[2] + s.text.shape[0],
-                offs[3] + s.action_index.shape[0]]
+        offs = [
+            offs[0] + s.images.shape[0] * P,
+            offs[1] + s.states.shape[0],
+            offs[2] + s.text.shape[0],
+            offs[3] + s.action_index.shape[0],
+        ]
     target_valid = valid & (fields["kind"] == ACTION) & np.all(np.isfinite(targets), axis=-1)
     cat = lambda name: torch.from_numpy(np.concatenate([getattr(s, name) for s in sequences]))  # noqa: E731
     aux_fields = {}
@@ -340,16 +368,28 @@ def collate(sequences: SequenceABC[TokenSequence]) -> TokenBatch:
         aux_valid = valid & (fields["kind"] == ACTION) & np.all(np.isfinite(aux), axis=-1)
         aux_fields = {"aux": torch.from_numpy(np.nan_to_num(aux, nan=0.0)), "aux_valid": torch.from_numpy(aux_valid)}
     if K and any(s.frame_aux is not None for s in sequences):
-        frame_aux = np.concatenate([s.frame_aux if s.frame_aux is not None else np.full((s.images.shape[0], K), np.nan, np.float32)
-                                    for s in sequences])
+        frame_aux = np.concatenate(
+            [
+                s.frame_aux if s.frame_aux is not None else np.full((s.images.shape[0], K), np.nan, np.float32)
+                for s in sequences
+            ]
+        )
         aux_fields["frame_aux"] = torch.from_numpy(np.nan_to_num(frame_aux, nan=0.0))
         aux_fields["frame_aux_valid"] = torch.from_numpy(np.all(np.isfinite(frame_aux), axis=-1))
     return TokenBatch(
-        images=cat("images"), states=cat("states"), text=cat("text"), action_index=cat("action_index"),
-        gather=torch.from_numpy(gather), valid=torch.from_numpy(valid),
-        targets=torch.from_numpy(np.nan_to_num(targets, nan=0.0)), target_valid=torch.from_numpy(target_valid),
+        images=cat("images"),
+        states=cat("states"),
+        text=cat("text"),
+        action_index=cat("action_index"),
+        gather=torch.from_numpy(gather),
+        valid=torch.from_numpy(valid),
+        targets=torch.from_numpy(np.nan_to_num(targets, nan=0.0)),
+        target_valid=torch.from_numpy(target_valid),
         instruction=torch.from_numpy(np.stack([instruction_vector(s.text, s.text.shape[1]) for s in sequences])),
-        frame_batch=torch.from_numpy(np.concatenate([np.full(s.images.shape[0], b, np.int64) for b, s in enumerate(sequences)])),
+        frame_batch=torch.from_numpy(
+            np.concatenate([np.full(s.images.shape[0], b, np.int64) for b, s in enumerate(sequences)])
+        ),
         image_camera=torch.from_numpy(np.concatenate([frame_cameras(s) for s in sequences])),
-        **{name: torch.from_numpy(v) for name, v in fields.items()}, **aux_fields,
+        **{name: torch.from_numpy(v) for name, v in fields.items()},
+        **aux_fields,
     )

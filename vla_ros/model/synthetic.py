@@ -16,8 +16,14 @@ from vla_ros.model.config import ModelConfig
 from vla_ros.tokens.types import Instruction, Kind, Observation
 
 
-def synthetic_stream(config: ModelConfig, seconds: float, seed: int = 0, start_ns: int = 0,
-                     camera_hz: float = 30.0, state_hz: float = 100.0) -> list[Observation]:
+def synthetic_stream(
+    config: ModelConfig,
+    seconds: float,
+    seed: int = 0,
+    start_ns: int = 0,
+    camera_hz: float = 30.0,
+    state_hz: float = 100.0,
+) -> list[Observation]:
     """Frames (one per camera of the config) and states over ``seconds``, sorted by key; images ~N(0, 1),
     states ~N(0, 0.5)."""
     rng = np.random.default_rng(seed)
@@ -60,7 +66,9 @@ def ticks(observations: list[Observation]) -> list[list[Observation]]:
     return out
 
 
-def random_instruction(config: ModelConfig, length: int = 8, seed: int = 0, text: str = "pick up the red cup") -> Instruction:
+def random_instruction(
+    config: ModelConfig, length: int = 8, seed: int = 0, text: str = "pick up the red cup"
+) -> Instruction:
     """An instruction with random (L, 384) embeddings standing in for MiniLM's."""
     rng = np.random.default_rng(seed)
     emb = rng.standard_normal((length, config.text_embedding_dim)).astype(np.float32)

@@ -123,7 +123,9 @@ def rope_tables_np(rope_ns: np.ndarray, kind: np.ndarray, periods_ns: tuple[int,
     return cos, sin
 
 
-def rope_tables(rope_ns: torch.Tensor, kind: torch.Tensor, periods_ns: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    rope_ns: torch.Tensor, kind: torch.Tensor, periods_ns: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch twin of ``rope_tables_np`` (same float64 arithmetic), on the tensors' device."""
     periods = torch.tensor(periods_ns, dtype=torch.int64, device=rope_ns.device)
     frac = torch.remainder(rope_ns.to(torch.int64)[..., None], periods).to(torch.float64) / periods.to(torch.float64)

@@ -29,7 +29,6 @@ colour word, as ``vla-ros attention`` draws it.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import sys
@@ -38,26 +37,27 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
-from vla_ros.params.spec import validate_all
+from vla_ros.params.tightening import ParamChange
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
-from vla_ros.policy.intake import ReasonThrottle
+from vla_ros.reasons import INSTRUCTION_TOO_LONG, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT, TICK_ERROR
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
+from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
-from vla_ros.ros.rejections import RecentRefusals
+from vla_ros.ros.qos import incompatible_qos_events, latched_qos, sensor_qos
+from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import time_msg_from_ns
+from vla_ros.ros.watchdog import CHECK_RATE_HZ, NS, InputWatch, Watchdog
 from vla_ros.tokens.stream import TIMING_REJECTIONS
 from vla_ros.urdf_limits import limits_for
 
@@ -67,36 +67,25 @@ from vla_ros.urdf_limits import limits_for
 # A deeper queue would not save anything: a message held longer is older than the shipped model's window
 # (0.5 s + 0.1 s lateness) when it comes out, and is dropped as late instead of by DDS.
 INTAKE_SLACK_S = 0.5
-WATCHDOG_PERIOD_S = 0.1  # wall clock: a dead source is reported within source_timeout_s + this
 REFUSAL_HOLD_S = 1.0  # wall clock: the inputs status is WARN while inputs were refused this recently
 INSTRUCTION_PARAM = "parameter instruction"  # the source named for refusals of the instruction parameter
-SWITCH_INTERVAL_S = 0.0005  # see _make_node
+SWITCH_INTERVAL_S = 0.0005  # see main
 MAX_ALIGN_WAIT_S = 0.02  # a tick waits at most this long for the joint state of its instant
-
-
-def _incompatible_qos_callbacks(node):
-    """Say so when a publisher's QoS cannot match ours (a best-effort camera and a reliable subscriber
-    never connect, and nothing else would tell)."""
-    try:
-        from rclpy.event_handler import SubscriptionEventCallbacks  # Iron and later
-    except ImportError:  # Humble
-        from rclpy.qos_event import SubscriptionEventCallbacks
-
-    def on_incompatible(event) -> None:
-        node._count("incompatible_qos")
-        node.get_logger().error(
-            f"a publisher's QoS is incompatible with this subscription ({event.last_policy_kind}); "
-            "for best-effort drivers set sensor_qos:=best_effort", throttle_duration_sec=5.0)
-
-    return SubscriptionEventCallbacks(incompatible_qos=on_incompatible)
 
 
 class _Series:
     """Figures of the ticks since the last diagnostics report (written by the tick thread, read by the
     executor thread)."""
 
-    NAMES = ("inference_ms", "inference_cpu_ms", "observation_age_ms", "arrival_age_ms", "in_node_wall_ms", "tick_delay_ms",
-             "debug_attention.ms")
+    NAMES = (
+        "inference_ms",
+        "inference_cpu_ms",
+        "observation_age_ms",
+        "arrival_age_ms",
+        "in_node_wall_ms",
+        "tick_delay_ms",
+        "debug_attention.ms",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -116,12 +105,12 @@ class PolicyNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("policy", **kwargs)
         self.failed = False
+        # The policy guards no safety check: no change is a loosening. Its build loads and checks a new model
+        # before anything changes, so one that fails is refused with the reason and the running one stays.
+        self.guard = ParamGuard(self, PARAMS, {})
         p = declare_parameters(self, PARAMS, on_change=self._on_param_change)
         self._p = p
-        # Runs before the table's own check (rclpy calls the newest callback first): a new model is loaded
-        # and checked here, so one that fails is refused with the reason and the running one stays.
-        self.add_on_set_parameters_callback(self._prepare_model_change)
-        self._pending: tuple[str, object] | None = None
+        self.guard.install(p, build=self._build_params, apply=self._apply_params, allow_loosening=False)
         self.diag = Diagnostics(self, hardware_id="policy")
         self.session = None
         self._model_error = ""
@@ -130,9 +119,10 @@ class PolicyNode(Node):
         self._series = _Series()
         self._status = ("starting", "starting")  # (code, message) of the last tick
         self._reported = None  # ((level, message), inputs key) last published, to publish at once on a change
-        self._dead: set[str] = set()  # sources the wall-clock watchdog found silent
-        self._throttle = ReasonThrottle(2.0)
-        self._refusals = RecentRefusals(REFUSAL_HOLD_S)  # refused inputs (not their timing): the inputs status
+        self.watchdog = Watchdog({})  # the session's sources, silent on the wall clock (_check_inputs)
+        # Refused inputs: logged per reason; those refused for what they are (not their timing) are noted
+        # for the inputs status (their counts are the session's and the gate's).
+        self.rejections = ReasonLog(self.get_logger().warning, recent_s=REFUSAL_HOLD_S)
         self._gate = InstructionGate(p["max_instruction_bytes"], p["min_instruction_interval_s"])
         self._attention = {"published": 0, "errors": 0, "last_ns": None, "model": None}
         self._frame = None  # (stamp_ns, type name, message) of the newest camera frame, only for debug_attention
@@ -156,23 +146,24 @@ class PolicyNode(Node):
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
         if p["debug_attention"]:
             self._set_attention_publisher(True)
-        reliability = ReliabilityPolicy.RELIABLE if p["sensor_qos"] == "reliable" else ReliabilityPolicy.BEST_EFFORT
-        events = _incompatible_qos_callbacks(self)
-        image_qos = QoSProfile(depth=math.ceil(camera_hz * INTAKE_SLACK_S), reliability=reliability)
-        self._image_qos, self._qos_events = image_qos, events
-        self._camera_subs: dict[str, object] = {}  # further cameras of the model (a wrist camera): topic -> subscription
+        self._image_qos = sensor_qos(p["sensor_qos"], math.ceil(camera_hz * INTAKE_SLACK_S))
+        # further cameras of the model (a wrist camera): topic -> subscription
+        self._camera_subs: dict[str, object] = {}
         if p["image_transport"] == "compressed":
-            self.create_subscription(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed, image_qos, event_callbacks=events)
+            self._subscribe_sensor(CompressedImage, p["image_topic"] + "/compressed", self._on_compressed)
         else:
-            self.create_subscription(Image, p["image_topic"], self._on_image, image_qos, event_callbacks=events)
+            self._subscribe_sensor(Image, p["image_topic"], self._on_image)
         self._sync_camera_subscriptions(self.session)
-        joint_qos = QoSProfile(depth=math.ceil(state_hz * INTAKE_SLACK_S), reliability=reliability)
-        self.create_subscription(JointState, "/joint_states", self._on_joints, joint_qos, event_callbacks=events)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(String, "/vla/instruction", self._on_instruction, latched)
+        self._subscribe_sensor(
+            JointState,
+            "/joint_states",
+            self._on_joints,
+            sensor_qos(p["sensor_qos"], math.ceil(state_hz * INTAKE_SLACK_S)),
+        )
+        self.create_subscription(String, "/vla/instruction", self._on_instruction, latched_qos())
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
         if not p["robot_description_file"]:
-            self.create_subscription(String, "/robot_description", self._on_description, latched)
+            self.create_subscription(String, "/robot_description", self._on_description, latched_qos())
 
         self._due = threading.Event()  # a tick is due
         self._due_ns = 0  # node clock when it fell due
@@ -188,7 +179,7 @@ class PolicyNode(Node):
             self.create_timer(1.0 / p["rate_hz"], self._request_tick)  # node clock: simulated time in the sim
         wall = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=wall)
-        self.create_timer(min(WATCHDOG_PERIOD_S, p["source_timeout_s"] / 2), self._watchdog, clock=wall)
+        self.create_timer(min(1.0 / CHECK_RATE_HZ, p["source_timeout_s"] / 2), self._check_inputs, clock=wall)
         if p["instruction"]:
             self._request_instruction(p["instruction"], INSTRUCTION_PARAM)
 
@@ -201,8 +192,13 @@ class PolicyNode(Node):
         folder = resolve_model_dir(model)
         p = self._p
         try:
-            session = PolicySession.from_pretrained(folder, backend=p["backend"], device=p["device"], threads=p["threads"] or None,
-                                                    config=session_config_from_params(p))
+            session = PolicySession.from_pretrained(
+                folder,
+                backend=p["backend"],
+                device=p["device"],
+                threads=p["threads"] or None,
+                config=session_config_from_params(p),
+            )
         except (FileNotFoundError, ValueError, OSError, RuntimeError) as err:
             reason = f"cannot load model {folder}: {err}"
             if raise_on_error:
@@ -221,48 +217,54 @@ class PolicyNode(Node):
         )
         return session
 
-    def _prepare_model_change(self, params) -> SetParametersResult:
-        """Validate the whole request, then load a new model before anything changes."""
-        request = {q.name: q.value for q in params}
-        reasons = validate_all(PARAMS, request)
-        if reasons:
-            return SetParametersResult(successful=False, reason="; ".join(reasons))
-        if request.get("instruction"):  # refused here, so the parameter keeps the instruction in force
-            reason = instruction_size_error(request["instruction"], request.get("max_instruction_bytes", self._p["max_instruction_bytes"]))
+    # ---- parameters (ParamGuard: a request is built whole before anything changes) ---------------------
+    def _build_params(self, values: dict):
+        """The new session a request's model change loads and checks (None: the model stays); raises
+        ValueError with the reason, so the request is refused and nothing changes. A new instruction that is
+        too long is refused here, so the parameter keeps the one in force."""
+        text = values["instruction"]
+        if text and text != self._p["instruction"]:
+            reason = instruction_size_error(text, values["max_instruction_bytes"])
             if reason is not None:
-                self._refuse(INSTRUCTION_PARAM, "instruction_too_long", reason)
-                return SetParametersResult(successful=False, reason=reason)
-        if "model" in request and request["model"] != self._p["model"]:
-            try:
-                self._pending = (request["model"], self._load(request["model"], raise_on_error=True))
-            except ValueError as err:
-                self.get_logger().error(f"model change refused: {err}; keeping {self._p['model']}")
-                return SetParametersResult(successful=False, reason=str(err))
-        return SetParametersResult(successful=True)
+                self.rejections.reject(INSTRUCTION_PARAM, INSTRUCTION_TOO_LONG, reason)
+                raise ValueError(reason)
+        if values["model"] == self._p["model"]:
+            return None
+        try:
+            return self._load(values["model"], raise_on_error=True)
+        except ValueError as err:
+            self.get_logger().error(f"model change refused: {err}; keeping {self._p['model']}")
+            raise
+
+    def _apply_params(self, session, values: dict, changes: list[ParamChange]) -> None:
+        """A request the guard accepted: the node follows the new values (a new model's session included)."""
+        self._p = dict(values)
+        if session is not None:
+            self.session, self._model_error = session, ""
+            self._attention["model"] = None
+            self._sync_camera_subscriptions(session)
+        self._gate.max_bytes = int(values["max_instruction_bytes"])
+        self._gate.min_interval_s = float(values["min_instruction_interval_s"])
+        self._instruction_wake.set()  # a shorter interval may let a waiting instruction through now
+        self._set_attention_publisher(bool(values["debug_attention"]))
+        if any(change.name.startswith("shaping_") for change in changes):
+            self._shaping_cache.clear()
+        self._apply_session_config(self.session)
 
     def _on_param_change(self, name: str, value) -> None:
-        self._p[name] = value
-        if name == "instruction" and value:
+        self.guard.on_change(name, value)  # the whole request, once
+        if name == "instruction" and value:  # also the same text again: the parameter's instruction wins anew
             self._request_instruction(value, INSTRUCTION_PARAM)
-        elif name == "max_instruction_bytes":
-            self._gate.max_bytes = int(value)
-        elif name == "min_instruction_interval_s":
-            self._gate.min_interval_s = float(value)
-            self._instruction_wake.set()
-        elif name == "model" and self._pending is not None and self._pending[0] == value:
-            self.session, self._pending, self._model_error = self._pending[1], None, ""
-            self._attention["model"] = None
-            self._sync_camera_subscriptions(self.session)
-        elif name == "debug_attention":
-            self._set_attention_publisher(bool(value))
-        elif name in ("publish_horizon", "chunk_smoothing_degree", "temporal_ensemble_s", "max_observation_age_s", "max_image_age_s", "frozen_camera_s",
-                      "shape_chunks",
-                      "shaping_latency_s", "shaping_reach", "shaping_retime", "shaping_table_lift", "shaping_table_margin_m"):
-            if name.startswith("shaping_"):
-                self._shaping_cache.clear()
-            self._apply_session_config(self.session)
 
     # ---- cameras -------------------------------------------------------------------------------------
+    def _subscribe_sensor(self, msg_type, topic: str, callback, qos=None):
+        """A camera (``qos`` None: the image QoS) or joint-state subscription: ``sensor_qos``, and a publisher
+        whose QoS cannot match is counted (``events.incompatible_qos``) and logged with the fix."""
+        events = incompatible_qos_events(self, topic, self._count)
+        return self.create_subscription(
+            msg_type, topic, callback, self._image_qos if qos is None else qos, event_callbacks=events
+        )
+
     def _camera_topics(self, session) -> list[str]:
         """Image topic of each of the model's cameras: ``image_topic`` for the first (main) one, then
         ``/<name>/image_raw`` (``vla_ros.cameras``; remap it for another driver's name)."""
@@ -278,14 +280,17 @@ class PolicyNode(Node):
         compressed = self._p["image_transport"] == "compressed"
         for topic in [t for t in wanted if t not in self._camera_subs]:
             if compressed:
-                callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/CompressedImage", msg, t + "/compressed")  # noqa: E731
-                sub = self.create_subscription(CompressedImage, topic + "/compressed", callback, self._image_qos,
-                                               event_callbacks=self._qos_events)
+                callback = lambda msg, t=topic: self._on_frame(  # noqa: E731
+                    "sensor_msgs/msg/CompressedImage", msg, t + "/compressed"
+                )
+                sub = self._subscribe_sensor(CompressedImage, topic + "/compressed", callback)
             else:
                 callback = lambda msg, t=topic: self._on_frame("sensor_msgs/msg/Image", msg, t)  # noqa: E731
-                sub = self.create_subscription(Image, topic, callback, self._image_qos, event_callbacks=self._qos_events)
+                sub = self._subscribe_sensor(Image, topic, callback)
             self._camera_subs[topic] = sub
-            self.get_logger().info(f"the model reads a further camera: subscribed to {topic}{'/compressed' if compressed else ''}")
+            self.get_logger().info(
+                f"the model reads a further camera: subscribed to {topic}{'/compressed' if compressed else ''}"
+            )
 
     # ---- chunk shaping -------------------------------------------------------------------------------
     def _on_description(self, msg: String) -> None:
@@ -303,10 +308,15 @@ class PolicyNode(Node):
         names = tuple(session.policy.config.joint_names)
         if names not in self._shaping_cache:
             try:
-                self._shaping_cache[names] = (shaping_limits_from_params(self._p, self._urdf, names, base_dir=self._urdf_dir), "")
+                self._shaping_cache[names] = (
+                    shaping_limits_from_params(self._p, self._urdf, names, base_dir=self._urdf_dir),
+                    "",
+                )
             except ValueError as err:
                 self._shaping_cache[names] = (None, f"cannot shape chunks: {err}")
-                self.get_logger().error(f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded")
+                self.get_logger().error(
+                    f"cannot shape chunks into the safety filter's limits: {err}; chunks go out as decoded"
+                )
         limits, self._shaping_problem = self._shaping_cache[names]
         return limits
 
@@ -315,7 +325,8 @@ class PolicyNode(Node):
         if session is not None:
             session.config = session_config_from_params(self._p, self._chunk_limits(session))
             if self._urdf is not None:
-                try:  # joint states that jump beyond the robot's own limits are refused, as by the filter and the controller
+                # joint states that jump beyond the robot's own limits are refused, as by the filter and the controller
+                try:
                     session.set_state_velocity_limits(limits_for(self._urdf, session.tokenizer.joint_names).velocity)
                 except ValueError as err:
                     self.get_logger().warning(f"joint-state jump check off: {err}")
@@ -346,21 +357,10 @@ class PolicyNode(Node):
             code, _, detail = rejection.partition(": ")
             detail = detail.removeprefix(f"{source}: ")  # the stream names the source; the status does
             if code in TIMING_REJECTIONS:  # late, duplicate, ...: a loaded machine or a reset, counted only
-                self._log_refusal(source, code, rejection)
+                self.rejections.reject(source, code, detail, log_only=True)
             else:  # what was sent is wrong (encoding, size, a joint state): WARN while it goes on
-                self._refuse(source, code, detail)
+                self.rejections.reject(source, code, detail)
         return obs
-
-    def _refuse(self, source: str, code: str, detail: str) -> None:
-        """An input refused for what it is: the inputs status is WARN for REFUSAL_HOLD_S, and it is logged."""
-        self._refusals.note(source, code, detail, time.monotonic())
-        self._log_refusal(source, code, f"{code}: {detail}")
-
-    def _log_refusal(self, source: str, code: str, rejection: str) -> None:
-        log, held = self._throttle.allow(code, time.monotonic())
-        if log:
-            more = f" ({held} more '{code}' since the last report)" if held else ""
-            self.get_logger().warning(f"rejected {source}: {rejection}{more}")
 
     def _on_image(self, msg: Image) -> None:
         self._on_frame("sensor_msgs/msg/Image", msg, self._p["image_topic"])
@@ -388,7 +388,7 @@ class PolicyNode(Node):
         through (MiniLM: tens of milliseconds, seconds on a loaded machine), so neither the intake nor a tick
         waits for the text encoder."""
         for code, detail in self._gate.offer(text, time.monotonic()):
-            self._refuse(source, code, detail)
+            self.rejections.reject(source, code, detail)
         self._instruction_wake.set()
 
     def _request_tick(self) -> None:
@@ -423,10 +423,12 @@ class PolicyNode(Node):
         instruction = session.set_instruction(text, self._now_ns())
         if instruction is None:
             code, _, detail = session.stream.last_rejection.partition(": ")
-            self._refuse("instruction", code, detail)
+            self.rejections.reject("instruction", code, detail)
         else:
-            self.get_logger().info(f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
-                                   f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)")
+            self.get_logger().info(
+                f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
+                f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)"
+            )
 
     def _on_episode_reset(self, msg: Header) -> None:
         start_ns, episode = reset_from_msg(msg)
@@ -452,7 +454,7 @@ class PolicyNode(Node):
                 self._tick()
             except Exception as err:  # noqa: BLE001 - the tick thread must outlive one bad tick; say why
                 self._count("tick_errors")
-                self._status = ("tick_error", f"tick failed: {type(err).__name__}: {err}")
+                self._status = (TICK_ERROR, f"tick failed: {type(err).__name__}: {err}")
                 self.get_logger().error(self._status[1], throttle_duration_sec=2.0)
 
     def _tick(self) -> None:
@@ -468,7 +470,7 @@ class PolicyNode(Node):
             session.wait_for_state(self._due_ns, min(period, MAX_ALIGN_WAIT_S))
         result = session.tick(self._now_ns())
         if result.chunk is None:
-            if result.skip == "model_input_error":
+            if result.skip == MODEL_INPUT_ERROR:
                 self.get_logger().error(f"tick failed: {result.detail}", throttle_duration_sec=2.0)
             self._status = (result.skip, result.detail)
             self._report_if_changed()
@@ -523,13 +525,21 @@ class PolicyNode(Node):
         try:
             _, type_name, msg = frame
             rgb = rgb_from_compressed_msg(msg) if type_name.endswith("CompressedImage") else rgb_from_image_msg(msg)
-            image = live_overlay(self._attention_torch_model(session), session.policy.config, window, session.instruction, rgb,
-                                 session.policy.pinned)
+            image = live_overlay(
+                self._attention_torch_model(session),
+                session.policy.config,
+                window,
+                session.instruction,
+                rgb,
+                session.policy.pinned,
+            )
             out = image_msg(np.ascontiguousarray(image), msg.header.stamp, msg.header.frame_id)
             pub.publish(out)
         except Exception as err:  # noqa: BLE001 - a debug view must never stop the chunks
             state["errors"] += 1
-            self.get_logger().error(f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0)
+            self.get_logger().error(
+                f"attention overlay failed: {type(err).__name__}: {err}", throttle_duration_sec=10.0
+            )
             return
         state["published"] += 1
         self._series.add("debug_attention.ms", (time.perf_counter() - t0) * 1e3)
@@ -546,45 +556,61 @@ class PolicyNode(Node):
         return model
 
     # ---- watchdog and diagnostics (executor thread, wall clock) -----------------------------------------
-    def _watchdog(self) -> None:
-        """Sources that went silent (wall time), reported at once; also when simulated time stopped. Refused
-        inputs and a frozen camera are reported at once too, and so is their end."""
+    def _check_inputs(self) -> None:
+        """Sources that went silent (wall time), reported at once, and their return; also when simulated time
+        stopped. Refused inputs and a frozen camera are reported at once too, and so is their end."""
         session = self.session
         if session is not None:
-            timeout = self._p["source_timeout_s"]
-            dead = {name for name, age in session.arrival_ages_s(time.monotonic()).items() if age is not None and age > timeout}
-            for name in sorted(dead - self._dead):
-                self.get_logger().error(f"no {name} message for more than {timeout} s (wall time): is the source running?")
-            for name in sorted(self._dead - dead):
+            mono_ns, timeout = time.monotonic_ns(), self._p["source_timeout_s"]
+            # the session keeps when each of its sources (its cameras, the joint states) last arrived
+            self.watchdog.watches = {
+                name: InputWatch(
+                    f"{name} message", timeout, ERROR, last_mono_ns=None if age is None else mono_ns - round(age * NS)
+                )
+                for name, age in session.arrival_ages_s(mono_ns / NS).items()
+            }
+            before = self.watchdog.stopped_keys
+            self.watchdog.check(mono_ns)
+            for name in sorted(self.watchdog.stopped_keys - before):
+                self.get_logger().error(
+                    f"no {name} message for more than {timeout} s (wall time): is the source running?"
+                )
+            for name in sorted(before - self.watchdog.stopped_keys):
                 self.get_logger().info(f"{name} messages arrive again")
-            self._dead = dead
         self._report_if_changed()
 
     def _level(self) -> tuple[bytes, str]:
         if self.session is None:
             return ERROR, self._model_error or "no model"
-        if self._dead:
-            return ERROR, "no " + " and no ".join(sorted(self._dead)) + f" for more than {self._p['source_timeout_s']} s (wall time)"
+        dead = sorted(self.watchdog.stopped_keys)
+        if dead:
+            return ERROR, "no " + " and no ".join(dead) + f" for more than {self._p['source_timeout_s']} s (wall time)"
         code, message = self._status
         if code == "publishing":
             shaping = self._shaping_state()
             if shaping not in ("on", "off"):
                 return WARN, f"publishing chunks as decoded, not shaped into the filter's limits: {shaping}"
             return OK, message
-        return (ERROR if code in ("tick_error", "model_input_error", "non_finite_output") else WARN), message
+        return (ERROR if code in (TICK_ERROR, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT) else WARN), message
 
     def _inputs_status(self) -> tuple[bytes, str, dict, tuple]:
         """The inputs' own content: WARN while inputs were refused in the last REFUSAL_HOLD_S (wall) or a camera
         is frozen; with the instruction gate's counts. Also the key whose change is reported at once."""
         session = self.session
         frozen = session.frozen_cameras() if session is not None else []
-        recent = self._refusals.recent(time.monotonic())
-        problems = frozen + [f"{source} refused: {code} x{n} in the last {REFUSAL_HOLD_S:g} s ({detail})" for source, code, n, detail in recent]
+        recent = self.rejections.recent.recent(time.monotonic())
+        problems = frozen + [
+            f"{source} refused: {code} x{n} in the last {REFUSAL_HOLD_S:g} s ({detail})"
+            for source, code, n, detail in recent
+        ]
         instruction = session.instruction if session is not None else None
         values = {"instruction": "" if instruction is None else instruction.text}
         values.update({f"instruction.{k}": v for k, v in self._gate.values().items()})
         values.update({f"refused_last_s.{source}.{code}": n for source, code, n, _ in recent})
-        key = (tuple(f.partition("camera frozen")[0] for f in frozen), tuple((source, code) for source, code, _, _ in recent))
+        key = (
+            tuple(f.partition("camera frozen")[0] for f in frozen),
+            tuple((source, code) for source, code, _, _ in recent),
+        )
         if not problems:
             return OK, "all inputs accepted", values, key
         return WARN, "; ".join(problems), values, key
@@ -600,8 +626,11 @@ class PolicyNode(Node):
         inputs = self._inputs_status()
         self._reported = ((level, message), inputs[3])
         session = self.session
-        values = {"model": str(session.model_dir if session is not None else ""), "backend": self._p["backend"],
-                  "status": self._status[0]}
+        values = {
+            "model": str(session.model_dir if session is not None else ""),
+            "backend": self._p["backend"],
+            "status": self._status[0],
+        }
         if session is not None:
             values.update(ticks=session.ticks, chunks=session.chunks)
         for name, series in self._series.take().items():
@@ -637,7 +666,9 @@ class PolicyNode(Node):
             start = session.stream.episode_start_ns
             values["episode_start_s"] = "none" if start is None else f"{start * 1e-9:.9f}"
             values["policy.dropped_late"] = session.policy.total_dropped_late
-        self.diag.publish(time_msg_from_ns(self._now_ns()), [("policy", level, message, values), ("inputs", *inputs[:3])])
+        self.diag.publish(
+            time_msg_from_ns(self._now_ns()), [("policy", level, message, values), ("inputs", *inputs[:3])]
+        )
 
     def close(self) -> None:
         """Stop the tick and instruction threads (run_node calls this before destroy_node); safe to call twice."""
@@ -649,25 +680,15 @@ class PolicyNode(Node):
                 thread.join(timeout=2.0)
 
 
-def _make_node() -> PolicyNode:
+def main(args: list[str] | None = None) -> int:
     # Two threads share the interpreter: the executor (intake, /clock, timers) and the tick (inference,
     # mostly Python between ONNX Runtime calls). A thread that wants the GIL waits up to the switch interval
     # (5 ms by default) whenever the other runs Python; the executor takes the GIL several times per message,
     # so at 5 ms it falls behind 100 Hz joint states while a tick runs. 0.5 ms bounds that wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    node = PolicyNode()
-    # The model, torch and MiniLM live as long as the process: out of the collector's view, so a full
+    # freeze: the model, torch and MiniLM live as long as the process: out of the collector's view, so a full
     # collection never walks them in the middle of the intake (and the exit does not either).
-    gc.collect()
-    gc.freeze()
-    return node
-
-
-_make_node.__name__ = "PolicyNode"  # run_node names the node in its start-up error line
-
-
-def main(args: list[str] | None = None) -> int:
-    code = run_node(_make_node, args)
+    code = run_node(PolicyNode, args, freeze_gc=True)
     # Everything the node owns is closed; skip the interpreter's teardown of torch, which
     # takes seconds on a loaded machine (a launcher escalates to SIGTERM after 5 s).
     sys.stdout.flush()

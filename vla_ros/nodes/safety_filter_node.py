@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
@@ -52,11 +53,11 @@ from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_fr
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
-from vla_ros.ros.qos import incompatible_qos_events, sensor_qos
+from vla_ros.ros.qos import incompatible_qos_events, latched_qos, sensor_qos
 from vla_ros.ros.rejections import ReasonLog
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 from vla_ros.ros.trajectory_wire import WireError, trajectory_size
-from vla_ros.ros.watchdog import InputWatch, Watchdog
+from vla_ros.ros.watchdog import CHECK_RATE_HZ, InputWatch, Watchdog, input_watches
 from vla_ros.safety import (
     ConfigError,
     FilterReport,
@@ -66,11 +67,9 @@ from vla_ros.safety import (
     load_robot,
     load_robot_files,
 )
+from vla_ros.timeline import EpisodeTimeline
 
 # Input watchdog checks per second (steady clock): a stopped input is reported within its timeout plus this.
-WATCHDOG_RATE_HZ = 10.0
-# Joint states stamped this far after now still count (a simulated /clock may trail the sim's stamps).
-STAMP_GRACE_NS = 100_000_000
 
 
 class SafetyFilterNode(Node):
@@ -79,7 +78,9 @@ class SafetyFilterNode(Node):
         self.guard = ParamGuard(self, PARAMS, tightening_rules())
         self._params = declare_parameters(self, PARAMS, on_change=self.guard.on_change)
         self.config = config_from_params(self._params)  # ConfigError (a ValueError): the node does not start
-        self.guard.install(self._params, build=self._build, apply=self._apply, allow_loosening=self._params["allow_runtime_loosening"])
+        self.guard.install(
+            self._params, build=self._build, apply=self._apply, allow_loosening=self._params["allow_runtime_loosening"]
+        )
         self.diag = Diagnostics(self, hardware_id="safety_filter")
         self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
         self.guard.on_changes(self._on_params_changed)
@@ -93,8 +94,7 @@ class SafetyFilterNode(Node):
         self._modified: Counter[str] = Counter()
         self._check_ms: deque[float] = deque(maxlen=1000)
         self._last = ("", "")
-        self._episode: tuple[int, int | None] | None = None  # (start stamp, number) of the current episode
-        self._episode_start_ns: int | None = None
+        self._timeline = EpisodeTimeline()  # the current episode: inputs stamped before it are refused
         self._resets = 0
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
         controller = self._params["controller"].strip()
@@ -102,52 +102,70 @@ class SafetyFilterNode(Node):
         self.watchdog = self._make_watchdog()
         self._state_warned = False
 
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = latched_qos()
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
         if self._params["robot_description_file"]:
-            robot = load_robot_files(self._params["robot_description_file"], self._params["srdf_file"] or None,
-                                     lines(self._params["package_paths"]))
+            robot = load_robot_files(
+                self._params["robot_description_file"],
+                self._params["srdf_file"] or None,
+                lines(self._params["package_paths"]),
+            )
             self._use_robot(robot)
             if self.filter is None:
                 raise ConfigError(self._problem)
         else:
             self.create_subscription(String, "/robot_description", self._on_description, latched)
-        self.create_subscription(JointState, "/joint_states", self._on_joint_state, sensor_qos(self._params["sensor_qos"], 10),
-                                 event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection))
+        self.create_subscription(
+            JointState,
+            "/joint_states",
+            self._on_joint_state,
+            sensor_qos(self._params["sensor_qos"], 10),
+            event_callbacks=incompatible_qos_events(self, "/joint_states", self.diag.count_rejection),
+        )
         # Raw: the chunk's size is read from its bytes before it is deserialized (see _on_chunk).
         self.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 10, raw=True)
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
         if self._heartbeat_topic:  # wall time only: a stalled process stops it whatever the clock does
-            self.create_subscription(Header, self._heartbeat_topic, lambda _: self.watchdog["controller"].seen(time.monotonic_ns()),
-                                     QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+            self.create_subscription(
+                Header,
+                self._heartbeat_topic,
+                lambda _: self.watchdog["controller"].seen(time.monotonic_ns()),
+                QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT),
+            )
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(self._params["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
-        self.create_timer(1.0 / WATCHDOG_RATE_HZ, self._check_inputs, clock=steady)
+        self.create_timer(1.0 / CHECK_RATE_HZ, self._check_inputs, clock=steady)
         self.get_logger().info(
-            "safety filter up: " + (self._summary() if self.filter else self._problem)
+            "safety filter up: "
+            + (self._summary() if self.filter else self._problem)
             + " (not a certified safety function; keep the robot's own safety controller)"
         )
 
     def _make_watchdog(self) -> Watchdog:
         p = self._params
-        watches = {
-            "joint_states": InputWatch(f"joint states on {self.resolve_topic_name('/joint_states')}", p["joint_state_timeout_s"], ERROR,
-                                       "robot driver or simulator dead?"),
-            "chunks": InputWatch(f"chunk on {self.resolve_topic_name('/vla/action_chunk')}", p["chunk_timeout_s"], WARN,
-                                 "policy dead, frozen or idle?"),
-        }
-        if self._use_sim_time:
-            watches["clock"] = InputWatch("simulated time (/clock)", p["clock_timeout_s"], ERROR, "simulator dead or paused?")
+        chunks = InputWatch(
+            f"chunk on {self.resolve_topic_name('/vla/action_chunk')}",
+            p["chunk_timeout_s"],
+            WARN,
+            "policy dead, frozen or idle?",
+        )
+        watches = input_watches(p, self.resolve_topic_name("/joint_states"), chunks, self._use_sim_time)
         if self._heartbeat_topic:
-            watches["controller"] = InputWatch(f"heartbeat on {self._heartbeat_topic}", p["controller_timeout_s"], ERROR,
-                                               "controller stalled or dead: the arm gets no commands")
+            watches["controller"] = InputWatch(
+                f"heartbeat on {self._heartbeat_topic}",
+                p["controller_timeout_s"],
+                ERROR,
+                "controller stalled or dead: the arm gets no commands",
+            )
         return Watchdog(watches)
 
     # ---- robot model and configuration -----------------------------------------------------------
     def _summary(self) -> str:
         f = self.filter
-        return (f"robot {f.robot.name!r}, joints {list(f.commanded_names)}, {f.collision_pairs} collision pairs "
-                f"({f.checker.count_by_kind()}), on_unsafe={self.config.on_unsafe}")
+        return (
+            f"robot {f.robot.name!r}, joints {list(f.commanded_names)}, {f.collision_pairs} collision pairs "
+            f"({f.checker.count_by_kind()}), on_unsafe={self.config.on_unsafe}"
+        )
 
     def _use_robot(self, robot) -> None:
         self.robot = robot
@@ -208,36 +226,33 @@ class SafetyFilterNode(Node):
     # ---- inputs ------------------------------------------------------------------------------------
     def _on_episode_reset(self, msg: Header) -> None:
         stamp_ns, episode = reset_from_msg(msg)
-        if (stamp_ns, episode) == self._episode:
-            return
-        first = self._episode is None
-        now_ns = self.get_clock().now().nanoseconds
-        self._episode, self._episode_start_ns = (stamp_ns, episode), stamp_ns
+        news = self._timeline.announce(stamp_ns, episode, self.get_clock().now().nanoseconds)
+        if news is None:
+            return  # the announcement in force, again
         state = self._state
         # Drop the previous episode's joint state: stamped before the new episode began, or, when time
         # restarts (the episode begins before now), anything received so far.
-        restarted = not first and stamp_ns + STAMP_GRACE_NS < now_ns
-        if state is not None and (state.stamp_ns < stamp_ns or restarted):
+        if state is not None and (state.stamp_ns < stamp_ns or news.restarts_clock):
             self._state = None
-        if not first and self._state_check is not None:
+        if not news.first and self._state_check is not None:
             self._state_check.forget()  # the simulator placed the arm elsewhere: not a jump
-        if not first:
+        if not news.first:
             self._resets += 1
-            self.get_logger().info(f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it are refused")
-
-    def _episode_start(self, now_ns: int) -> int | None:
-        """When the current episode began, or None; forgotten when it lies ahead of now (time restarted
-        without an announcement: every message would otherwise be refused as before the episode)."""
-        if self._episode_start_ns is not None and self._episode_start_ns > now_ns + STAMP_GRACE_NS:
-            self._episode_start_ns = None
-        return self._episode_start_ns
+            self.get_logger().info(
+                f"episode {episode} began at {stamp_ns * 1e-9:.3f} s: chunks and joint states stamped before it "
+                "are refused"
+            )
 
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = ns_from_time_msg(msg.header.stamp)
         names = tuple(msg.name)
-        start = self._episode_start(self.get_clock().now().nanoseconds)
+        start = self._timeline.start_by(self.get_clock().now().nanoseconds)
         if stamp != 0 and start is not None and stamp < start:
-            self.rejections.reject("joint state", "joint_state_before_reset", f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began")
+            self.rejections.reject(
+                "joint state",
+                reasons.JOINT_STATE_BEFORE_RESET,
+                f"stamped {(start - stamp) * 1e-9:.3f} s before the episode began",
+            )
             return
         if self._state_check is None:  # no robot model yet: nothing to check against, nothing to filter with
             self.watchdog["joint_states"].seen(time.monotonic_ns(), self.get_clock().now().nanoseconds)
@@ -265,10 +280,16 @@ class SafetyFilterNode(Node):
         except WireError:
             points = None  # not plain CDR: deserialize and count the points (every ROS 2 rmw sends plain CDR)
         if points is not None and points > self.config.max_points:
-            out, report = None, FilterReport.reject(
-                "too_many_points", f"{points} points > max_points={self.config.max_points} (refused before deserializing)", points_in=points)
+            out, report = (
+                None,
+                FilterReport.reject(
+                    reasons.TOO_MANY_POINTS,
+                    f"{points} points > max_chunk_points={self.config.max_points} (refused before deserializing)",
+                    points_in=points,
+                ),
+            )
         elif filt is None:
-            code = "invalid_configuration" if self.robot is not None else "no_robot_model"
+            code = reasons.INVALID_CONFIGURATION if self.robot is not None else reasons.NO_ROBOT_MODEL
             out, report = None, FilterReport.reject(code, self._problem, points_in=points or 0)
         else:
             msg = deserialize_message(data, JointTrajectory)
@@ -278,10 +299,16 @@ class SafetyFilterNode(Node):
             except ChunkError as err:
                 out, report = None, FilterReport.reject(err.code, str(err), points_in=len(msg.points))
             else:
-                start = self._episode_start(now_ns)
+                start = self._timeline.start_by(now_ns)
                 if start is not None and 0 < stamp_ns < start:
-                    out, report = None, FilterReport.reject(
-                        "before_reset", f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began", points_in=chunk.horizon)
+                    out, report = (
+                        None,
+                        FilterReport.reject(
+                            reasons.BEFORE_RESET,
+                            f"stamped {(start - stamp_ns) * 1e-9:.3f} s before the episode began",
+                            points_in=chunk.horizon,
+                        ),
+                    )
                 else:
                     out, report = filt.filter(chunk, self._state, now_ns)
         if out is not None:  # unchanged chunks go out as they came (same message, same stamp)
@@ -294,7 +321,9 @@ class SafetyFilterNode(Node):
             self._modified[report.reason] += 1
         if report.verdict in ("rejected", "truncated"):
             self._last = (report.reason, report.detail)
-            self.rejections.log(f"chunk {report.verdict}: {report.reason}: {report.detail}", f"{report.verdict}.{report.reason}")
+            self.rejections.log(
+                f"chunk {report.verdict}: {report.reason}: {report.detail}", f"{report.verdict}.{report.reason}"
+            )
             self._publish_event(report, now_ns)
 
     # ---- watchdog and diagnostics ------------------------------------------------------------------
@@ -312,17 +341,21 @@ class SafetyFilterNode(Node):
     def _refused_states(self) -> dict[str, str]:
         """Reason code -> "code: detail" of the joint states refused within the last second (not the previous
         episode's, in flight at a reset: expected)."""
-        return self.rejections.recent.by_code(time.monotonic(), "joint_state_", exclude=("joint_state_before_reset",))
+        return self.rejections.recent.by_code(
+            time.monotonic(), "joint_state_", exclude=tuple(reasons.EXPECTED_AT_RESET)
+        )
 
     def _inputs_status(self) -> tuple[bytes, str, dict[str, Any]]:
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
         stopped = self.watchdog.stopped(mono, ros)
         values = self.watchdog.values(mono, ros)
         values["resets"] = self._resets
-        values["episode"] = "" if self._episode is None else str(self._episode[1])
+        values["episode"] = str(self._timeline.episode) if self._timeline.announced else ""
         names = {name for name, _ in stopped}
         # simulated time standing still stops the controller's loop too: the clock is the cause named
-        problems = [(w.level, w.describe(mono, ros)) for name, w in stopped if not (name == "controller" and "clock" in names)]
+        problems = [
+            (w.level, w.describe(mono, ros)) for name, w in stopped if not (name == "controller" and "clock" in names)
+        ]
         refused = self._refused_states()
         if refused:
             problems.append((WARN, f"joint states refused: {'; '.join(refused.values())}"))
@@ -332,7 +365,9 @@ class SafetyFilterNode(Node):
 
     def _values(self) -> dict[str, Any]:
         ms = np.array(self._check_ms) if self._check_ms else np.zeros(1)
-        values: dict[str, Any] = {f"chunks.{v}": self._verdicts.get(v, 0) for v in ("pass", "modified", "truncated", "rejected")}
+        values: dict[str, Any] = {
+            f"chunks.{v}": self._verdicts.get(v, 0) for v in ("pass", "modified", "truncated", "rejected")
+        }
         values.update({f"truncated.{k}": v for k, v in sorted(self._modified.items())})
         values.update(self.diag.rejection_values())
         values["check_ms.p50"] = float(np.percentile(ms, 50))
@@ -350,11 +385,19 @@ class SafetyFilterNode(Node):
         return values
 
     def _publish_event(self, report: FilterReport, now_ns: int) -> None:
-        values = {"verdict": report.verdict, "reason": report.reason, "detail": report.detail,
-                  "first_unsafe_index": report.first_unsafe_index, "points_in": report.points_in,
-                  "points_out": report.points_out, "time_scale": report.time_scale}
+        values = {
+            "verdict": report.verdict,
+            "reason": report.reason,
+            "detail": report.detail,
+            "first_unsafe_index": report.first_unsafe_index,
+            "points_in": report.points_in,
+            "points_out": report.points_out,
+            "time_scale": report.time_scale,
+        }
         values.update(self._values())
-        self.diag.publish(time_msg_from_ns(now_ns), [(f"chunk {report.verdict}", WARN, f"{report.reason}: {report.detail}", values)])
+        self.diag.publish(
+            time_msg_from_ns(now_ns), [(f"chunk {report.verdict}", WARN, f"{report.reason}: {report.detail}", values)]
+        )
 
     def _publish_diagnostics(self) -> None:
         if not self.context.ok():
@@ -369,7 +412,9 @@ class SafetyFilterNode(Node):
             level, message = WARN, f"nothing passes: joint state is {values['joint_state_age_s']:.2f} s old"
         else:
             level, message = OK, "filtering"
-        self.diag.publish(time_msg_from_ns(now_ns), [("filter", level, message, values), ("inputs", *self._inputs_status())])
+        self.diag.publish(
+            time_msg_from_ns(now_ns), [("filter", level, message, values), ("inputs", *self._inputs_status())]
+        )
 
 
 def main(args: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -22,11 +21,11 @@ from vla_ros.params.scripted_motion import PARAMS
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import latched_qos
 from vla_ros.ros.time import duration_msg_from_s, time_msg_from_ns
 from vla_ros.sim.scripted import UnreachableError, pick_plan
 
 COMMAND_JOINTS = list(COMMANDED_JOINTS)
-
 
 
 class ScriptedMotionNode(Node):
@@ -37,7 +36,7 @@ class ScriptedMotionNode(Node):
         self._planned_episode = -1
         self._pending: dict | None = None  # status of an episode not planned yet
         self._q_stamp_s = -1.0
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = latched_qos()
         self._pub = self.create_publisher(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", 10)
         self.create_subscription(JointState, "/joint_states", self._on_joints, 10)
         self.create_subscription(String, "/vla/episode_status", self._on_status, latched)
@@ -55,7 +54,9 @@ class ScriptedMotionNode(Node):
             level, message = WARN, "waiting for /vla/episode_status and /joint_states"
         values = {"episodes_planned": r["episodes_planned"], "target_color": self.get_parameter("target_color").value}
         values.update(self.diag.rejection_values())
-        self.diag.publish(time_msg_from_ns(self.get_clock().now().nanoseconds), [("scripted pick", level, message, values)])
+        self.diag.publish(
+            time_msg_from_ns(self.get_clock().now().nanoseconds), [("scripted pick", level, message, values)]
+        )
 
     def _on_joints(self, msg: JointState) -> None:
         self._q_now = dict(zip(msg.name, msg.position))
@@ -96,9 +97,14 @@ class ScriptedMotionNode(Node):
             traj.points.append(JointTrajectoryPoint(positions=q.tolist(), time_from_start=duration_msg_from_s(t)))
         self._pub.publish(traj)
         self._planned_episode = status["episode"]
-        self._report.update(episodes_planned=self._report["episodes_planned"] + 1, problem="",
-                            last_plan=f"episode {status['episode']}: {color} cup, {len(times)} waypoints, {times[-1]:.1f} s")
-        self.get_logger().info(f"episode {status['episode']}: scripted pick of the {color} cup ({len(times)} waypoints, {times[-1]:.1f} s)")
+        self._report.update(
+            episodes_planned=self._report["episodes_planned"] + 1,
+            problem="",
+            last_plan=f"episode {status['episode']}: {color} cup, {len(times)} waypoints, {times[-1]:.1f} s",
+        )
+        self.get_logger().info(
+            f"episode {status['episode']}: scripted pick of the {color} cup ({len(times)} waypoints, {times[-1]:.1f} s)"
+        )
 
 
 def main(args: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ import time
 import numpy as np
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
@@ -38,6 +37,7 @@ from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_msg, episode_reset_qos
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.params import declare_parameters
+from vla_ros.ros.qos import latched_qos
 from vla_ros.ros.sim_msgs import camera_info_msg, image_msg, joint_state_msg
 from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg, time_msg_from_ns
 from vla_ros.sim import ArmSim, CommandError, PositionTrajectory, SimConfig
@@ -69,11 +69,17 @@ class SimNode(Node):
         self.diag = Diagnostics(self, hardware_id="mujoco")
         self._lock = threading.Lock()  # serialises the physics thread and ROS callbacks
         self._stop = threading.Event()
-        self._stats = {"render_ms": [], "step_us": [], "commands_accepted": 0, "trajectories_accepted": 0, "last_rejection": "",
-                       "commands_before_reset": 0}
+        self._stats = {
+            "render_ms": [],
+            "step_us": [],
+            "commands_accepted": 0,
+            "trajectories_accepted": 0,
+            "last_rejection": "",
+            "commands_before_reset": 0,
+        }
         self._last_log: dict[str, float] = {}  # reason -> monotonic time of its last log line
 
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        latched = latched_qos()
         self.pub_description = self.create_publisher(String, "/robot_description", latched)
         self.pub_clock = self.create_publisher(Clock, "/clock", 10)
         self.pub_joints = self.create_publisher(JointState, "/joint_states", 10)
@@ -82,12 +88,21 @@ class SimNode(Node):
         published = [(cameras.FRONT, p["camera_frame_id"])]
         if p["wrist_camera"]:
             published.append((cameras.WRIST, cameras.optical_frame(cameras.WRIST)))
-        self._cameras = [(name, frame_id, self.create_publisher(Image, cameras.image_topic(name), 5),
-                          self.create_publisher(CameraInfo, cameras.info_topic(name), 5)) for name, frame_id in published]
+        self._cameras = [
+            (
+                name,
+                frame_id,
+                self.create_publisher(Image, cameras.image_topic(name), 5),
+                self.create_publisher(CameraInfo, cameras.info_topic(name), 5),
+            )
+            for name, frame_id in published
+        ]
         self.pub_status = self.create_publisher(String, "/vla/episode_status", latched)
         self.pub_reset = self.create_publisher(Header, EPISODE_RESET_TOPIC, episode_reset_qos())
         self.create_subscription(Float64MultiArray, f"/{p['position_controller']}/commands", self._on_commands, 10)
-        self.create_subscription(JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", self._on_trajectory, 10)
+        self.create_subscription(
+            JointTrajectory, f"/{p['trajectory_controller']}/joint_trajectory", self._on_trajectory, 10
+        )
         self.create_service(Trigger, "~/reset", self._on_reset)
 
         self.pub_description.publish(String(data=self.sim.urdf_xml))
@@ -166,10 +181,14 @@ class SimNode(Node):
             self.pub_reset.publish(episode_reset_msg(start_ns, episode))
             self.pub_status.publish(self._status_msg())
         response.success = True
-        response.message = json.dumps({
-            "seed": seed, "episode": episode, "start_ns": start_ns,
-            "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()},
-        })
+        response.message = json.dumps(
+            {
+                "seed": seed,
+                "episode": episode,
+                "start_ns": start_ns,
+                "cups": {c: [round(float(v), 4) for v in p] for c, p in cups.items()},
+            }
+        )
         self.get_logger().info(f"episode {episode} reset with seed {seed}, starts at {start_ns * 1e-9:.6f} s")
         return response
 
@@ -202,7 +221,9 @@ class SimNode(Node):
             self.failed = True  # first: whatever fails below, main() exits non-zero and the launcher says so
             self.get_logger().error(f"physics thread failed: {err!r}")
             try:
-                self.diag.publish(time_msg_from_ns(self.sim.time_ns), [("simulation", ERROR, f"physics thread failed: {err!r}", {})])
+                self.diag.publish(
+                    time_msg_from_ns(self.sim.time_ns), [("simulation", ERROR, f"physics thread failed: {err!r}", {})]
+                )
             except Exception:  # noqa: BLE001 - publishing may be what failed; the log line has the reason
                 pass
             rclpy.try_shutdown()  # ends spin() in the main thread; main() then exits non-zero

@@ -2,7 +2,10 @@
 
 One table per node (``PARAMS``: name, type, default, range, read-only, description) plus the builder of
 the core configuration it sets (``config_from_params``). Nodes declare from these tables; the evaluation,
-the benchmarks and ``vla-ros params`` read them without importing a node.
+the benchmarks and ``vla-ros params`` read them without importing a node. Each spec carries the configuration
+field it sets and its run-time tightening rule, so a parameter is declared once (``spec.build_config``,
+``tightening.rules_from_specs``); ``limits`` holds the joint limits' parameters the filter and the controller
+share (``config/limits.yaml``).
 """
 
 from __future__ import annotations

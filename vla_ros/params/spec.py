@@ -68,6 +68,15 @@ class ParamSpec:
         choices: allowed values for strings.
         read_only: a change needs a restart; rclpy refuses ``ros2 param set``.
         check: extra validation returning a reason string, or None when the value is fine.
+        field: the field of the node's core configuration this parameter sets (True: the field of the same
+            name); ``build_config`` builds the configuration from these. ``to_field`` converts the value
+            (e.g. string lines to a tuple).
+        tighten: which way a run-time change is stricter (``vla_ros.params.tightening``: LOWER, HIGHER, ON,
+            OFF, LOWER_NONZERO or a rule function); None: it changes freely. ``tightening.rules_from_specs``
+            builds a node's table from these.
+        old_names: former names, still accepted for one release (a YAML file, a launch file, the command line,
+            a ``set_parameters`` call): the value is used for this parameter, with a deprecation warning
+            naming both. ``from_old`` converts an old name's value (e.g. a rate in Hz to a period in s).
     """
 
     name: str
@@ -80,13 +89,43 @@ class ParamSpec:
     check: Validator | None = None
     min_positive: float | None = None
     min_reason: str = ""
+    field: bool | str = False
+    to_field: Callable[[Any], Any] | None = None
+    tighten: Any = None  # a vla_ros.params.tightening rule
+    old_names: tuple[str, ...] = ()
+    from_old: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.min_positive is not None:
-            if self.type_name not in ("int", "double") or self.min_value is None or self.min_value > 0 or not self.min_positive > 0:
-                raise ValueError(f"parameter {self.name}: min_positive needs a number with min_value <= 0 < min_positive")
+            if (
+                self.type_name not in ("int", "double")
+                or self.min_value is None
+                or self.min_value > 0
+                or not self.min_positive > 0
+            ):
+                raise ValueError(
+                    f"parameter {self.name}: min_positive needs a number with min_value <= 0 < min_positive"
+                )
             if self.max_value is not None and self.min_positive > self.max_value:
-                raise ValueError(f"parameter {self.name}: min_positive {self.min_positive} is above max_value {self.max_value}")
+                raise ValueError(
+                    f"parameter {self.name}: min_positive {self.min_positive} is above max_value {self.max_value}"
+                )
+
+    @property
+    def field_name(self) -> str | None:
+        """The configuration field this parameter sets, or None."""
+        return self.name if self.field is True else (self.field or None)
+
+    def value_from_old(self, value: Any) -> Any:
+        """The value an old name's ``value`` gives this parameter."""
+        return self.from_old(value) if self.from_old is not None else value
+
+    def deprecation(self, old_name: str) -> str:
+        """The warning for a value given under ``old_name``."""
+        return (
+            f"parameter {old_name} is deprecated: it was renamed {self.name}, and its value sets {self.name} unless "
+            f"{self.name} is given too (the old name is accepted until the next release)"
+        )
 
     def range_text(self) -> str:
         """The allowed numbers in words: ``[0.01, 1]``, ``0, or [0.001, 3.2]``, ``>= 1``; '' when unbounded."""
@@ -151,7 +190,11 @@ class ParamSpec:
         at = f"{self.name}={value!r}" if item is value else f"{self.name} element {item!r}"
         if isinstance(item, (int, float)) and not isinstance(item, bool):
             if item != item:  # NaN compares unequal to itself
-                return f"{self.name} must be a number, got NaN" if item is value else f"{self.name} must hold numbers, got NaN in {value!r}"
+                return (
+                    f"{self.name} must be a number, got NaN"
+                    if item is value
+                    else f"{self.name} must hold numbers, got NaN in {value!r}"
+                )
             if self.min_value is not None and item < self.min_value:
                 return f"{at} is below the minimum {self.min_value}{self._allowed()}"
             if self.min_positive is not None and 0 < item < self.min_positive:
@@ -180,6 +223,28 @@ def validate_all(specs: Sequence[ParamSpec], values: dict[str, Any]) -> list[str
     return reasons
 
 
+def with_old_names(spec: ParamSpec, *old_names: str, from_old: Callable[[Any], Any] | None = None) -> ParamSpec:
+    """``spec`` also accepting ``old_names`` (one node's former names for a parameter shared by several)."""
+    return dataclasses.replace(spec, old_names=spec.old_names + old_names, from_old=from_old or spec.from_old)
+
+
+def renamed(specs: Sequence[ParamSpec]) -> dict[str, ParamSpec]:
+    """Each old (deprecated) parameter name, with the spec that took it over."""
+    return {old: s for s in specs for old in s.old_names}
+
+
+def config_fields(specs: Sequence[ParamSpec], values: dict[str, Any]) -> dict[str, Any]:
+    """The configuration fields ``values`` set, by field name (each spec's ``field`` and ``to_field``)."""
+    return {s.field_name: (s.to_field(values[s.name]) if s.to_field else values[s.name]) for s in specs if s.field_name}
+
+
+def build_config(factory: Callable[..., Any], specs: Sequence[ParamSpec], values: dict[str, Any], *args, **extra):
+    """A node's core configuration from its parameter values: ``factory(*args, **fields)``, the fields from
+    the specs (``config_fields``), ``extra`` setting what no single parameter sets (or replacing a field).
+    The one builder of every node's configuration: a parameter is declared once, in its spec."""
+    return factory(*args, **{**config_fields(specs, values), **extra})
+
+
 def markdown_table(specs: Sequence[ParamSpec]) -> str:
     """The README table for one node's parameters."""
     rows = ["| name | type | default | range / choices | description |", "|---|---|---|---|---|"]
@@ -187,7 +252,13 @@ def markdown_table(specs: Sequence[ParamSpec]) -> str:
         rng = ", ".join(f"`{c}`" for c in s.choices) if s.choices else s.range_text()
         default = f"`{s.default!r}`" if not isinstance(s.default, str) else f"`{s.default}`" if s.default else "`''`"
         ro = " (read-only)" if s.read_only else ""
-        rows.append(f"| `{s.name}` | {s.type_name} | {default} | {rng} | {s.description}{ro} |")
+        old = (
+            " (formerly " + ", ".join(f"`{o}`" for o in s.old_names) + ": still accepted, with a warning, until the "
+            "next release)"
+            if s.old_names
+            else ""
+        )
+        rows.append(f"| `{s.name}` | {s.type_name} | {default} | {rng} | {s.description}{ro}{old} |")
     return "\n".join(rows)
 
 
@@ -196,16 +267,37 @@ def default_values(specs: Sequence[ParamSpec]) -> dict[str, Any]:
     return {s.name: (list(s.default) if isinstance(s.default, (list, tuple)) else s.default) for s in specs}
 
 
-def values_from_yaml(specs: Sequence[ParamSpec], yaml_path, node_name: str) -> dict[str, Any]:
-    """The values a node gets from a ROS 2 parameter file: the defaults, overridden by the
-    ``ros__parameters`` of every section whose key ends with ``node_name`` (``/**/policy``, ``policy``)."""
+def values_from_yaml(specs: Sequence[ParamSpec], yaml_paths, node_name: str, warn=None) -> dict[str, Any]:
+    """The values a node gets from ROS 2 parameter files (one path or several, as a node given several
+    ``--params-file``), in rcl's order: the sections that reach the node (key ``/**``, or ending with
+    ``node_name``: ``/**/policy``, ``policy``) are merged per key across the files, a later file winning within
+    a key, and the keys apply in the order they first appear, a later key winning. So a ``/**`` section that
+    first appears after the node's own section (``config/limits.yaml`` after the node's file, as the launch
+    files pass them; a launch file's named parameters) overrides it, and one that appears before it does not.
+    A value under an old name is used for its new one unless that is given too, as the node does;
+    ``warn(message)`` hears the deprecation (default: this module's logger)."""
+    import logging
     from pathlib import Path
 
     import yaml
 
+    if isinstance(yaml_paths, (str, Path)):
+        yaml_paths = [yaml_paths]
+    files = [yaml.safe_load(Path(path).read_text()) or {} for path in yaml_paths]
+    sections: dict[str, dict[str, Any]] = {}  # key -> its parameters, keys in order of first appearance
+    for data in files:
+        for key, block in data.items():
+            if key in ("/**", "**") or key.endswith(node_name):
+                sections.setdefault(key, {}).update((block or {}).get("ros__parameters", {}))
+    given: dict[str, Any] = {}
+    for params in sections.values():
+        given.update(params)
+    for old, spec in renamed(specs).items():
+        if old in given:
+            value = given.pop(old)
+            if spec.name not in given:
+                (warn or logging.getLogger(__name__).warning)(spec.deprecation(old))
+                given[spec.name] = spec.value_from_old(value)
     values = default_values(specs)
-    data = yaml.safe_load(Path(yaml_path).read_text()) or {}
-    for key, block in data.items():
-        if key.endswith(node_name):
-            values.update((block or {}).get("ros__parameters", {}))
+    values.update(given)
     return values

@@ -13,7 +13,8 @@ Each parameter that bounds a check has a rule saying which direction is stricter
 - ``LOWER_NONZERO``: smaller is stricter and 0 means "not checked" (the loosest value);
 - or a function ``(old, new, old_values, new_values) -> reason | None`` for values that are sets or boxes.
 
-Parameters without a rule (blend shape, diagnostics rate...) change freely.
+Parameters without a rule (blend shape, diagnostics rate...) change freely. Each rule is declared with its
+parameter (``ParamSpec(..., tighten=LOWER)``); ``rules_from_specs`` gathers a node's table.
 
 The rules only say which way is stricter, never that a value means something: every value first passes its
 own spec (``ParamSpec.validate``: ``min_value``, and for a parameter whose 0 means off, ``min_positive``),
@@ -36,6 +37,14 @@ LOWER_NONZERO = "lower_nonzero"
 Rule = str | Callable[[Any, Any, Mapping[str, Any], Mapping[str, Any]], "str | None"]
 
 
+def rules_from_specs(specs, **rules: Rule) -> dict[str, Rule]:
+    """A node's table: each parameter's ``ParamSpec.tighten`` rule, by name; ``rules`` add or replace some (a
+    rule that needs what is known only at run time, such as the robot's limits)."""
+    table = {s.name: s.tighten for s in specs if s.tighten is not None}
+    table.update(rules)
+    return table
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
@@ -44,14 +53,22 @@ def _fmt(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def loosening_reason(name: str, rule: Rule, old: Any, new: Any, old_values: Mapping[str, Any], new_values: Mapping[str, Any]) -> str | None:
+def loosening_reason(
+    name: str, rule: Rule, old: Any, new: Any, old_values: Mapping[str, Any], new_values: Mapping[str, Any]
+) -> str | None:
     """Why changing ``name`` from ``old`` to ``new`` weakens a check, or None when it does not."""
     if callable(rule):
         return rule(old, new, old_values, new_values)
     if rule == LOWER and new > old:
-        return f"{name}: raising it from {_fmt(old)} to {_fmt(new)} loosens the check (only lowering is allowed at run time)"
+        return (
+            f"{name}: raising it from {_fmt(old)} to {_fmt(new)} loosens the check (only lowering is allowed at "
+            "run time)"
+        )
     if rule == HIGHER and new < old:
-        return f"{name}: lowering it from {_fmt(old)} to {_fmt(new)} loosens the check (only raising is allowed at run time)"
+        return (
+            f"{name}: lowering it from {_fmt(old)} to {_fmt(new)} loosens the check (only raising is allowed at "
+            "run time)"
+        )
     if rule == ON and old and not new:
         return f"{name}: switching it off disables a check"
     if rule == OFF and new and not old:
@@ -60,11 +77,16 @@ def loosening_reason(name: str, rule: Rule, old: Any, new: Any, old_values: Mapp
         if old > 0.0 and new == 0.0:
             return f"{name}: 0 switches the check off (was {_fmt(old)})"
         if old > 0.0 and new > old:
-            return f"{name}: raising it from {_fmt(old)} to {_fmt(new)} loosens the check (only lowering is allowed at run time)"
+            return (
+                f"{name}: raising it from {_fmt(old)} to {_fmt(new)} loosens the check (only lowering is "
+                "allowed at run time)"
+            )
     return None
 
 
-def loosenings(rules: Mapping[str, Rule], old_values: Mapping[str, Any], new_values: Mapping[str, Any]) -> dict[str, str]:
+def loosenings(
+    rules: Mapping[str, Rule], old_values: Mapping[str, Any], new_values: Mapping[str, Any]
+) -> dict[str, str]:
     """The reason by parameter name for every change from ``old_values`` to ``new_values`` that weakens a check."""
     reasons = {}
     for name, rule in rules.items():
@@ -92,6 +114,10 @@ class ParamChange:
         return f"{self.name}: {_fmt(self.old)} -> {_fmt(self.new)}" + (" (loosened)" if self.loosened else "")
 
 
-def changes_between(old_values: Mapping[str, Any], new_values: Mapping[str, Any], loosened: set[str] = frozenset()) -> list[ParamChange]:
+def changes_between(
+    old_values: Mapping[str, Any], new_values: Mapping[str, Any], loosened: set[str] = frozenset()
+) -> list[ParamChange]:
     """The parameters whose values differ, in ``new_values`` order."""
-    return [ParamChange(k, old_values.get(k), v, k in loosened) for k, v in new_values.items() if old_values.get(k) != v]
+    return [
+        ParamChange(k, old_values.get(k), v, k in loosened) for k, v in new_values.items() if old_values.get(k) != v
+    ]

@@ -22,8 +22,8 @@ from collections import Counter
 
 import numpy as np
 
-INSTRUCTION_TOO_LONG = "instruction_too_long"
-INSTRUCTION_FLOOD = "instruction_flood"
+from vla_ros.reasons import INSTRUCTION_FLOOD, INSTRUCTION_TOO_LONG
+
 SAMPLE_STRIDE_WORDS = 61  # 8-byte words: a 640x480 rgb8 frame is sampled at 1,889 places (~15 KB)
 
 
@@ -77,8 +77,13 @@ class InstructionGate:
             if replaced is None or replaced == text:
                 return []
             self.refused[INSTRUCTION_FLOOD] += 1
-            return [(INSTRUCTION_FLOOD, f"{_preview(replaced)} replaced by {_preview(text)} before it was encoded "
-                                        f"(instructions more often than min_instruction_interval_s={self.min_interval_s:g} s)")]
+            return [
+                (
+                    INSTRUCTION_FLOOD,
+                    f"{_preview(replaced)} replaced by {_preview(text)} before it was encoded "
+                    f"(instructions more often than min_instruction_interval_s={self.min_interval_s:g} s)",
+                )
+            ]
 
     def wait_s(self, now_s: float) -> float | None:
         """Seconds until the waiting instruction may be taken (0: now); None when none waits."""
@@ -112,7 +117,11 @@ class InstructionGate:
 def _words(data) -> tuple[np.ndarray, np.ndarray]:
     """A frame's bytes as (8-byte words, the 0-7 bytes after them), without copying."""
     if isinstance(data, np.ndarray):
-        raw = data.reshape(-1).view(np.uint8) if data.flags.c_contiguous else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        raw = (
+            data.reshape(-1).view(np.uint8)
+            if data.flags.c_contiguous
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        )
     elif isinstance(data, (list, tuple)):
         raw = np.asarray(data, dtype=np.uint8)
     else:

@@ -1,4 +1,4 @@
-"""Intake bookkeeping of the policy session: per-source counts, losses seen in the stamps, log throttling.
+"""Intake bookkeeping of the policy session: per-source counts and the losses seen in the stamps.
 
 No rclpy import. A subscriber cannot see the messages DDS never handed it (a reader queue that overflowed, a
 best-effort sample that did not arrive), but a sensor stamps at a steady rate, so the gaps in the stamps
@@ -76,30 +76,18 @@ class SourceStats:
         return 100.0 * self.dropped(unused) / sent if sent else 0.0
 
     def as_dict(self, unused: int = 0) -> dict:
-        out = {"received": self.received, "accepted": self.accepted, "thinned": self.thinned, "lost": self.gaps.lost,
-               "outages": self.gaps.outages, "unused": unused, "rejected": sum(self.rejected.values())}
+        out = {
+            "received": self.received,
+            "accepted": self.accepted,
+            "thinned": self.thinned,
+            "lost": self.gaps.lost,
+            "outages": self.gaps.outages,
+            "unused": unused,
+            "rejected": sum(self.rejected.values()),
+        }
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
         out["dropped"] = self.dropped(unused)
         out["dropped_pct"] = round(self.dropped_pct(unused), 3)
         if self.gaps.period_ns:
             out["period_ms"] = round(self.gaps.period_ns * 1e-6, 3)
         return out
-
-
-class ReasonThrottle:
-    """One throttled log stream per reason: a frequent reason (``late``) cannot hide a rare one
-    (``corrupt_image``). ``allow(reason, now_s)`` says whether to log now and how many were held back."""
-
-    def __init__(self, period_s: float = 2.0) -> None:
-        self.period_s = period_s
-        self._last: dict[str, float] = {}
-        self._held: Counter = Counter()
-
-    def allow(self, reason: str, now_s: float) -> tuple[bool, int]:
-        last = self._last.get(reason)
-        if last is not None and now_s - last < self.period_s:
-            self._held[reason] += 1
-            return False, 0
-        self._last[reason] = now_s
-        held, self._held[reason] = self._held[reason], 0
-        return True, held

@@ -27,12 +27,22 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.cameras import image_topic
 from vla_ros.chunks import ActionChunk, TemporalEnsemble, smooth_positions
 from vla_ros.policy.input_checks import RepeatedFrames
 from vla_ros.policy.intake import SourceStats
 from vla_ros.policy.shaping import ChunkLimits, shape_chunk
-from vla_ros.tokens import Instruction, Kind, Observation, StreamConfig, TokenError, TokenizerConfig, TokenStream, stamp_ns
+from vla_ros.tokens import (
+    Instruction,
+    Kind,
+    Observation,
+    StreamConfig,
+    TokenError,
+    TokenizerConfig,
+    TokenStream,
+    stamp_ns,
+)
 
 # ROS type name -> the kind of observation it becomes (None: the instruction).
 KIND_OF_TYPE = {
@@ -65,29 +75,31 @@ def _frame_signature(msg) -> tuple:
 
 def stream_config(model_config) -> StreamConfig:
     """The token window the runtime needs: the model's W plus the lateness it tolerates (the one place)."""
-    return StreamConfig(window_s=model_config.window_seconds + model_config.max_lateness_s,
-                        lateness_s=model_config.max_lateness_s,
-                        min_frame_interval_s=getattr(model_config, "min_frame_interval_s", 0.0))
+    return StreamConfig(
+        window_s=model_config.window_seconds + model_config.max_lateness_s,
+        lateness_s=model_config.max_lateness_s,
+        min_frame_interval_s=getattr(model_config, "min_frame_interval_s", 0.0),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class SessionConfig:
     """Args:
-        publish_horizon: chunk points to publish (0 = the model's whole chunk).
-        chunk_smoothing_degree: polynomial fit per joint before publishing (0 = off; see ``smooth_positions``).
-        max_state_age_s: no chunk when the newest joint state is older than this at the tick.
-        max_image_age_s: no chunk when the newest frame of any of the model's cameras is older than this at
-            the tick (a blind policy must not move the arm on joint states alone).
-        input_width / input_height: required camera size (0 = any); max_input_pixels: larger frames are
-            refused before decoding.
-        chunk_limits: shape every chunk into these limits (the safety filter's, ``policy.shaping``) from
-            the joint state it is anchored on, after the smoothing fit; None = publish it as decoded.
-        temporal_ensemble_s: average each chunk with the earlier ones covering its points, a chunk decoded
-            a seconds earlier weighing exp(-a / this) (``chunks.TemporalEnsemble``); 0 = the newest alone.
-        frozen_camera_s: no chunk while a camera's newest frames are one picture repeated byte for byte over
-            this long of their stamps while the arm moved (``FROZEN_MIN_MOTION``): a frozen camera with fresh
-            stamps is as blind as a stale one. The frames are still accepted, and the first different frame
-            ends it. 0 = off (the default here: synthetic feeds repeat one picture; the node turns it on).
+    publish_horizon: chunk points to publish (0 = the model's whole chunk).
+    chunk_smoothing_degree: polynomial fit per joint before publishing (0 = off; see ``smooth_positions``).
+    max_state_age_s: no chunk when the newest joint state is older than this at the tick.
+    max_image_age_s: no chunk when the newest frame of any of the model's cameras is older than this at
+        the tick (a blind policy must not move the arm on joint states alone).
+    input_width / input_height: required camera size (0 = any); max_input_pixels: larger frames are
+        refused before decoding.
+    chunk_limits: shape every chunk into these limits (the safety filter's, ``policy.shaping``) from
+        the joint state it is anchored on, after the smoothing fit; None = publish it as decoded.
+    temporal_ensemble_s: average each chunk with the earlier ones covering its points, a chunk decoded
+        a seconds earlier weighing exp(-a / this) (``chunks.TemporalEnsemble``); 0 = the newest alone.
+    frozen_camera_s: no chunk while a camera's newest frames are one picture repeated byte for byte over
+        this long of their stamps while the arm moved (``FROZEN_MIN_MOTION``): a frozen camera with fresh
+        stamps is as blind as a stale one. The frames are still accepted, and the first different frame
+        ends it. 0 = off (the default here: synthetic feeds repeat one picture; the node turns it on).
     """
 
     publish_horizon: int = 0
@@ -107,11 +119,14 @@ class SessionConfig:
         if not (self.temporal_ensemble_s >= 0 and np.isfinite(self.temporal_ensemble_s)):
             raise ValueError(f"temporal_ensemble_s must be a finite value >= 0, got {self.temporal_ensemble_s}")
         if self.publish_horizon < 0 or self.chunk_smoothing_degree < 0:
-            raise ValueError(f"publish_horizon ({self.publish_horizon}) and chunk_smoothing_degree "
-                             f"({self.chunk_smoothing_degree}) must be >= 0")
+            raise ValueError(
+                f"publish_horizon ({self.publish_horizon}) and chunk_smoothing_degree "
+                f"({self.chunk_smoothing_degree}) must be >= 0"
+            )
         if not (self.max_state_age_s > 0 and self.max_image_age_s > 0):
-            raise ValueError(f"max_state_age_s ({self.max_state_age_s}) and max_image_age_s "
-                             f"({self.max_image_age_s}) must be > 0")
+            raise ValueError(
+                f"max_state_age_s ({self.max_state_age_s}) and max_image_age_s ({self.max_image_age_s}) must be > 0"
+            )
 
 
 @dataclasses.dataclass
@@ -141,7 +156,9 @@ class PolicySession:
         c = self.config
         self.tokenizer = TokenizerConfig.from_model_config(
             mc.to_dict() if hasattr(mc, "to_dict") else vars(mc),
-            input_width=c.input_width, input_height=c.input_height, max_input_pixels=c.max_input_pixels,
+            input_width=c.input_width,
+            input_height=c.input_height,
+            max_input_pixels=c.max_input_pixels,
         )
         self._encoder = encoder
         self.cameras = tuple(getattr(mc, "cameras", ("camera",)))
@@ -156,21 +173,30 @@ class PolicySession:
         limits = config.chunk_limits
         names = tuple(self.policy.config.joint_names)
         if limits is not None and tuple(limits.joint_names) != names:
-            raise ValueError(f"chunk_limits are for joints {list(limits.joint_names)}, the model commands {list(names)}")
+            raise ValueError(
+                f"chunk_limits are for joints {list(limits.joint_names)}, the model commands {list(names)}"
+            )
 
     def reset(self) -> None:
         """Forget everything but the model: a fresh window (no instruction), fresh counts; the next tick
         restarts the policy. The in-process evaluation starts every episode with it."""
         with self._lock:
-            self.stream = TokenStream(self.tokenizer, stream_config(self.policy.config), self._encoder, consumer_paced=True,
-                                      cameras=self._camera_sources())
+            self.stream = TokenStream(
+                self.tokenizer,
+                stream_config(self.policy.config),
+                self._encoder,
+                consumer_paced=True,
+                cameras=self._camera_sources(),
+            )
             if self._state_vmax is not None:
                 self.stream.set_state_velocity_limits(self._state_vmax)
             self.sources = {source_name(Kind.IMAGE, c, self.cameras): SourceStats() for c in range(len(self.cameras))}
             self.sources["joint_states"] = SourceStats()
             self._repeats = [RepeatedFrames() for _ in self.cameras]  # per camera: the run of identical frames
             self._arrival: dict[tuple, tuple] = {}  # observation key -> (wall s, now_ns) of its arrival (newest few)
-            self._ensemble: TemporalEnsemble | None = None  # built at the tick from the config (it may change at run time)
+            self._ensemble: TemporalEnsemble | None = (
+                None  # built at the tick from the config (it may change at run time)
+            )
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
             self.ticks = self.chunks = 0
             self.skipped: dict[str, int] = {}
@@ -183,7 +209,9 @@ class PolicySession:
         ``/<camera>/image_raw``); ``<topic>/compressed`` is the same camera."""
         topics = tuple(topics)
         if len(topics) != len(self.cameras) or len(set(topics)) != len(topics):
-            raise ValueError(f"need {len(self.cameras)} distinct image topics for cameras {list(self.cameras)}, got {list(topics)}")
+            raise ValueError(
+                f"need {len(self.cameras)} distinct image topics for cameras {list(self.cameras)}, got {list(topics)}"
+            )
         with self._lock:
             self.camera_topics = topics
             self.stream.set_cameras(self._camera_sources())
@@ -193,8 +221,15 @@ class PolicySession:
         return self.camera_topics[self.cameras.index(camera)]
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, backend: str = "onnx", device: str = "auto", threads: int | None = None,
-                        config: SessionConfig | None = None, encoder=None) -> "PolicySession":
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        backend: str = "onnx",
+        device: str = "auto",
+        threads: int | None = None,
+        config: SessionConfig | None = None,
+        encoder=None,
+    ) -> PolicySession:
         """Load and check ``models/<name>`` (raises FileNotFoundError, ValueError, OSError or RuntimeError
         saying why) and build a session around it; ``encoder`` defaults to the process's shared MiniLM.
         ``threads`` also sets torch's threads with either backend: the text encoder runs on torch, and two
@@ -210,8 +245,9 @@ class PolicySession:
         return cls(policy, encoder or shared_encoder(policy.config.max_text_tokens), config, folder)
 
     # ---- intake (any thread; short lock) ------------------------------------------------------------
-    def add_message(self, type_name: str, msg, now_ns: int | None, source: str,
-                    wall_s: float | None = None) -> tuple[Observation | Instruction | None, str]:
+    def add_message(
+        self, type_name: str, msg, now_ns: int | None, source: str, wall_s: float | None = None
+    ) -> tuple[Observation | Instruction | None, str]:
         """Admit one message received at ``now_ns`` (node clock; None offline). Returns the observation (or
         instruction) and "" when it was taken, else None and the rejection as "code: detail" (None and ""
         for a frame thinned to the model's ``max_frame_rate_hz``)."""
@@ -225,7 +261,9 @@ class PolicySession:
             stamp = None
         with self._lock:
             camera = self.stream.camera_of(source) if kind == Kind.IMAGE else 0
-            src = self.sources[source_name(kind, camera or 0, self.cameras)]  # an unknown camera: counted on the main one
+            src = self.sources[
+                source_name(kind, camera or 0, self.cameras)
+            ]  # an unknown camera: counted on the main one
             src.received += 1
             src.last_arrival_wall_s = wall_s
             if stamp is not None:
@@ -244,7 +282,7 @@ class PolicySession:
             if kind == Kind.STATE:
                 self._state_arrived.notify_all()
                 if self.config.frozen_camera_s > 0:
-                    q = obs.data[:len(self.tokenizer.joint_names)]
+                    q = obs.data[: len(self.tokenizer.joint_names)]
                     for run in self._repeats:
                         run.observe_state(q)
             elif self.config.frozen_camera_s > 0:
@@ -278,6 +316,7 @@ class PolicySession:
     def wait_for_state(self, stamp_ns: int, timeout_s: float) -> bool:
         """Wait (another thread admitting messages) until a joint state stamped at or after ``stamp_ns`` is
         in the window, at most ``timeout_s``; True when one is."""
+
         def arrived() -> bool:
             newest = self.stream.newest_stamp(Kind.STATE)
             return newest is not None and newest >= stamp_ns
@@ -366,9 +405,9 @@ class PolicySession:
                 return self._skip(result, *reason)
             chunk = policy.select_action(new)
         except ValueError as err:  # an observation the model cannot take: no chunk, say why
-            return self._skip(result, "model_input_error", str(err))
+            return self._skip(result, reasons.MODEL_INPUT_ERROR, str(err))
         except PolicyNotReady as err:  # a state-relative model with no joint state in its window
-            return self._skip(result, "no_joint_states", str(err))
+            return self._skip(result, reasons.NO_JOINT_STATE, str(err))
         result.infer_ms = (time.perf_counter() - t0) * 1e3
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
@@ -379,24 +418,30 @@ class PolicySession:
         times = chunk.time_from_start_s
         if c.chunk_limits is not None and state is not None:
             times, positions = self._shape(chunk, positions[:horizon], state, c.chunk_limits)
-        out = ActionChunk(joint_names=tuple(chunk.joint_names), stamp_ns=chunk.stamp_ns,
-                          time_from_start_s=times[:horizon], positions=positions[:horizon])
+        out = ActionChunk(
+            joint_names=tuple(chunk.joint_names),
+            stamp_ns=chunk.stamp_ns,
+            time_from_start_s=times[:horizon],
+            positions=positions[:horizon],
+        )
         if not np.all(np.isfinite(out.positions)):
-            return self._skip(result, "non_finite_output", "the model produced NaN/Inf: no chunk")
+            return self._skip(result, reasons.NON_FINITE_OUTPUT, "the model produced NaN/Inf: no chunk")
         with self._lock:
             result.anchor_arrival = self._arrival.get(policy.newest_key)
         result.chunk = out
         self.chunks += 1
         return result
 
-    def _shape(self, chunk, positions: np.ndarray, state: Observation, limits: ChunkLimits) -> tuple[np.ndarray, np.ndarray]:
+    def _shape(
+        self, chunk, positions: np.ndarray, state: Observation, limits: ChunkLimits
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(times, positions) of the published points shaped into ``limits`` from ``state`` (the joint
         state the chunk is anchored on; when a frame is newer, the points' times count from the state's
         stamp for the shaping, and from the chunk's stamp again after it)."""
         n = len(limits.joint_names)
         since_state_s = (chunk.stamp_ns - state.stamp_ns) * 1e-9
-        velocities = state.data[n:2 * n] if self.policy.config.state_velocities else None
-        times = chunk.time_from_start_s[:len(positions)] + since_state_s
+        velocities = state.data[n : 2 * n] if self.policy.config.state_velocities else None
+        times = chunk.time_from_start_s[: len(positions)] + since_state_s
         times, positions = shape_chunk(times, positions, state.data[:n], velocities, limits)
         return times - since_state_s, positions
 
@@ -404,23 +449,29 @@ class PolicySession:
         """Why no chunk may be decoded now (code, detail), or None."""
         c = self.config
         if instruction is None:
-            return "no_instruction", "no instruction: no chunk"
+            return reasons.NO_INSTRUCTION, "no instruction: no chunk"
         if not new and not self.policy.ready:
-            return "no_observations", "no observations yet: no chunk"
+            return reasons.NO_OBSERVATIONS, "no observations yet: no chunk"
         state_age = ages[Kind.STATE]
         if state_age is None:
-            return "no_joint_states", "no joint state in the window: no chunk"
+            return reasons.NO_JOINT_STATE, "no joint state in the window: no chunk"
         if state_age > c.max_state_age_s:
-            return "stale_joint_states", f"newest joint state is {state_age:.3f} s old (max_observation_age_s {c.max_state_age_s}): no chunk"
+            return (
+                reasons.STALE_JOINT_STATE,
+                f"newest joint state is {state_age:.3f} s old (max_state_age_s {c.max_state_age_s}): no chunk",
+            )
         for camera, name in enumerate(self.cameras):
             image_age = ages[camera]
             which = "camera frame" if len(self.cameras) == 1 else f"{name} frame ({self.camera_topics[camera]})"
             if image_age is None:
-                return "no_image", f"no {which} in the window: no chunk"
+                return reasons.NO_IMAGE, f"no {which} in the window: no chunk"
             if image_age > c.max_image_age_s:
-                return "stale_image", f"newest {which} is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk"
+                return (
+                    reasons.STALE_IMAGE,
+                    f"newest {which} is {image_age:.3f} s old (max_image_age_s {c.max_image_age_s}): no chunk",
+                )
         if frozen:
-            return "frozen_camera", "; ".join(frozen) + f" (frozen_camera_s {c.frozen_camera_s}): no chunk"
+            return reasons.FROZEN_CAMERA, "; ".join(frozen) + f" (frozen_camera_s {c.frozen_camera_s}): no chunk"
         return None
 
     def _frozen(self) -> list[str]:
@@ -431,8 +482,10 @@ class PolicySession:
         for c, run in enumerate(self._repeats):
             if run.frozen(threshold, FROZEN_MIN_MOTION):
                 name = "" if len(self.cameras) == 1 else f"{self.cameras[c]} ({self.camera_topics[c]}): "
-                out.append(f"{name}camera frozen: {run.count} identical frames over {run.span_s:.2f} s "
-                           f"while the joints moved up to {run.motion:.2f}")
+                out.append(
+                    f"{name}camera frozen: {run.count} identical frames over {run.span_s:.2f} s "
+                    f"while the joints moved up to {run.motion:.2f}"
+                )
         return out
 
     def frozen_cameras(self) -> list[str]:
@@ -446,7 +499,10 @@ class PolicySession:
         accepted, lost, rejected by reason, unused, dropped and dropped_pct, as diagnostic key/values."""
         with self._lock:
             unused = self.stream.stats.unused
-            keys = {source_name(Kind.IMAGE, c, self.cameras): "image" + (f"_{c}" if c else "") for c in range(len(self.cameras))}
+            keys = {
+                source_name(Kind.IMAGE, c, self.cameras): "image" + (f"_{c}" if c else "")
+                for c in range(len(self.cameras))
+            }
             keys["joint_states"] = "state"
             values = {}
             for name, src in self.sources.items():
@@ -465,5 +521,7 @@ class PolicySession:
     def arrival_ages_s(self, wall_now_s: float) -> dict[str, float | None]:
         """Wall seconds since a message of each source last arrived (None: never)."""
         with self._lock:
-            return {name: None if s.last_arrival_wall_s is None else wall_now_s - s.last_arrival_wall_s
-                    for name, s in self.sources.items()}
+            return {
+                name: None if s.last_arrival_wall_s is None else wall_now_s - s.last_arrival_wall_s
+                for name, s in self.sources.items()
+            }

@@ -5,7 +5,8 @@ instant it sees it: every target inside the position limits minus margins; the f
 measured state to the first point, within the velocity limits beyond the tracking tolerance; every later
 segment within the velocity limits and every later point within the acceleration limits (second
 differences), the first point too where the arm stands within the tracking tolerance of it (by what no
-start within that tolerance explains: ``safety.timing``). Anything outside is met by stretching the whole chunk in time, by cutting it or by
+start within that tolerance explains: ``safety.timing``). Anything outside is met by stretching the whole chunk in time,
+by cutting it or by
 rejecting it, so the robot does not move the way the policy meant.
 
 A learned chunk breaks these checks by small amounts that are no part of its motion: a gripper target a
@@ -83,12 +84,23 @@ class ChunkLimits:
         if not np.all(self.lower <= self.upper):
             raise ValueError("every lower limit must be <= its upper limit")
         if not (0.0 < self.fraction <= 1.0) or not (0.0 <= self.latency_s <= 1.0):
-            raise ValueError(f"fraction must be in (0, 1] and latency_s in [0, 1], got {self.fraction}, {self.latency_s}")
+            raise ValueError(
+                f"fraction must be in (0, 1] and latency_s in [0, 1], got {self.fraction}, {self.latency_s}"
+            )
 
 
-def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s: float = 0.05,
-                 fraction: float = 0.9, reach: bool = True, retime: bool = True, table_margin_m: float | None = None,
-                 package_paths: Sequence[str] = (), base_dir=None) -> ChunkLimits:
+def chunk_limits(
+    urdf,
+    joint_names: Sequence[str],
+    safety_config=None,
+    latency_s: float = 0.05,
+    fraction: float = 0.9,
+    reach: bool = True,
+    retime: bool = True,
+    table_margin_m: float | None = None,
+    package_paths: Sequence[str] = (),
+    base_dir=None,
+) -> ChunkLimits:
     """The filter's limits for ``joint_names``: ``urdf`` (path, XML text or element) read by
     ``urdf_limits``, resolved with ``safety_config`` (a ``SafetyConfig``; default: the filter's defaults)
     by the filter's own ``resolve_limits``. With ``table_margin_m`` (not None) also a table lift on the
@@ -109,10 +121,17 @@ def chunk_limits(urdf, joint_names: Sequence[str], safety_config=None, latency_s
     if table_margin_m is not None and cfg.table_enabled:
         lift = _table_lift(root, base_dir, joint_names, cfg, table_margin_m, package_paths)
     return ChunkLimits(
-        joint_names=tuple(joint_names), lower=table.lower, upper=table.upper, velocity=table.velocity,
+        joint_names=tuple(joint_names),
+        lower=table.lower,
+        upper=table.upper,
+        velocity=table.velocity,
         acceleration=table.acceleration,
         tolerance=np.where(prismatic, cfg.tracking_tolerance_m, cfg.tracking_tolerance_rad),
-        latency_s=latency_s, fraction=fraction, reach=reach, retime=retime, table_lift=lift,
+        latency_s=latency_s,
+        fraction=fraction,
+        reach=reach,
+        retime=retime,
+        table_lift=lift,
     )
 
 
@@ -129,8 +148,13 @@ def _table_lift(root, base_dir, joint_names, cfg, margin_m: float, package_paths
     return TableLift(robot, cfg, joint_names, margin_m=margin_m)
 
 
-def shape_chunk(time_from_start_s: np.ndarray, positions: np.ndarray, q_state: np.ndarray,
-                v_state: np.ndarray | None, limits: ChunkLimits) -> tuple[np.ndarray, np.ndarray]:
+def shape_chunk(
+    time_from_start_s: np.ndarray,
+    positions: np.ndarray,
+    q_state: np.ndarray,
+    v_state: np.ndarray | None,
+    limits: ChunkLimits,
+) -> tuple[np.ndarray, np.ndarray]:
     """(times (H,), positions (H, J)) within ``limits`` (module docstring). ``time_from_start_s`` (H,) from
     the stamp, strictly increasing and > 0; ``q_state`` / ``v_state`` (J,) the joint state at the stamp
     (velocities may be None: taken as zero)."""
@@ -148,7 +172,11 @@ def shape_chunk(time_from_start_s: np.ndarray, positions: np.ndarray, q_state: n
     # filter that sees the chunk sooner than latency_s checks the first point too (the policy's first
     # point is due about then).
     age = min(limits.latency_s, 0.5 * float(t[0]))
-    v0 = np.zeros_like(q_state) if v_state is None else np.clip(np.asarray(v_state, np.float64), -limits.velocity, limits.velocity)
+    v0 = (
+        np.zeros_like(q_state)
+        if v_state is None
+        else np.clip(np.asarray(v_state, np.float64), -limits.velocity, limits.velocity)
+    )
     q_then = q_state + v0 * age
     tau = t - age
     v_max, a_max, tol = limits.velocity * fr, limits.acceleration * fr, limits.tolerance * fr

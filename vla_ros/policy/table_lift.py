@@ -48,8 +48,13 @@ class TableLift:
         self._cols = np.array([robot.joint_names.index(n) for n in joint_names], dtype=np.intp)
         # Only joints that turn move a link up; a sliding finger does not, and must keep its grasp.
         self._movers = np.array([c for c in self._cols if not robot.prismatic[c]], dtype=np.intp)
-        self._checker = CollisionChecker(robot, self_clearance_m=config.self_clearance_m, clearance_m=config.clearance_m,
-                                         max_joint_step=np.ones(len(robot.joint_names)), table_height_m=config.table_height_m)
+        self._checker = CollisionChecker(
+            robot,
+            self_clearance_m=config.self_clearance_m,
+            clearance_m=config.clearance_m,
+            max_joint_step=np.ones(len(robot.joint_names)),
+            table_height_m=config.table_height_m,
+        )
         self._pairs = [p for p, kind in enumerate(self._checker.kinds) if kind == TABLE]
         self._data = robot.model.createData()
         self._q_full = np.zeros(robot.model.nq)

@@ -111,14 +111,20 @@ class ControllerJointsCheck:
             elif self._fqn in receivers:
                 self._set("pending", f"asking {self._fqn} for its joints")
             else:
-                self._set("pending", f"{self._topic} goes to {list(receivers)}; waiting to see whether {self._fqn} subscribes too")
+                self._set(
+                    "pending",
+                    f"{self._topic} goes to {list(receivers)}; waiting to see whether {self._fqn} subscribes too",
+                )
         if self.state != "pending":
             return
         if self._fqn not in receivers:
             # Discovery can report an endpoint before its node's name: such a receiver may be the controller.
             named = not any(UNKNOWN_NODE in r for r in receivers)
             if (named and now - self._since >= SETTLE_S) or now - self._since > self._timeout_s:
-                self._set("unverified", f"{self._topic} goes to {list(receivers)}, not to a ros2_control controller {self._fqn}")
+                self._set(
+                    "unverified",
+                    f"{self._topic} goes to {list(receivers)}, not to a ros2_control controller {self._fqn}",
+                )
         elif self._in_flight == 0 and not self._answers and self._client.service_is_ready():
             for name in ("joints", _EXTRA[self._interface]):
                 future = self._client.call_async(GetParameters.Request(names=[name]))
@@ -146,9 +152,13 @@ class ControllerJointsCheck:
             return
         self.controller_joints = list(joints.string_array_value)
         extra = self._answers.get(_EXTRA[self._interface])
-        interface_name = extra.string_value if extra is not None and extra.type == ParameterType.PARAMETER_STRING else ""
+        interface_name = (
+            extra.string_value if extra is not None and extra.type == ParameterType.PARAMETER_STRING else ""
+        )
         allow_partial = extra is not None and extra.type == ParameterType.PARAMETER_BOOL and extra.bool_value
-        reason = check_controller_joints(self._interface, self._joints, self.controller_joints, allow_partial, interface_name)
+        reason = check_controller_joints(
+            self._interface, self._joints, self.controller_joints, allow_partial, interface_name
+        )
         if reason:
             self._set("mismatch", reason)
         else:
@@ -157,8 +167,13 @@ class ControllerJointsCheck:
     # ---- diagnostics -------------------------------------------------------------------------------
     def status(self) -> tuple[bytes, str, dict[str, object]]:
         """(level, message, values) for the node's ``output`` status."""
-        values = {"check": self.state, "check.detail": self.detail, "joints": ",".join(self._joints),
-                  "controller.joints": ",".join(self.controller_joints), "withheld_cycles": self.withheld}
+        values = {
+            "check": self.state,
+            "check.detail": self.detail,
+            "joints": ",".join(self._joints),
+            "controller.joints": ",".join(self.controller_joints),
+            "withheld_cycles": self.withheld,
+        }
         if self.state == "unverified" and not self.output_allowed:
             return WARN, f"sending nothing (controller_check require): {self.detail}", values
         level, message = {

@@ -22,7 +22,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def make_status(name: str, level: bytes, message: str, values: dict[str, Any], hardware_id: str = "") -> DiagnosticStatus:
+def make_status(
+    name: str, level: bytes, message: str, values: dict[str, Any], hardware_id: str = ""
+) -> DiagnosticStatus:
     """``level`` is one of OK, WARN, ERROR (DiagnosticStatus constants, bytes in rclpy)."""
     status = DiagnosticStatus(level=level)
     status.name = name

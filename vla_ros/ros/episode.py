@@ -15,17 +15,18 @@ On a real robot nobody publishes it; the controller's path-tolerance watchdog st
 
 from __future__ import annotations
 
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile
 from std_msgs.msg import Header
 
+from vla_ros.ros.qos import latched_qos
 from vla_ros.ros.time import ns_from_time_msg, time_msg_from_ns
 
 EPISODE_RESET_TOPIC = "/vla/episode_reset"
 
 
 def episode_reset_qos() -> QoSProfile:
-    """Reliable, transient local, depth 1: a late subscriber gets the current episode's announcement."""
-    return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    """Latched: a late subscriber gets the current episode's announcement."""
+    return latched_qos()
 
 
 def episode_reset_msg(stamp_ns: int, episode: int) -> Header:

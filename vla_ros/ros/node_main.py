@@ -13,6 +13,7 @@ thread could be inside rcl then (``RCLError: context is not valid``) and the nod
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -87,7 +88,11 @@ class StopSignals:
         os.close(self._write_fd)
 
 
-def run_node(make_node: Callable[[], object], args: list[str] | None = None) -> int:
+def run_node(make_node: Callable[[], object], args: list[str] | None = None, *, freeze_gc: bool = False) -> int:
+    """Run the node ``make_node()`` builds until it is asked to stop; the exit status. ``freeze_gc``: what the
+    node allocated while it was built lives as long as the process (a model, buffers, the core), so it is
+    moved out of the collector's view (``gc.freeze``) and a full collection never has to walk it in the
+    middle of a control cycle or an intake."""
     # Signal handling needs the main thread; elsewhere (a node run inside a test) rclpy's stays.
     own_signals = threading.current_thread() is threading.main_thread()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO if own_signals else None)
@@ -99,6 +104,9 @@ def run_node(make_node: Callable[[], object], args: list[str] | None = None) -> 
         except (ValueError, OSError) as err:  # ParameterError is a ValueError; a missing file an OSError
             print(f"[{getattr(make_node, '__name__', 'node')}] cannot start: {err}", file=sys.stderr)
             return 2
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
         if stop is not None:
             stop.attach(node)
         spin = getattr(node, "spin", None)  # a node that paces its own executor (the controller's inline loop)

@@ -1,6 +1,7 @@
 """Runtime parameter changes validated as a whole before anything takes effect, and never silently looser.
 
-For a node whose parameters bound safety checks (the safety filter, the controller). Per ``ros2 param set``
+Every node with run-time parameters takes its changes through it (policy, safety filter, controller); a table
+without tightening rules (the policy's) gets the type, range and build checks only. Per ``ros2 param set``
 request, in order: each value's type and range from the node's table; no change that weakens a check
 (``vla_ros.params.tightening``) unless the node was started with ``allow_runtime_loosening:=true``; the
 complete configuration built from the candidate values (``build`` raises ValueError with the reason). Only
@@ -11,7 +12,7 @@ Usage (the guard must exist before the table is declared, and install itself aft
 callback runs before the table's own; rclpy runs the newest on-set callback first on Humble, Jazzy and
 Kilted)::
 
-    guard = ParamGuard(node, PARAMS, RULES)
+    guard = ParamGuard(node, PARAMS)  # tightening rules from the specs' ``tighten``
     values = declare_parameters(node, PARAMS, on_change=guard.on_change)
     guard.install(values, build=..., apply=..., allow_loosening=values["allow_runtime_loosening"])
 """
@@ -23,16 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vla_ros.params.spec import ParamSpec
-from vla_ros.params.tightening import ParamChange, Rule, changes_between, loosenings
+from vla_ros.params.tightening import ParamChange, Rule, changes_between, loosenings, rules_from_specs
 
 HISTORY = 20  # accepted changes kept for diagnostics
 
 
 class ParamGuard:
-    def __init__(self, node, specs: Sequence[ParamSpec], rules: Mapping[str, Rule]) -> None:
+    def __init__(self, node, specs: Sequence[ParamSpec], rules: Mapping[str, Rule] | None = None) -> None:
+        """``rules``: the tightening table (default: the specs' own ``tighten`` rules)."""
         self._node = node
         self._specs = {s.name: s for s in specs}
-        self.rules = rules
+        self.rules = rules if rules is not None else rules_from_specs(specs)
         self.values: dict[str, Any] = {}
         self.allow_loosening = False
         self.history: deque[ParamChange] = deque(maxlen=HISTORY)
@@ -44,8 +46,13 @@ class ParamGuard:
         self._staged: tuple[dict[str, Any], Any, list[ParamChange]] | None = None
         self._listeners: list[Callable[[list[ParamChange]], None]] = []
 
-    def install(self, values: dict[str, Any], build: Callable[[dict[str, Any]], Any],
-                apply: Callable[[Any, dict[str, Any], list[ParamChange]], None], allow_loosening: bool) -> None:
+    def install(
+        self,
+        values: dict[str, Any],
+        build: Callable[[dict[str, Any]], Any],
+        apply: Callable[[Any, dict[str, Any], list[ParamChange]], None],
+        allow_loosening: bool,
+    ) -> None:
         """``build(values)`` returns the configuration (raises ValueError with the reason);
         ``apply(built, values, changes)`` makes it take effect."""
         self.values = dict(values)
@@ -80,7 +87,9 @@ class ParamGuard:
             candidate[p.name] = spec.coerce(p.value)
         loose = loosenings(self.rules, self.values, candidate)
         if loose and not self.allow_loosening:
-            return self._refuse("; ".join(loose.values()) + " (start the node with allow_runtime_loosening:=true to allow it)")
+            return self._refuse(
+                "; ".join(loose.values()) + " (start the node with allow_runtime_loosening:=true to allow it)"
+            )
         try:
             built = self._build(candidate)
         except (ValueError, TypeError) as err:

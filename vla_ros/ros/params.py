@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vla_ros.params.spec import TYPE_WORDS, ParamSpec, validate_all  # noqa: F401  (re-exported for the node shells)
+from vla_ros.params.spec import TYPE_WORDS, ParamSpec, renamed, validate_all  # noqa: F401  (re-exported for the nodes)
 
 
 class ParameterError(ValueError):
@@ -41,6 +41,11 @@ def declare_parameters(
     ``[-1, -1, 0]`` for a double[]; ours says "workspace_min_m expects double[] (a list of numbers), got
     string 'abc'". Descriptors still carry the table's type, so ``ros2 param describe`` shows it.
 
+    A parameter's old names (``ParamSpec.old_names``) are still accepted, with a deprecation warning naming
+    both: a start-up value given under one (YAML file, launch file, command line) is used for the new name
+    unless the new name is given too; a runtime change under one is renamed before any check (Jazzy and
+    later: rclpy's pre-set callback; on Humble set the new name at run time).
+
     Returns the current values by name. Raises ParameterError naming every bad initial value, so a node
     refuses to start on a bad configuration instead of running with it.
     """
@@ -48,20 +53,29 @@ def declare_parameters(
     from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 
     by_name = {s.name: s for s in specs}
+    old_values = _old_name_values(node, specs)
     values: dict[str, Any] = {}
     reasons: list[str] = []
     for s in specs:
         desc = ParameterDescriptor(description=s.description, read_only=s.read_only, dynamic_typing=True)
         if s.choices:
             desc.additional_constraints = "one of: " + ", ".join(s.choices)
-        elif s.min_positive is not None or s.min_reason:  # the range says [0, max]; 0 < value < min_positive is refused too
-            desc.additional_constraints = f"allowed: {s.range_text()}" + (f" (lower: {s.min_reason})" if s.min_reason else "")
+        elif (
+            s.min_positive is not None or s.min_reason
+        ):  # the range says [0, max]; 0 < value < min_positive is refused too
+            desc.additional_constraints = f"allowed: {s.range_text()}" + (
+                f" (lower: {s.min_reason})" if s.min_reason else ""
+            )
         # Ranges go into the descriptor so tools show them; rclpy also enforces them on set.
         if s.type_name == "double" and s.min_value is not None and s.max_value is not None:
-            desc.floating_point_range = [FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)]
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=float(s.min_value), to_value=float(s.max_value), step=0.0)
+            ]
         elif s.type_name == "int" and s.min_value is not None and s.max_value is not None:
             desc.integer_range = [IntegerRange(from_value=int(s.min_value), to_value=int(s.max_value), step=0)]
         default = list(s.default) if isinstance(s.default, tuple) else s.default
+        if s.name in old_values:  # given under an old name: that value, unless the new name is given too
+            default = old_values[s.name]
         try:
             param = node.declare_parameter(s.name, default, desc)
         except InvalidParameterTypeException as err:  # not with dynamic typing; kept readable all the same
@@ -111,7 +125,47 @@ def declare_parameters(
                     _keep_table_type(node, by_name[p.name])
 
     node.add_on_set_parameters_callback(on_set)
+    _accept_old_names_at_run_time(node, specs)
     return values
+
+
+def _old_name_values(node, specs: Sequence[ParamSpec]) -> dict[str, Any]:
+    """Start-up values given under old names, by new name (converted), each announced with a warning. Each old
+    name is declared for a moment to read its override (public rclpy API on every distro), then undeclared."""
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    out: dict[str, Any] = {}
+    for old, spec in renamed(specs).items():
+        value = node.declare_parameter(old, None, ParameterDescriptor(dynamic_typing=True)).value
+        node.undeclare_parameter(old)
+        if value is not None:
+            node.get_logger().warning(spec.deprecation(old))
+            out.setdefault(spec.name, spec.value_from_old(value))
+    return out
+
+
+def _accept_old_names_at_run_time(node, specs: Sequence[ParamSpec]) -> None:
+    """Rename a runtime change under an old name to the new name, before any check sees it (so the checks, the
+    stored value and ``ros2 param get`` all use the new name). rclpy's pre-set callback: Jazzy and later."""
+    from rclpy.parameter import Parameter
+
+    old_names = renamed(specs)
+    if not old_names or not hasattr(node, "add_pre_set_parameters_callback"):
+        return
+
+    def pre_set(params):
+        out = []
+        for p in params:
+            spec = old_names.get(p.name)
+            if spec is None:
+                out.append(p)
+                continue
+            node.get_logger().warning(spec.deprecation(p.name))
+            value = spec.value_from_old(p.value)
+            out.append(Parameter(spec.name, p.type_, value) if value is p.value else Parameter(spec.name, value=value))
+        return out
+
+    node.add_pre_set_parameters_callback(pre_set)
 
 
 def _keep_table_type(node, spec: ParamSpec) -> None:

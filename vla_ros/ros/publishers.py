@@ -26,8 +26,10 @@ def gid_key(gid: Sequence[int] | bytes) -> str:
 
 def graph_publishers(node, topic: str) -> list[Endpoint]:
     """Who publishes on ``topic`` now, from the ROS graph (about 0.1 ms)."""
-    return [Endpoint(fully_qualified(i.node_namespace, i.node_name), gid_key(i.endpoint_gid))
-            for i in node.get_publishers_info_by_topic(topic)]
+    return [
+        Endpoint(fully_qualified(i.node_namespace, i.node_name), gid_key(i.endpoint_gid))
+        for i in node.get_publishers_info_by_topic(topic)
+    ]
 
 
 def with_info(callback: Callable[[object, dict | None], None]) -> Callable:
@@ -42,6 +44,7 @@ def with_info(callback: Callable[[object, dict | None], None]) -> Callable:
 def with_publisher(callback: Callable[[object, str | None], None]) -> Callable:
     """``callback(msg, gid)`` as a subscription callback: ``gid`` is the message's publisher (``gid_key``)
     where rclpy says it, None where it does not."""
+
     def take(msg, info) -> None:
         gid = info.get("publisher_gid") if info else None
         callback(msg, gid_key(gid["data"]) if gid and gid.get("data") else None)

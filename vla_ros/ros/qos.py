@@ -1,4 +1,4 @@
-"""QoS of sensor subscriptions (``sensor_qos`` parameter), shared by the nodes that read ``/joint_states``.
+"""QoS profiles the nodes share: sensor subscriptions (``sensor_qos`` parameter) and latched topics.
 
 A best-effort publisher (drivers using ``SensorDataQoS``) never reaches a reliable subscription, and
 nothing tells either side unless someone listens for the incompatible-QoS event: these subscriptions do,
@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 
 def sensor_qos(value: str, depth: int) -> QoSProfile:
     """Keep-last ``depth``, reliable or best effort (``value`` is the ``sensor_qos`` parameter)."""
     reliability = ReliabilityPolicy.BEST_EFFORT if value == "best_effort" else ReliabilityPolicy.RELIABLE
     return QoSProfile(depth=depth, reliability=reliability)
+
+
+def latched_qos() -> QoSProfile:
+    """Reliable, transient local, depth 1: a subscriber that comes later still gets the last message
+    (``/robot_description``, ``/vla/instruction``)."""
+    return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def incompatible_qos_events(node, topic: str, count: Callable[[str], None]):
@@ -30,6 +36,8 @@ def incompatible_qos_events(node, topic: str, count: Callable[[str], None]):
         count("incompatible_qos")
         node.get_logger().error(
             f"a publisher on {topic} has an incompatible QoS ({event.last_policy_kind}); for best-effort "
-            "publishers set sensor_qos:=best_effort", throttle_duration_sec=5.0)
+            "publishers set sensor_qos:=best_effort",
+            throttle_duration_sec=5.0,
+        )
 
     return SubscriptionEventCallbacks(incompatible_qos=on_incompatible)

@@ -44,9 +44,15 @@ KNOWN_TOPICS = {
     "/robot_description": "std_msgs/msg/String",
 }
 DEFAULT_TOPICS = (
-    "/camera/image_raw", "/camera/camera_info", "/joint_states", "/vla/instruction",
-    "/vla/action_chunk", "/vla/safe_action_chunk", "/forward_position_controller/commands",
-    "/joint_trajectory_controller/joint_trajectory", "/vla/episode_status",
+    "/camera/image_raw",
+    "/camera/camera_info",
+    "/joint_states",
+    "/vla/instruction",
+    "/vla/action_chunk",
+    "/vla/safe_action_chunk",
+    "/forward_position_controller/commands",
+    "/joint_trajectory_controller/joint_trajectory",
+    "/vla/episode_status",
 )
 _DEPTH = 100  # keep-last queue of each subscription: a slow disk must not drop 100 Hz joint states
 
@@ -66,31 +72,57 @@ def parse_topic(spec: str) -> tuple[str, str]:
 
 
 def _ns(duration) -> int | None:
-    ns = Duration(seconds=duration.sec, nanoseconds=duration.nanosec).nanoseconds if hasattr(duration, "sec") else duration.nanoseconds
+    ns = (
+        Duration(seconds=duration.sec, nanoseconds=duration.nanosec).nanoseconds
+        if hasattr(duration, "sec")
+        else duration.nanoseconds
+    )
     return None if ns <= 0 or ns >= 0x7FFFFFFF * 10**9 else ns  # 0 and "infinite" both mean no limit
 
 
 def offered_qos(profile: QoSProfile) -> OfferedQos:
     """A publisher's QoS as discovery reports it, in the bag's form."""
+
     def name(policy, default: str) -> str:
         text = getattr(policy, "name", str(policy)).lower()
-        return text if text in ("reliable", "best_effort", "transient_local", "volatile", "keep_last", "keep_all",
-                                "automatic", "manual_by_topic", "system_default") else default
+        return (
+            text
+            if text
+            in (
+                "reliable",
+                "best_effort",
+                "transient_local",
+                "volatile",
+                "keep_last",
+                "keep_all",
+                "automatic",
+                "manual_by_topic",
+                "system_default",
+            )
+            else default
+        )
 
     return OfferedQos(
-        reliability=name(profile.reliability, "unknown"), durability=name(profile.durability, "unknown"),
+        reliability=name(profile.reliability, "unknown"),
+        durability=name(profile.durability, "unknown"),
         history=name(profile.history, "unknown") if profile.history != HistoryPolicy.UNKNOWN else "unknown",
-        depth=int(profile.depth), deadline_ns=_ns(profile.deadline), lifespan_ns=_ns(profile.lifespan),
+        depth=int(profile.depth),
+        deadline_ns=_ns(profile.deadline),
+        lifespan_ns=_ns(profile.lifespan),
         liveliness=name(profile.liveliness, "unknown") if profile.liveliness != LivelinessPolicy.UNKNOWN else "unknown",
-        liveliness_lease_ns=_ns(profile.liveliness_lease_duration))
+        liveliness_lease_ns=_ns(profile.liveliness_lease_duration),
+    )
 
 
 def adapted_qos(offers: list[OfferedQos]) -> QoSProfile:
     """rosbag2's request for these offers: reliable/transient local only when all publishers offer it."""
     reliable = all(q.reliability == "reliable" for q in offers)
     latched = all(q.durability == "transient_local" for q in offers)
-    return QoSProfile(depth=_DEPTH, reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+    return QoSProfile(
+        depth=_DEPTH,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )
 
 
 class Recorder:
@@ -134,7 +166,8 @@ class Recorder:
                 log.warning("%s: not recorded: %s", topic, self.failed[topic])
                 continue
             self.subscriptions[topic] = self.node.create_subscription(
-                msg_class, topic, self._callback(topic, type_name), qos, raw=True)
+                msg_class, topic, self._callback(topic, type_name), qos, raw=True
+            )
             self.qos[topic] = qos
             self.wanted[topic] = type_name
 

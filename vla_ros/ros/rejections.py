@@ -16,11 +16,17 @@ from collections.abc import Callable
 
 
 class ReasonLog:
-    """``reject(source, code, detail)`` counts ``code`` in ``counter`` and logs at most one line per code
-    every ``period_s`` through ``warn`` (a logger method)."""
+    """``reject(source, code, detail)`` counts ``code`` in ``counter``, notes it in ``recent`` and logs at most
+    one line per code every ``period_s`` through ``warn`` (a logger method)."""
 
-    def __init__(self, warn: Callable[[str], None], counter: Counter | None = None, period_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic, recent_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        warn: Callable[[str], None],
+        counter: Counter | None = None,
+        period_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        recent_s: float = 1.0,
+    ) -> None:
         self._warn = warn
         self.counter: Counter[str] = counter if counter is not None else Counter()
         self._period_s = period_s
@@ -29,9 +35,12 @@ class ReasonLog:
         self._suppressed: Counter[str] = Counter()
         self.recent = RecentRefusals(recent_s)  # what a node's status reports while inputs are being refused
 
-    def reject(self, source: str, code: str, detail: str = "") -> None:
-        self.counter[code] += 1
-        self.recent.note(source, code, detail, self._clock())
+    def reject(self, source: str, code: str, detail: str = "", log_only: bool = False) -> None:
+        """``log_only``: neither counted nor noted, for a refusal counted elsewhere that no status reports
+        (the policy's refusals for timing: its session counts them per source)."""
+        if not log_only:
+            self.counter[code] += 1
+            self.recent.note(source, code, detail, self._clock())
         self.log(f"rejected {source}: {code}" + (f": {detail}" if detail else ""), code)
 
     def log(self, line: str, key: str) -> bool:
@@ -79,5 +88,8 @@ class RecentRefusals:
     def by_code(self, now_s: float, prefix: str = "", exclude: tuple[str, ...] = ()) -> dict[str, str]:
         """Code -> "code: detail" (the newest) of the refusals within ``hold_s`` whose code starts with
         ``prefix``, whatever their source, but those in ``exclude``."""
-        return {code: f"{code}: {detail}" for _, code, _, detail in self.recent(now_s)
-                if code.startswith(prefix) and code not in exclude}
+        return {
+            code: f"{code}: {detail}"
+            for _, code, _, detail in self.recent(now_s)
+            if code.startswith(prefix) and code not in exclude
+        }

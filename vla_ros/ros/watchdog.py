@@ -16,7 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from vla_ros.ros.diagnostics import ERROR
+
 NS = 1_000_000_000
+# Checks per second (steady clock): a stopped input is reported within its timeout plus one period.
+CHECK_RATE_HZ = 10.0
 
 
 @dataclasses.dataclass
@@ -60,6 +64,28 @@ class InputWatch:
         return f"{text}: {self.hint}" if self.hint else text
 
 
+def input_watches(
+    params: dict, joint_states_topic: str, chunks: InputWatch, use_sim_time: bool
+) -> dict[str, InputWatch]:
+    """The inputs the safety filter and the controller both watch, in the order their diagnostics list them:
+    joint states on ``joint_states_topic`` (as resolved), ``chunks`` (each node says whose), and on simulated
+    time /clock; timeouts from ``params`` (``Watchdog.TIMEOUT_PARAMS``)."""
+    watches = {
+        "joint_states": InputWatch(
+            f"joint states on {joint_states_topic}",
+            params[Watchdog.TIMEOUT_PARAMS["joint_states"]],
+            ERROR,
+            "robot driver or simulator dead?",
+        ),
+        "chunks": chunks,
+    }
+    if use_sim_time:
+        watches["clock"] = InputWatch(
+            "simulated time (/clock)", params[Watchdog.TIMEOUT_PARAMS["clock"]], ERROR, "simulator dead or paused?"
+        )
+    return watches
+
+
 class Watchdog:
     """A node's watched inputs; ``check`` reports the stopped ones and whether anything changed."""
 
@@ -71,6 +97,11 @@ class Watchdog:
 
     def __getitem__(self, key: str) -> InputWatch:
         return self.watches[key]
+
+    @property
+    def stopped_keys(self) -> frozenset[str]:
+        """The inputs found stopped at the last ``check``."""
+        return self._stopped
 
     # The parameter that sets each input's timeout, the same in every node that watches it.
     TIMEOUT_PARAMS = {"joint_states": "joint_state_timeout_s", "chunks": "chunk_timeout_s", "clock": "clock_timeout_s"}

@@ -117,15 +117,21 @@ class CollisionChecker:
             gm.addGeometryObject(g)
         env: list[tuple[str, str, coal.CollisionGeometry, pin.SE3]] = []  # (kind, name, geometry, placement)
         if table_height_m is not None:
-            env.append((TABLE, "table", coal.Halfspace(np.array([0.0, 0.0, 1.0]), float(table_height_m)), pin.SE3.Identity()))
+            env.append(
+                (TABLE, "table", coal.Halfspace(np.array([0.0, 0.0, 1.0]), float(table_height_m)), pin.SE3.Identity())
+            )
         if workspace is not None:
             lo, hi = (np.asarray(v, dtype=np.float64) for v in workspace)
             for axis, label in enumerate("xyz"):
                 n = np.zeros(3)
                 n[axis] = 1.0
                 # Solid outside the box: x <= x_min and -x <= -x_max.
-                env.append((WORKSPACE, f"workspace {label}_min", coal.Halfspace(n, float(lo[axis])), pin.SE3.Identity()))
-                env.append((WORKSPACE, f"workspace {label}_max", coal.Halfspace(-n, float(-hi[axis])), pin.SE3.Identity()))
+                env.append(
+                    (WORKSPACE, f"workspace {label}_min", coal.Halfspace(n, float(lo[axis])), pin.SE3.Identity())
+                )
+                env.append(
+                    (WORKSPACE, f"workspace {label}_max", coal.Halfspace(-n, float(-hi[axis])), pin.SE3.Identity())
+                )
         for ob in obstacles:
             if ob.kind == "box":
                 env.append((OBSTACLE, ob.name, coal.Box(*ob.size_m), _placement(ob.center_m, ob.rpy_rad)))
@@ -143,14 +149,18 @@ class CollisionChecker:
             weights.append(p.weights)
         root_axes = robot.root_joint_axes()
         self.skipped: dict[str, list[str]] = {"unreachable": [], "redundant": []}
-        halfspaces = [(name, np.asarray(g.n), float(g.d)) for _kind, name, g, _pl in env if isinstance(g, coal.Halfspace)]
+        halfspaces = [
+            (name, np.asarray(g.n), float(g.d)) for _kind, name, g, _pl in env if isinstance(g, coal.Halfspace)
+        ]
         for kind, name, geometry, placement in env:
             geometry.computeLocalAABB()
             if isinstance(geometry, coal.Halfspace):
                 # A half-space inside another one with the same normal is never the closer of the two.
                 n, d = np.asarray(geometry.n), float(geometry.d)
-                if any(other != name and np.allclose(n, n2) and (d < d2 or (d == d2 and other < name))
-                       for other, n2, d2 in halfspaces):
+                if any(
+                    other != name and np.allclose(n, n2) and (d < d2 or (d == d2 and other < name))
+                    for other, n2, d2 in halfspaces
+                ):
                     self.skipped["redundant"].append(name)
                     continue
             env_id = gm.addGeometryObject(pin.GeometryObject(name, 0, 0, placement, geometry))
@@ -316,8 +326,16 @@ class CollisionChecker:
         if found is None:
             return PathCheck(None, exact_queries=queries, samples=samples)
         p, d = found
-        return PathCheck(int(seg[best_g]) + 1, float(t[best_g]), self.kinds[p], self.pair_names[p], d,
-                         float(self.clearance[p]), queries, samples)
+        return PathCheck(
+            int(seg[best_g]) + 1,
+            float(t[best_g]),
+            self.kinds[p],
+            self.pair_names[p],
+            d,
+            float(self.clearance[p]),
+            queries,
+            samples,
+        )
 
     def check_path_exhaustive(self, Q: np.ndarray) -> PathCheck:
         """Reference: every pair at every sample, in path order (slow; for tests and the equivalence check)."""
@@ -332,8 +350,16 @@ class CollisionChecker:
             bad = np.flatnonzero(d < self.clearance)
             if bad.size:
                 p = int(bad[0])
-                return PathCheck(int(seg[g]) + 1, float(t[g]), self.kinds[p], self.pair_names[p], float(d[p]),
-                                 float(self.clearance[p]), queries, int(seg.size))
+                return PathCheck(
+                    int(seg[g]) + 1,
+                    float(t[g]),
+                    self.kinds[p],
+                    self.pair_names[p],
+                    float(d[p]),
+                    float(self.clearance[p]),
+                    queries,
+                    int(seg.size),
+                )
         return PathCheck(None, exact_queries=queries, samples=int(seg.size))
 
     def check_configuration(self, q_act: np.ndarray) -> PathCheck:
@@ -343,4 +369,6 @@ class CollisionChecker:
         if not bad.size:
             return PathCheck(None, exact_queries=self.n_pairs, samples=1)
         p = int(bad[np.argmin(d[bad] - self.clearance[bad])])
-        return PathCheck(0, 1.0, self.kinds[p], self.pair_names[p], float(d[p]), float(self.clearance[p]), self.n_pairs, 1)
+        return PathCheck(
+            0, 1.0, self.kinds[p], self.pair_names[p], float(d[p]), float(self.clearance[p]), self.n_pairs, 1
+        )

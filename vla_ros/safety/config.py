@@ -21,37 +21,15 @@ import math
 
 import numpy as np
 
+from vla_ros.joint_limits import (  # noqa: F401  (ConfigError and LimitOverride re-exported)
+    ConfigError,
+    JointLimitSettings,
+    LimitOverride,
+    key_values,
+    parse_floats,
+)
+
 MODES = ("truncate", "reject")
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the field and quotes the value."""
-
-
-def _floats(text: str, n: int, field: str, line: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError(f"{field}={text!r} in {line!r} is not a list of numbers") from None
-    if len(values) != n:
-        raise ConfigError(f"{field}={text!r} in {line!r} needs {n} numbers, got {len(values)}")
-    if not all(math.isfinite(v) for v in values):
-        raise ConfigError(f"{field}={text!r} in {line!r} must be finite")
-    return values
-
-
-def _key_values(words: list[str], allowed: set[str], line: str) -> dict[str, str]:
-    out = {}
-    for word in words:
-        key, sep, value = word.partition("=")
-        if not sep or not value:
-            raise ConfigError(f"expected key=value, got {word!r} in {line!r}")
-        if key not in allowed:
-            raise ConfigError(f"unknown key {key!r} in {line!r}; expected one of {sorted(allowed)}")
-        if key in out:
-            raise ConfigError(f"key {key!r} given twice in {line!r}")
-        out[key] = value
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +51,7 @@ class Obstacle:
     offset_m: float = 0.0
 
     @classmethod
-    def parse(cls, line: str, index: int = 0) -> "Obstacle":
+    def parse(cls, line: str, index: int = 0) -> Obstacle:
         """``box center=x,y,z size=sx,sy,sz [rpy=r,p,y] [name=n]``, ``sphere center=.. radius=r``,
         ``plane normal=nx,ny,nz offset=d``. Raises ConfigError quoting the line."""
         words = line.split()
@@ -82,69 +60,45 @@ class Obstacle:
         kind = words[0]
         default_name = f"obstacle_{index}"
         if kind == "box":
-            kv = _key_values(words[1:], {"center", "size", "rpy", "name"}, line)
+            kv = key_values(words[1:], {"center", "size", "rpy", "name"}, line)
             for req in ("center", "size"):
                 if req not in kv:
                     raise ConfigError(f"box obstacle {line!r} needs {req}=x,y,z")
-            size = _floats(kv["size"], 3, "size", line)
+            size = parse_floats(kv["size"], 3, "size", line)
             if min(size) <= 0.0:
                 raise ConfigError(f"box obstacle {line!r}: size must be positive, got {size}")
             return cls(
                 "box",
                 kv.get("name", default_name),
-                center_m=_floats(kv["center"], 3, "center", line),
+                center_m=parse_floats(kv["center"], 3, "center", line),
                 size_m=size,
-                rpy_rad=_floats(kv["rpy"], 3, "rpy", line) if "rpy" in kv else (0.0, 0.0, 0.0),
+                rpy_rad=parse_floats(kv["rpy"], 3, "rpy", line) if "rpy" in kv else (0.0, 0.0, 0.0),
             )
         if kind == "sphere":
-            kv = _key_values(words[1:], {"center", "radius", "name"}, line)
+            kv = key_values(words[1:], {"center", "radius", "name"}, line)
             if "center" not in kv or "radius" not in kv:
                 raise ConfigError(f"sphere obstacle {line!r} needs center=x,y,z and radius=r")
-            (radius,) = _floats(kv["radius"], 1, "radius", line)
+            (radius,) = parse_floats(kv["radius"], 1, "radius", line)
             if radius <= 0.0:
                 raise ConfigError(f"sphere obstacle {line!r}: radius must be positive, got {radius}")
-            return cls("sphere", kv.get("name", default_name), center_m=_floats(kv["center"], 3, "center", line), radius_m=radius)
+            return cls(
+                "sphere",
+                kv.get("name", default_name),
+                center_m=parse_floats(kv["center"], 3, "center", line),
+                radius_m=radius,
+            )
         if kind == "plane":
-            kv = _key_values(words[1:], {"normal", "offset", "name"}, line)
+            kv = key_values(words[1:], {"normal", "offset", "name"}, line)
             if "normal" not in kv or "offset" not in kv:
                 raise ConfigError(f"plane obstacle {line!r} needs normal=nx,ny,nz and offset=d")
-            n = np.array(_floats(kv["normal"], 3, "normal", line))
+            n = np.array(parse_floats(kv["normal"], 3, "normal", line))
             norm = float(np.linalg.norm(n))
             if norm < 1e-9:
                 raise ConfigError(f"plane obstacle {line!r}: normal must not be zero")
-            (offset,) = _floats(kv["offset"], 1, "offset", line)
+            (offset,) = parse_floats(kv["offset"], 1, "offset", line)
             unit = tuple(float(v) for v in n / norm)
             return cls("plane", kv.get("name", default_name), normal=unit, offset_m=offset / norm)
         raise ConfigError(f"obstacle {line!r}: kind must be box, sphere or plane, got {kind!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class LimitOverride:
-    """Tighter limits for one joint (None = keep the URDF value / the default acceleration)."""
-
-    joint: str
-    lower: float | None = None
-    upper: float | None = None
-    velocity: float | None = None
-    acceleration: float | None = None
-
-    @classmethod
-    def parse(cls, line: str) -> "LimitOverride":
-        """``joint_name: lower=.. upper=.. velocity=.. acceleration=..`` (any subset of the keys)."""
-        name, sep, rest = line.partition(":")
-        name = name.strip()
-        if not sep or not name:
-            raise ConfigError(f"limit override {line!r} must look like 'joint_name: upper=1.0 velocity=1.5'")
-        kv = _key_values(rest.split(), {"lower", "upper", "velocity", "acceleration"}, line)
-        if not kv:
-            raise ConfigError(f"limit override {line!r} sets nothing")
-        values = {k: _floats(v, 1, k, line)[0] for k, v in kv.items()}
-        for key in ("velocity", "acceleration"):
-            if key in values and values[key] <= 0.0:
-                raise ConfigError(f"limit override {line!r}: {key} must be positive, got {values[key]}")
-        if "lower" in values and "upper" in values and values["lower"] >= values["upper"]:
-            raise ConfigError(f"limit override {line!r}: lower={values['lower']} must be below upper={values['upper']}")
-        return cls(name, **values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,14 +183,30 @@ class SafetyConfig:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0.0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
 
-        for name in ("velocity_scale", "acceleration_scale"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
-                raise ConfigError(f"{name} must be in (0, 1] (it can only tighten the limits), got {v!r}")
-        for name in ("default_acceleration_rad_s2", "default_acceleration_m_s2", "max_chunk_age_s", "max_state_age_s",
-                     "max_horizon_s", "max_joint_step_rad", "max_joint_step_m"):
+        # The joint limits' settings (the fields of the same names), validated and parsed as the controller's.
+        limits = {f.name: getattr(self, f.name) for f in dataclasses.fields(JointLimitSettings)}
+        object.__setattr__(
+            self, "_limits", JointLimitSettings(**{**limits, "limit_overrides": tuple(self.limit_overrides)})
+        )
+        for name in (
+            "max_chunk_age_s",
+            "max_state_age_s",
+            "max_horizon_s",
+            "max_joint_step_rad",
+            "max_joint_step_m",
+        ):
             positive(name)
-        for name in ("tracking_tolerance_rad", "tracking_tolerance_m", "position_clamp_rad", "position_clamp_m", "position_margin_rad", "position_margin_m", "max_future_stamp_s", "self_clearance_m", "clearance_m"):
+        for name in (
+            "tracking_tolerance_rad",
+            "tracking_tolerance_m",
+            "position_clamp_rad",
+            "position_clamp_m",
+            "position_margin_rad",
+            "position_margin_m",
+            "max_future_stamp_s",
+            "self_clearance_m",
+            "clearance_m",
+        ):
             non_negative(name)
         if not (math.isfinite(self.max_time_scale) and self.max_time_scale >= 1.0):
             raise ConfigError(f"max_time_scale must be >= 1 (1 = never slow a chunk down), got {self.max_time_scale!r}")
@@ -248,7 +218,8 @@ class SafetyConfig:
             raise ConfigError(f"on_unsafe must be one of {list(MODES)}, got {self.on_unsafe!r}")
         if (self.workspace_min_m is None) != (self.workspace_max_m is None):
             raise ConfigError(
-                f"workspace_min_m and workspace_max_m go together, got {self.workspace_min_m!r} and {self.workspace_max_m!r}"
+                f"workspace_min_m and workspace_max_m go together, got {self.workspace_min_m!r} and "
+                f"{self.workspace_max_m!r}"
             )
         if self.workspace_min_m is not None:
             lo, hi = tuple(self.workspace_min_m), tuple(self.workspace_max_m)
@@ -265,19 +236,19 @@ class SafetyConfig:
         names = [o.name for o in self._obstacles]  # type: ignore[attr-defined]
         if len(set(names)) != len(names):
             raise ConfigError(f"obstacle names repeat: {names}")
-        overrides = tuple(LimitOverride.parse(line) for line in self.limit_overrides)
-        joints = [o.joint for o in overrides]
-        if len(set(joints)) != len(joints):
-            raise ConfigError(f"limit_overrides name a joint twice: {joints}")
-        object.__setattr__(self, "_overrides", overrides)
 
     @property
     def parsed_obstacles(self) -> tuple[Obstacle, ...]:
         return self._obstacles  # type: ignore[attr-defined]
 
     @property
-    def parsed_overrides(self) -> tuple[LimitOverride, ...]:
-        return self._overrides  # type: ignore[attr-defined]
+    def limit_settings(self) -> JointLimitSettings:
+        """The joint limits' settings (``vla_ros.joint_limits``), as the controller gets them too."""
+        return self._limits  # type: ignore[attr-defined]
 
-    def replace(self, **changes) -> "SafetyConfig":
+    @property
+    def parsed_overrides(self) -> tuple[LimitOverride, ...]:
+        return self.limit_settings.parsed_overrides
+
+    def replace(self, **changes) -> SafetyConfig:
         return dataclasses.replace(self, **changes)

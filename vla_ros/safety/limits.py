@@ -1,6 +1,7 @@
 """Joint limits the filter enforces: the URDF's, tightened by configuration, never loosened (no rclpy import).
 
-Position and velocity limits come from the URDF; acceleration limits from configuration (URDF has none).
+Position and velocity limits come from the URDF; acceleration limits from configuration (URDF has none); both
+tightened by ``joint_limits.tighten_limits``, as the controller's are.
 ``resolve_limits`` raises ``LimitError`` naming every value that would loosen a URDF limit, so a node can
 refuse that parameter change with the reason.
 """
@@ -11,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from vla_ros.joint_limits import tighten_limits
 from vla_ros.safety.config import ConfigError, SafetyConfig
 from vla_ros.safety.robot import RobotModel
 from vla_ros.urdf_limits import UrdfJointLimits
@@ -50,29 +52,10 @@ def resolve_limits(robot: RobotModel | UrdfJointLimits, config: SafetyConfig) ->
     unknown = [j for j in config.joints if j not in names]
     if unknown:
         reasons.append(f"joints {unknown} are not actuated joints of the robot ({list(names)})")
-    lower, upper, velocity = robot.lower.copy(), robot.upper.copy(), robot.velocity.copy()
-    acceleration = np.where(robot.prismatic, config.default_acceleration_m_s2, config.default_acceleration_rad_s2)
-    for o in config.parsed_overrides:
-        if o.joint not in names:
-            reasons.append(f"limit_overrides names {o.joint!r}, not an actuated joint of the robot ({list(names)})")
-            continue
-        i = names.index(o.joint)
-        if o.lower is not None:
-            if o.lower < robot.lower[i]:
-                reasons.append(f"{o.joint}: lower={o.lower} would loosen the URDF lower limit {robot.lower[i]:g}")
-            lower[i] = max(lower[i], o.lower)
-        if o.upper is not None:
-            if o.upper > robot.upper[i]:
-                reasons.append(f"{o.joint}: upper={o.upper} would loosen the URDF upper limit {robot.upper[i]:g}")
-            upper[i] = min(upper[i], o.upper)
-        if o.velocity is not None:
-            if o.velocity > robot.velocity[i]:
-                reasons.append(f"{o.joint}: velocity={o.velocity} would loosen the URDF velocity limit {robot.velocity[i]:g}")
-            velocity[i] = min(velocity[i], o.velocity)
-        if o.acceleration is not None:
-            acceleration[i] = o.acceleration
+    tight = tighten_limits(robot, config.limit_settings)  # the one resolution the controller uses too
+    reasons.extend(tight.reasons)
     margin = np.where(robot.prismatic, config.position_margin_m, config.position_margin_rad)
-    lower, upper = lower + margin, upper - margin
+    lower, upper = tight.lower + margin, tight.upper - margin
     for i, name in enumerate(names):
         if not lower[i] <= upper[i]:
             reasons.append(
@@ -87,8 +70,8 @@ def resolve_limits(robot: RobotModel | UrdfJointLimits, config: SafetyConfig) ->
         upper=upper,
         hard_lower=robot.lower.copy(),
         hard_upper=robot.upper.copy(),
-        velocity=velocity * config.velocity_scale,
-        acceleration=acceleration * config.acceleration_scale,
+        velocity=tight.velocity,
+        acceleration=tight.acceleration,
         max_step=np.where(robot.prismatic, config.max_joint_step_m, config.max_joint_step_rad),
         commanded=commanded,
     )

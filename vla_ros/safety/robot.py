@@ -66,6 +66,7 @@ class PairSpec:
 
 # ---- description parsing -----------------------------------------------------------------------------
 
+
 def _ament_share(package: str) -> tuple[Path | None, str]:
     """The package's share folder from the ament index (``AMENT_PREFIX_PATH``), or None and why not."""
     try:
@@ -86,7 +87,7 @@ def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path |
     the ament index, as ``ros2 launch`` and RViz do on a ROS install. Errors name the form that failed and
     every place tried."""
     if uri.startswith("package://"):
-        package, _, rest = uri[len("package://"):].partition("/")
+        package, _, rest = uri[len("package://") :].partition("/")
         rest = unquote(rest)
         searched = []
         for entry in package_paths:
@@ -104,15 +105,18 @@ def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path |
                 return candidate.resolve()
             why_not = f"the ament index has {package} at {share}, without {rest}"
         raise RobotModelError(
-            f"cannot resolve {uri} (a package:// mesh): package_paths={list(package_paths)} (tried {searched}); {why_not}"
+            f"cannot resolve {uri} (a package:// mesh): package_paths={list(package_paths)} (tried {searched}); "
+            f"{why_not}"
         )
     if uri.startswith("file://"):  # file:///abs/path (file://localhost/abs/path); file://rel/path is read as relative
-        form, path = "file:// mesh", Path(unquote(uri[len("file://"):].removeprefix("localhost")))
+        form, path = "file:// mesh", Path(unquote(uri[len("file://") :].removeprefix("localhost")))
     else:
         form, path = "mesh path", Path(uri).expanduser()
     if not path.is_absolute():
         if base_dir is None:
-            raise RobotModelError(f"relative {form} {uri!r} in a URDF given as a string; use package:// or an absolute path")
+            raise RobotModelError(
+                f"relative {form} {uri!r} in a URDF given as a string; use package:// or an absolute path"
+            )
         path = base_dir / path
     if not path.is_file():
         raise RobotModelError(f"{form} {uri!r} not found (looked at {path})")
@@ -154,12 +158,12 @@ def convex_hull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     start, count = int(model.mesh_vertadr[0]), int(model.mesh_vertnum[0])
     rot = np.zeros(9)
     mujoco.mju_quat2Mat(rot, model.mesh_quat[0])
-    moved = model.mesh_vert[start:start + count].astype(np.float64) @ rot.reshape(3, 3).T + model.mesh_pos[0]
-    graph = model.mesh_graph[model.mesh_graphadr[0]:]
+    moved = model.mesh_vert[start : start + count].astype(np.float64) @ rot.reshape(3, 3).T + model.mesh_pos[0]
+    graph = model.mesh_graph[model.mesh_graphadr[0] :]
     # mesh_graph layout: numvert, numface, vert_edgeadr[numvert], vert_globalid[numvert],
     # edge_localid[numvert + 3 numface], face_globalid[3 numface]
     nv, nf = int(graph[0]), int(graph[1])
-    faces = np.asarray(graph[2 + 3 * nv + 3 * nf: 2 + 3 * nv + 6 * nf]).reshape(nf, 3)
+    faces = np.asarray(graph[2 + 3 * nv + 3 * nf : 2 + 3 * nv + 6 * nf]).reshape(nf, 3)
     nearest = np.linalg.norm(moved[:, None, :] - vertices[None, :, :], axis=2).argmin(axis=1)  # (count,)
     used = np.unique(faces)
     remap = np.full(count, -1)
@@ -187,6 +191,7 @@ def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
 
 # ---- the model ---------------------------------------------------------------------------------------
 
+
 class RobotModel:
     """Kinematics, limits and collision geometry of one robot description. Read-only once built.
 
@@ -204,8 +209,14 @@ class RobotModel:
         digest: hash of the description, SRDF and mesh files (the cache key).
     """
 
-    def __init__(self, urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (),
-                 base_dir: Path | None = None, digest: str = "") -> None:
+    def __init__(
+        self,
+        urdf_xml: str,
+        srdf_xml: str | None = None,
+        package_paths: Sequence[str] = (),
+        base_dir: Path | None = None,
+        digest: str = "",
+    ) -> None:
         self.digest = digest
         root = _parse_xml(urdf_xml, "URDF")
         if root.tag != "robot":
@@ -234,7 +245,10 @@ class RobotModel:
         self.self_pairs, self.excluded = self._select_pairs(srdf_xml)
         log.info(
             "robot %s: %d joints, %d collision geometries, %d self pairs checked, excluded %s",
-            self.name, len(self.joint_names), len(self.geom_links), len(self.self_pairs),
+            self.name,
+            len(self.joint_names),
+            len(self.geom_links),
+            len(self.self_pairs),
             {k: len(v) for k, v in self.excluded.items()},
         )
 
@@ -245,7 +259,11 @@ class RobotModel:
         for joint in root.findall("joint"):
             m = joint.find("mimic")
             if m is not None:
-                mimics[joint.get("name")] = (m.get("joint"), float(m.get("multiplier", 1.0)), float(m.get("offset", 0.0)))
+                mimics[joint.get("name")] = (
+                    m.get("joint"),
+                    float(m.get("multiplier", 1.0)),
+                    float(m.get("offset", 0.0)),
+                )
         names, q_idx, prismatic = [], [], []
         mimic_rows = []
         for j in range(1, model.njoints):
@@ -271,10 +289,15 @@ class RobotModel:
         self.lower = np.array([urdf_limits[n].lower for n in names], dtype=np.float64)
         self.upper = np.array([urdf_limits[n].upper for n in names], dtype=np.float64)
         self.velocity = np.array([urdf_limits[n].velocity for n in names], dtype=np.float64)
-        bad = [n for n, lo, hi, v in zip(names, self.lower, self.upper, self.velocity)
-               if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi and np.isfinite(v) and v > 0)]
+        bad = [
+            n
+            for n, lo, hi, v in zip(names, self.lower, self.upper, self.velocity)
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi and np.isfinite(v) and v > 0)
+        ]
         if bad:
-            raise RobotModelError(f"joint(s) {bad} lack finite position limits (lower < upper) and a positive velocity limit")
+            raise RobotModelError(
+                f"joint(s) {bad} lack finite position limits (lower < upper) and a positive velocity limit"
+            )
         # Mimic q[m] = multiplier * q[leader] + offset; leaders must be actuated joints.
         self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off = [], [], [], []
         for name, leader, mult, off in mimic_rows:
@@ -295,8 +318,10 @@ class RobotModel:
             self._full_A[qi, src] = mult
             self._full_b[qi] = off
         self._contiguous = bool(np.array_equal(self.q_index, np.arange(len(names))))
-        self._mimic_list = [(int(qi), int(src), float(mult), float(off)) for qi, src, mult, off in
-                            zip(self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off)]
+        self._mimic_list = [
+            (int(qi), int(src), float(mult), float(off))
+            for qi, src, mult, off in zip(self._mimic_q, self._mimic_src, self._mimic_mult, self._mimic_off)
+        ]
         # Which actuated joint drives each Pinocchio joint (and with what factor): for the Lipschitz weights.
         self._driver = {}
         for a, qi in enumerate(self.q_index):
@@ -358,7 +383,9 @@ class RobotModel:
             if isinstance(g.geometry, coal.BVHModelBase):
                 vertices = np.array(g.geometry.vertices())
                 if vertices.shape[0] < 4:
-                    raise RobotModelError(f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4")
+                    raise RobotModelError(
+                        f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4"
+                    )
                 points, triangles = convex_hull(vertices)
                 g.geometry = _coal_convex(points, triangles)
             g.geometry.computeLocalAABB()
@@ -563,8 +590,9 @@ def _digest(urdf_xml: str, srdf_xml: str | None, package_paths: Sequence[str], b
     return h.hexdigest()
 
 
-def load_robot(urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (),
-               base_dir: Path | str | None = None) -> RobotModel:
+def load_robot(
+    urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (), base_dir: Path | str | None = None
+) -> RobotModel:
     """The model for a description, built once per content (URDF, SRDF and mesh files) and cached."""
     base = Path(base_dir) if base_dir else None
     key = _digest(urdf_xml, srdf_xml, tuple(package_paths), base)
@@ -578,8 +606,9 @@ def load_robot(urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequen
         return robot
 
 
-def load_robot_files(urdf_path: Path | str, srdf_path: Path | str | None = None,
-                     package_paths: Sequence[str] = ()) -> RobotModel:
+def load_robot_files(
+    urdf_path: Path | str, srdf_path: Path | str | None = None, package_paths: Sequence[str] = ()
+) -> RobotModel:
     urdf_path = Path(urdf_path).expanduser()
     if not urdf_path.is_file():
         raise FileNotFoundError(f"robot description not found: {urdf_path}")

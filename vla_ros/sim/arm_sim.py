@@ -20,12 +20,12 @@ from vla_ros import cameras
 from vla_ros.sim.commands import CommandError, JointLimits, validate_position_command
 from vla_ros.sim.scene import (
     CAMERA_NAME,
-    WRIST_CAMERA_NAME,
     CUP_COLORS,
     CUP_HALF_HEIGHT_M,
     CUP_RADIUS_M,
     TABLE_TOP_Z_M,
     TCP_BODY,
+    WRIST_CAMERA_NAME,
     SceneConfig,
     build_spec,
     default_urdf_path,
@@ -70,13 +70,9 @@ class SimConfig:
         for name in ("joint_state_rate_hz", "camera_rate_hz", "clock_rate_hz"):
             rate = getattr(self, name)
             if rate <= 0 or self.physics_rate_hz % rate != 0:
-                raise ValueError(
-                    f"{name}={rate} must be a positive divisor of physics_rate_hz={self.physics_rate_hz}"
-                )
+                raise ValueError(f"{name}={rate} must be a positive divisor of physics_rate_hz={self.physics_rate_hz}")
         if not (16 <= self.image_width <= 1920 and 16 <= self.image_height <= 1080):
-            raise ValueError(
-                f"image size {self.image_width}x{self.image_height} outside 16x16 .. 1920x1080"
-            )
+            raise ValueError(f"image size {self.image_width}x{self.image_height} outside 16x16 .. 1920x1080")
         x0, x1, y0, y1 = self.cup_region_m
         if not (x0 < x1 and y0 < y1):
             raise ValueError(f"cup_region_m must be (x_min < x_max, y_min < y_max), got {self.cup_region_m}")
@@ -130,10 +126,14 @@ class ArmSim:
 
         # Named accessors resolved once; no magic indices further down.
         movable = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-        self.joint_names = [self.model.joint(i).name for i in range(self.model.njnt) if int(self.model.jnt_type[i]) in movable]
+        self.joint_names = [
+            self.model.joint(i).name for i in range(self.model.njnt) if int(self.model.jnt_type[i]) in movable
+        ]
         self._qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.joint_names], dtype=np.intp)
         self._dof_adr = np.array([self.model.joint(n).dofadr[0] for n in self.joint_names], dtype=np.intp)
-        self._cmd_actuators = np.array([self.model.actuator(f"{n}_position").id for n in self.command_joint_names], dtype=np.intp)
+        self._cmd_actuators = np.array(
+            [self.model.actuator(f"{n}_position").id for n in self.command_joint_names], dtype=np.intp
+        )
         self._cmd_qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.command_joint_names], dtype=np.intp)
         lower = np.array([self.model.joint(n).range[0] for n in self.command_joint_names])
         upper = np.array([self.model.joint(n).range[1] for n in self.command_joint_names])
@@ -142,16 +142,23 @@ class ArmSim:
         self._cup_body = {c: self.model.body(f"{c}_cup").id for c in CUP_COLORS}
         self._tcp_body = self.model.body(TCP_BODY).id
         # Keyed by stream name (``vla_ros.cameras``): what the nodes publish and a model's ``cameras`` lists.
-        self.camera_ids = {cameras.FRONT: self.model.camera(CAMERA_NAME).id, cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id}
+        self.camera_ids = {
+            cameras.FRONT: self.model.camera(CAMERA_NAME).id,
+            cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id,
+        }
         self._table_geom = self.model.geom("table").id
         cup_geoms = {self.model.geom(f"{c}_cup_geom").id for c in CUP_COLORS}
         self._robot_geoms = {
-            g for g in range(self.model.ngeom) if g not in cup_geoms and g != self._table_geom and self.model.geom_bodyid[g] != 0
+            g
+            for g in range(self.model.ngeom)
+            if g not in cup_geoms and g != self._table_geom and self.model.geom_bodyid[g] != 0
         }
 
         self._renderer: mujoco.Renderer | None = None
-        self._images = {name: np.zeros((self.config.image_height, self.config.image_width, 3), dtype=np.uint8)
-                        for name in self.camera_ids}  # one buffer per camera: a caller may hold both frames
+        self._images = {
+            name: np.zeros((self.config.image_height, self.config.image_width, 3), dtype=np.uint8)
+            for name in self.camera_ids
+        }  # one buffer per camera: a caller may hold both frames
         self.step_count = 0
         self.seed = 0
         self.episode = 0
@@ -160,7 +167,9 @@ class ArmSim:
         self.reset(seed)
 
     # ---- episode -----------------------------------------------------------------------------------
-    def reset(self, seed: int, arm_noise_rad: float = 0.0, restart_clock: bool = True, hold_s: float = 0.0) -> dict[str, np.ndarray]:
+    def reset(
+        self, seed: int, arm_noise_rad: float = 0.0, restart_clock: bool = True, hold_s: float = 0.0
+    ) -> dict[str, np.ndarray]:
         """Start a new episode: arm at home, cups at positions drawn from ``seed``. Returns cup positions.
 
         ``arm_noise_rad`` > 0 perturbs the arm's start pose (uniform, per arm joint) with draws taken after
@@ -197,7 +206,7 @@ class ArmSim:
 
     def place_arm(self, q: np.ndarray) -> None:
         """Put the commanded joints at ``q`` (clipped to the limits), kinematically: no physics step, for
-        rendering a pose (the training views of ``training.views``), not for control."""
+        rendering a pose (the training views of ``tasks.cup_views``), not for control."""
         self._set_arm(np.clip(np.asarray(q, float), self.limits.lower, self.limits.upper))
         mujoco.mj_forward(self.model, self.data)
 
@@ -270,8 +279,11 @@ class ArmSim:
         Raises CommandError for one stamped before the current episode began."""
         stamp_ns = round(trajectory.stamp_s * 1e9)
         if 0 < stamp_ns < self.episode_start_ns:
-            raise CommandError("before_reset", f"trajectory stamped {stamp_ns * 1e-9:.6f} s, before the episode began "
-                                               f"at {self.episode_start_ns * 1e-9:.6f} s")
+            raise CommandError(
+                "before_reset",
+                f"trajectory stamped {stamp_ns * 1e-9:.6f} s, before the episode began "
+                f"at {self.episode_start_ns * 1e-9:.6f} s",
+            )
         self._hold = None  # it starts from the commanded pose (the reset's): no jump
         trajectory.bind_start(self.time_s, self.commanded_positions())
         self._trajectory = trajectory
@@ -290,7 +302,8 @@ class ArmSim:
             raise CommandError(
                 "before_reset",
                 f"target for {self.limits.names[i]} is {offset[i]:.3g} from the pose the reset put it in (more than "
-                f"{RESET_HOLD_TOLERANCE}): taken for a command sent before the reset; for {(until_ns - self.time_ns) * 1e-9:.2f} s "
+                f"{RESET_HOLD_TOLERANCE}): taken for a command sent before the reset; for "
+                f"{(until_ns - self.time_ns) * 1e-9:.2f} s "
                 "more the first command must start at that pose",
             )
         self._hold = None

@@ -33,35 +33,34 @@ from vla_ros.sim.scripted import (
     top_down_ik,
 )
 
-
 WRIST_ROLL_LIMIT_RAD = 2.9  # the bundled URDF's wrist_roll_joint range, +-
 
 
 @dataclasses.dataclass(frozen=True)
 class ExpertConfig:
     """Args:
-        speed_m_s: tool speed in free space (approach, lift).
-        descend_speed_m_s: tool speed near the cup, slower so the fingers do not push it away.
-        lead_m: how far ahead of the measured tool the carrot may run (bounds the commanded jump).
-        close_s: time to keep still while the fingers close.
-        settle_s: time to keep still at grasp height, fingers open, before they start closing (0: close on
-            arrival). With a pause on either side of the close (``vla-ros collect --grasp-pause``) a policy
-            that imitates the timing only roughly still shuts the fingers on a still hand and lifts after
-            they have closed; it does, but the cup policies trained on such data did worse on the whole
-            (docs/training.md, "A pause around the grasp").
-        xy_tolerance_m / z_tolerance_m: when a phase's goal counts as reached.
-        velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
-            limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
-            for a learned policy's small errors before the filter has to intervene.
-        wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan. At 0 the
-            fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
-            x, the fixed camera's line of sight). Policies trained on pi/2 grasps did worse on the cup
-            task (docs/training.md, "Fingers closing along the reach").
-        still_hold: the lift goes straight up from where the fingers closed and the hold stays there. Off
-            by default, the lift and the hold aim at the held cup's own position: a cup held off the pads'
-            centre moves with the hand, so the hand creeps after it (a median 0.06 rad of pan over a 1 s
-            hold's last 0.6 s, up to 0.3), and a policy learns to carry the cup off. Two pairs trained on still
-            holds dropped a third as many cups but lifted fewer (docs/training.md, "After the lift").
+    speed_m_s: tool speed in free space (approach, lift).
+    descend_speed_m_s: tool speed near the cup, slower so the fingers do not push it away.
+    lead_m: how far ahead of the measured tool the carrot may run (bounds the commanded jump).
+    close_s: time to keep still while the fingers close.
+    settle_s: time to keep still at grasp height, fingers open, before they start closing (0: close on
+        arrival). With a pause on either side of the close (``vla-ros collect --grasp-pause``) a policy
+        that imitates the timing only roughly still shuts the fingers on a still hand and lifts after
+        they have closed; it does, but the cup policies trained on such data did worse on the whole
+        (docs/training.md, "A pause around the grasp").
+    xy_tolerance_m / z_tolerance_m: when a phase's goal counts as reached.
+    velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
+        limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
+        for a learned policy's small errors before the filter has to intervene.
+    wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan. At 0 the
+        fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
+        x, the fixed camera's line of sight). Policies trained on pi/2 grasps did worse on the cup
+        task (docs/training.md, "Fingers closing along the reach").
+    still_hold: the lift goes straight up from where the fingers closed and the hold stays there. Off
+        by default, the lift and the hold aim at the held cup's own position: a cup held off the pads'
+        centre moves with the hand, so the hand creeps after it (a median 0.06 rad of pan over a 1 s
+        hold's last 0.6 s, up to 0.3), and a policy learns to carry the cup off. Two pairs trained on still
+        holds dropped a third as many cups but lifted fewer (docs/training.md, "After the lift").
     """
 
     speed_m_s: float = 0.30
@@ -94,7 +93,9 @@ class MotionLimiter:
     more than reaches it within the step, and changes its velocity by at most a_max dt toward that speed.
     """
 
-    def __init__(self, v_max: np.ndarray, a_max: np.ndarray, lower: np.ndarray | None = None, upper: np.ndarray | None = None) -> None:
+    def __init__(
+        self, v_max: np.ndarray, a_max: np.ndarray, lower: np.ndarray | None = None, upper: np.ndarray | None = None
+    ) -> None:
         self.v_max, self.a_max = np.asarray(v_max, float), np.asarray(a_max, float)
         # discrete braking can overshoot a target on a limit by a fraction of a step: clip to the range
         self.lower = np.full_like(self.v_max, -np.inf) if lower is None else np.asarray(lower, float)
@@ -120,13 +121,15 @@ class MotionLimiter:
         return self.q.copy()
 
 
-def default_limiter(config: "ExpertConfig") -> MotionLimiter:
+def default_limiter(config: ExpertConfig) -> MotionLimiter:
     """Limits of the commanded joints from the bundled URDF (velocities) and the filter's acceleration defaults."""
     from vla_ros.control.config import bundled_urdf_path, limits_from_urdf
 
     limits = limits_from_urdf(bundled_urdf_path(), COMMANDED_JOINTS)
     accel = np.where(limits.prismatic, 1.0, 10.0)
-    return MotionLimiter(limits.velocity * config.velocity_fraction, accel * config.acceleration_fraction, limits.lower, limits.upper)
+    return MotionLimiter(
+        limits.velocity * config.velocity_fraction, accel * config.acceleration_fraction, limits.lower, limits.upper
+    )
 
 
 class PickExpert:
@@ -164,18 +167,27 @@ class PickExpert:
         self.reset()
         self.limiter.reset(q_cmd)
         self.limiter.v = np.asarray(v_cmd, float).copy()
-        holding = np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
+        holding = (
+            np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
+        )
         if holding and q_cmd[-1] < 0.02:
             self.phase, self._lift_xy = "lift", tcp_m[:2].copy()
-        elif (resume_descent and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
-              and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < self.give_up_xy_m):
+        elif (
+            resume_descent
+            and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
+            and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < self.give_up_xy_m
+        ):
             self.phase = "descend"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
         if self.phase in ("lift", "hold") and self.config.still_hold:
             return np.array([self._lift_xy[0], self._lift_xy[1], LIFT_TCP_Z_M])
-        z = {"approach": APPROACH_TCP_Z_M, "descend": GRASP_TCP_Z_M, "settle": GRASP_TCP_Z_M,
-             "close": GRASP_TCP_Z_M}.get(self.phase, LIFT_TCP_Z_M)
+        z = {
+            "approach": APPROACH_TCP_Z_M,
+            "descend": GRASP_TCP_Z_M,
+            "settle": GRASP_TCP_Z_M,
+            "close": GRASP_TCP_Z_M,
+        }.get(self.phase, LIFT_TCP_Z_M)
         return np.array([cup_m[0], cup_m[1], z])
 
     def _advance(self, tcp_m: np.ndarray, goal: np.ndarray, speed: float, dt_s: float) -> np.ndarray:

@@ -138,10 +138,20 @@ def build_spec(urdf_path: Path, cfg: SceneConfig) -> tuple[mujoco.MjSpec, list[s
         act.set_to_position(kp=kp, dampratio=1.0, inheritrange=1.0)
 
     world = spec.worldbody
-    world.add_light(name="key_light", pos=(0.4, -0.6, 2.0), dir=(0.0, 0.3, -1.0), diffuse=(0.8, 0.8, 0.8), castshadow=False)
-    world.add_light(name="fill_light", pos=(1.2, 0.8, 1.5), dir=(-0.5, -0.4, -1.0), diffuse=(0.35, 0.35, 0.35), castshadow=False)
+    world.add_light(
+        name="key_light", pos=(0.4, -0.6, 2.0), dir=(0.0, 0.3, -1.0), diffuse=(0.8, 0.8, 0.8), castshadow=False
+    )
+    world.add_light(
+        name="fill_light", pos=(1.2, 0.8, 1.5), dir=(-0.5, -0.4, -1.0), diffuse=(0.35, 0.35, 0.35), castshadow=False
+    )
     spec.visual.headlight.ambient = (0.35, 0.35, 0.35)
-    world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=(3.0, 3.0, 0.1), pos=(0.0, 0.0, -0.75), rgba=(0.35, 0.36, 0.38, 1.0))
+    world.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=(3.0, 3.0, 0.1),
+        pos=(0.0, 0.0, -0.75),
+        rgba=(0.35, 0.36, 0.38, 1.0),
+    )
     world.add_geom(
         name="table",
         type=mujoco.mjtGeom.mjGEOM_BOX,
@@ -170,5 +180,7 @@ def build_spec(urdf_path: Path, cfg: SceneConfig) -> tuple[mujoco.MjSpec, list[s
     wrist_pos = np.asarray(cfg.wrist_camera_pos_m, dtype=float)
     # Image "up" is the hand's x (away from the palm), so the fingers stand at the bottom of the picture.
     wrist_axes = _look_at_xyaxes(wrist_pos, np.asarray(cfg.wrist_camera_target_m, dtype=float), up_hint=(1.0, 0.0, 0.0))
-    spec.body(HAND_BODY).add_camera(name=WRIST_CAMERA_NAME, pos=wrist_pos, xyaxes=wrist_axes, fovy=cfg.wrist_camera_fovy_deg)
+    spec.body(HAND_BODY).add_camera(
+        name=WRIST_CAMERA_NAME, pos=wrist_pos, xyaxes=wrist_axes, fovy=cfg.wrist_camera_fovy_deg
+    )
     return spec, commanded

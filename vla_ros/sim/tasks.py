@@ -82,3 +82,10 @@ def episode_task(seed: int, templates: tuple[str, ...] = TRAIN_TEMPLATES) -> tup
     color = COLORS[int(rng.integers(len(COLORS)))]
     template = templates[int(rng.integers(len(templates)))]
     return color, template.format(color=color)
+
+
+def eval_episodes(episodes: int, seed: int, templates: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """(episode seed, colour, instruction) of an evaluation's ``episodes``: the seeds from
+    ``EVAL_SEED_START + seed`` on (``seed`` is the offset into the evaluation range)."""
+    start = EVAL_SEED_START + seed
+    return [(ep_seed, *episode_task(ep_seed, templates)) for ep_seed in range(start, start + episodes)]

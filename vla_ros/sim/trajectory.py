@@ -47,9 +47,7 @@ class PositionTrajectory:
         for k, p in enumerate(points):
             values = np.asarray(p, dtype=np.float64).reshape(-1)
             if values.size != len(joint_names):
-                raise CommandError(
-                    "wrong_size", f"point {k} has {values.size} positions for {len(joint_names)} joints"
-                )
+                raise CommandError("wrong_size", f"point {k} has {values.size} positions for {len(joint_names)} joints")
             row = np.empty(len(limits.names))
             row[order] = values
             try:

@@ -48,7 +48,9 @@ class TokenizerConfig:
         if self.image_height < 8 or self.image_width < 8:
             raise ValueError(f"image size must be at least 8x8, got {self.image_height}x{self.image_width}")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
-            raise ValueError(f"image_mean/image_std need 3 values with std > 0, got {self.image_mean} / {self.image_std}")
+            raise ValueError(
+                f"image_mean/image_std need 3 values with std > 0, got {self.image_mean} / {self.image_std}"
+            )
         top, bottom, left, right = self.crop if len(self.crop) == 4 else (-1, -1, -1, -1)
         if min(top, bottom, left, right) < 0 or top + bottom >= 1 or left + right >= 1:
             raise ValueError(f"crop must be 4 fractions >= 0 leaving part of the image, got {self.crop}")
@@ -64,7 +66,7 @@ class TokenizerConfig:
         return len(self.joint_names) * (2 if self.state_velocities else 1)
 
     @classmethod
-    def from_model_config(cls, model_config: dict[str, Any], **overrides) -> "TokenizerConfig":
+    def from_model_config(cls, model_config: dict[str, Any], **overrides) -> TokenizerConfig:
         """The fields a model's config.json fixes; node parameters may add input size and crop."""
         keys = ("joint_names", "state_velocities", "image_height", "image_width", "image_mean", "image_std", "crop")
         values = {k: model_config[k] for k in keys if k in model_config}

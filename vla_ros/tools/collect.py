@@ -2,7 +2,8 @@
 
 Each episode runs the MuJoCo core on simulated time with the closed-loop expert picking the cup named
 by a randomly phrased instruction, and writes what the robot graph would carry: ``/joint_states``
-(100 Hz), ``/camera/image_raw`` and ``/wrist_camera/image_raw`` + ``camera_info`` (30 Hz), ``/vla/instruction``, the expert's commands
+(100 Hz), ``/camera/image_raw`` and ``/wrist_camera/image_raw`` + ``camera_info`` (30 Hz), ``/vla/instruction``, the
+expert's commands
 on ``/forward_position_controller/commands`` (the training targets) and ``/vla/episode_status``. Messages
 are built by the same functions the sim node uses and serialized to CDR; each gets a log time of its stamp
 plus a delivery delay like the live graph's (frames 10-40 ms, joint states 1-3 ms), written in that order,
@@ -37,21 +38,21 @@ RECORDED_CAMERAS = (cameras.FRONT, cameras.WRIST)  # every camera the sim has: a
 @dataclasses.dataclass(frozen=True)
 class CollectConfig:
     """Args:
-        max_episode_s: give up after this much simulated time.
-        hold_after_lift_s: keep recording this long after the cup is lifted.
-        arm_noise_rad: start-pose perturbation per arm joint (uniform).
-        push_probability: share of episodes with a push.
-        push_rad: largest push offset per joint.
-        freeze_probability: share of episodes where the executed command is held still for a while (at the
-            start in half of them, else mid-way) while the labels keep saying where to go.
-        near_miss_probability: share of episodes that start with a near miss (``NearMiss``): an unlabelled
-            approach to a point beside the cup, then the expert takes over, labelled, from there.
-        near_miss_m: (min, max) distance of the missed point from the cup's centre.
-        grasp_roll_rad: the expert's wrist roll (``ExpertConfig.wrist_roll_rad``): how its fingers face the cup.
-        grasp_pause_s: the expert keeps still this much longer on either side of closing the fingers: at grasp
-            height before they start to close (``ExpertConfig.settle_s``) and before it lifts (added to
-            ``ExpertConfig.close_s``).
-        still_hold: the expert lifts straight up and holds there (``ExpertConfig.still_hold``).
+    max_episode_s: give up after this much simulated time.
+    hold_after_lift_s: keep recording this long after the cup is lifted.
+    arm_noise_rad: start-pose perturbation per arm joint (uniform).
+    push_probability: share of episodes with a push.
+    push_rad: largest push offset per joint.
+    freeze_probability: share of episodes where the executed command is held still for a while (at the
+        start in half of them, else mid-way) while the labels keep saying where to go.
+    near_miss_probability: share of episodes that start with a near miss (``NearMiss``): an unlabelled
+        approach to a point beside the cup, then the expert takes over, labelled, from there.
+    near_miss_m: (min, max) distance of the missed point from the cup's centre.
+    grasp_roll_rad: the expert's wrist roll (``ExpertConfig.wrist_roll_rad``): how its fingers face the cup.
+    grasp_pause_s: the expert keeps still this much longer on either side of closing the fingers: at grasp
+        height before they start to close (``ExpertConfig.settle_s``) and before it lifts (added to
+        ``ExpertConfig.close_s``).
+    still_hold: the expert lifts straight up and holds there (``ExpertConfig.still_hold``).
     """
 
     max_episode_s: float = 12.0
@@ -69,13 +70,18 @@ class CollectConfig:
     image_height: int = 240
 
 
-def make_expert(config: "CollectConfig | TakeoverConfig"):
+def make_expert(config: CollectConfig | TakeoverConfig):
     """The scripted expert with the grasp a collection asks for (``grasp_roll_rad``, ``grasp_pause_s``)."""
     from vla_ros.sim.expert import ExpertConfig, PickExpert
 
-    return PickExpert(ExpertConfig(wrist_roll_rad=config.grasp_roll_rad, settle_s=config.grasp_pause_s,
-                                   close_s=ExpertConfig.close_s + config.grasp_pause_s,
-                                   still_hold=config.still_hold))
+    return PickExpert(
+        ExpertConfig(
+            wrist_roll_rad=config.grasp_roll_rad,
+            settle_s=config.grasp_pause_s,
+            close_s=ExpertConfig.close_s + config.grasp_pause_s,
+            still_hold=config.still_hold,
+        )
+    )
 
 
 def _push_profile(rng: np.random.Generator, config: CollectConfig):
@@ -160,7 +166,9 @@ class EpisodeRecorder:
     def _emit(self, delay_s: float, topic: str, type_name: str, msg) -> None:
         from rclpy.serialization import serialize_message
 
-        self.pending.append((self.sim.time_ns + int(delay_s * 1e9), len(self.pending), topic, type_name, serialize_message(msg)))
+        self.pending.append(
+            (self.sim.time_ns + int(delay_s * 1e9), len(self.pending), topic, type_name, serialize_message(msg))
+        )
 
     def instruction(self, text: str) -> None:
         from std_msgs.msg import String
@@ -170,13 +178,23 @@ class EpisodeRecorder:
     def joint_state(self, stamp) -> None:
         from vla_ros.ros.sim_msgs import joint_state_msg
 
-        self._emit(self.rng.uniform(0.001, 0.003), "/joint_states", "sensor_msgs/msg/JointState", joint_state_msg(self.sim, stamp))
+        self._emit(
+            self.rng.uniform(0.001, 0.003),
+            "/joint_states",
+            "sensor_msgs/msg/JointState",
+            joint_state_msg(self.sim, stamp),
+        )
 
     def command(self, q: np.ndarray) -> None:
         """The training target: what the expert commands now."""
         from std_msgs.msg import Float64MultiArray
 
-        self._emit(0.0, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", Float64MultiArray(data=np.asarray(q, float).tolist()))
+        self._emit(
+            0.0,
+            "/forward_position_controller/commands",
+            "std_msgs/msg/Float64MultiArray",
+            Float64MultiArray(data=np.asarray(q, float).tolist()),
+        )
 
     def frame(self, rgb: np.ndarray, stamp, camera: str = cameras.FRONT) -> None:
         from vla_ros.ros.sim_msgs import camera_info_msg, image_msg
@@ -184,8 +202,12 @@ class EpisodeRecorder:
         delay = self.rng.uniform(0.010, 0.040)  # each camera's driver has its own delay
         frame_id = cameras.optical_frame(camera)
         self._emit(delay, cameras.image_topic(camera), "sensor_msgs/msg/Image", image_msg(rgb, stamp, frame_id))
-        self._emit(delay, cameras.info_topic(camera), "sensor_msgs/msg/CameraInfo",
-                   camera_info_msg(self.sim.camera_intrinsics(camera), stamp, frame_id))
+        self._emit(
+            delay,
+            cameras.info_topic(camera),
+            "sensor_msgs/msg/CameraInfo",
+            camera_info_msg(self.sim.camera_intrinsics(camera), stamp, frame_id),
+        )
 
     def status(self) -> None:
         from std_msgs.msg import String
@@ -232,8 +254,16 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
             if q_cmd is None:
                 if near_miss.active:  # the decoy is done: the expert goes on from its last command, labelled
                     near_miss.active = False
-                    expert.take_over(sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions(), last, (last - previous) / dt_s)
-                q_cmd = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
+                    expert.take_over(
+                        sim.tcp_position(),
+                        sim.cup_positions()[color],
+                        sim.joint_positions(),
+                        last,
+                        (last - previous) / dt_s,
+                    )
+                q_cmd = expert.command(
+                    sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions()
+                )
                 rec.command(q_cmd)
             previous, last = last, np.asarray(q_cmd, float)
             executed = q_cmd + (push(sim.time_s) if push else 0.0)
@@ -253,10 +283,17 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
             break
     rec.status()
     summary = {
-        "seed": seed, "color": color, "instruction": instruction, "success": lifted_at is not None,
-        "time_to_lift_s": lifted_at, "duration_s": round(sim.time_s, 3), "pushed": push is not None,
-        "frozen": freeze is not None, "near_miss_m": round(float(np.linalg.norm(near_miss.offset_m)), 4) if near_miss.drawn else None,
-        "expert_restarts": expert.restarts, "wrong_cup": sim.lifted_cup() not in (None, color),
+        "seed": seed,
+        "color": color,
+        "instruction": instruction,
+        "success": lifted_at is not None,
+        "time_to_lift_s": lifted_at,
+        "duration_s": round(sim.time_s, 3),
+        "pushed": push is not None,
+        "frozen": freeze is not None,
+        "near_miss_m": round(float(np.linalg.norm(near_miss.offset_m)), 4) if near_miss.drawn else None,
+        "expert_restarts": expert.restarts,
+        "wrong_cup": sim.lifted_cup() not in (None, color),
     }
     rec.write(out_path, summary)
     return summary
@@ -333,24 +370,38 @@ class ExpertTakeover:
             self.takeover, self.takeover_closing = (tcp - cup).round(4).tolist(), bool(closing and not near)
         return near or closing
 
+    def _take_over(self, resume_descent: bool = False) -> None:
+        """The expert goes on from the arm's last command, moving as the last two commands did."""
+        sim = self.sim
+        dt = 1.0 / sim.config.joint_state_rate_hz
+        self.expert.take_over(
+            sim.tcp_position(),
+            sim.cup_positions()[self.color],
+            sim.joint_positions(),
+            self.last,
+            (self.last - self.prev) / dt,
+            resume_descent=resume_descent,
+        )
+
     def execute(self, q_policy):
         sim, handback = self.sim, False
-        dt = 1.0 / sim.config.joint_state_rate_hz
         if self.config.near_cup_m > 0:
             if not self.expert_driving and self._near_cup(q_policy):
                 self.expert_driving, self.expert_segments = True, 1
-                self.expert.take_over(sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions(),
-                                      self.last, (self.last - self.prev) / dt, resume_descent=True)
+                self._take_over(resume_descent=True)
         elif sim.time_s >= self.switch_at_s:
             self.expert_driving = not self.expert_driving
             handback = not self.expert_driving
-            self.switch_at_s = sim.time_s + float(self.rng.uniform(*(self.config.expert_s if self.expert_driving else self.config.policy_s)))
+            self.switch_at_s = sim.time_s + float(
+                self.rng.uniform(*(self.config.expert_s if self.expert_driving else self.config.policy_s))
+            )
             if self.expert_driving:
                 self.expert_segments += 1
-                self.expert.take_over(sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions(),
-                                      self.last, (self.last - self.prev) / dt)
+                self._take_over()
         if self.expert_driving:
-            q = self.expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions())
+            q = self.expert.command(
+                sim.time_s, sim.tcp_position(), sim.cup_positions()[self.color], sim.joint_positions()
+            )
             self.rec.command(q)
         else:
             q = q_policy
@@ -361,7 +412,9 @@ class ExpertTakeover:
         return q, handback
 
 
-def collect_rollouts(model: str, seeds: range, out: Path, config: TakeoverConfig = TakeoverConfig(), progress: bool = True) -> list[dict]:
+def collect_rollouts(
+    model: str, seeds: range, out: Path, config: TakeoverConfig = TakeoverConfig(), progress: bool = True
+) -> list[dict]:
     """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover)."""
     from tqdm import tqdm
 
@@ -369,18 +422,29 @@ def collect_rollouts(model: str, seeds: range, out: Path, config: TakeoverConfig
     from vla_ros.sim.tasks import TRAIN_TEMPLATES, episode_task
 
     # one inference thread: collectors run one per core, and ONNX Runtime's spinning workers would fight
-    loop = ClosedLoop(model, config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s),
-                      threads=1)
+    loop = ClosedLoop(
+        model,
+        config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s),
+        threads=1,
+    )
     summaries = []
     bar = tqdm(seeds, desc="rollouts", unit="ep", disable=not progress)
     for seed in bar:
         color, instruction = episode_task(seed, TRAIN_TEMPLATES)
         hook = ExpertTakeover(seed, config)
         r = loop.run_episode(seed, instruction, color, hook=hook)
-        summary = {"seed": seed, "color": color, "instruction": instruction, "success": r.success,
-                   "time_to_lift_s": r.time_to_success_s, "expert_segments": hook.expert_segments,
-                   "wrong_cup": r.lifted not in (None, color), "policy": str(model), "takeover_offset_m": hook.takeover,
-                   "takeover_closing": hook.takeover_closing}
+        summary = {
+            "seed": seed,
+            "color": color,
+            "instruction": instruction,
+            "success": r.success,
+            "time_to_lift_s": r.time_to_success_s,
+            "expert_segments": hook.expert_segments,
+            "wrong_cup": r.lifted not in (None, color),
+            "policy": str(model),
+            "takeover_offset_m": hook.takeover,
+            "takeover_closing": hook.takeover_closing,
+        }
         hook.rec.write(out / f"rollout_{seed:07d}.mcap", summary, recorder="collect --policy")
         summaries.append(summary)
         bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
@@ -394,36 +458,73 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="output folder (default runs/demos-<date>)")
     parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
     parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
-    parser.add_argument("--near-miss", type=float, default=0.0, metavar="P",
-                        help="share of expert episodes that start with an unlabelled near miss beside the cup (default 0)")
-    parser.add_argument("--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)")
-    parser.add_argument("--takeover-near-cup", type=float, default=0.0, metavar="M",
-                        help="with --policy: the expert takes over once the policy's tool comes down within M "
-                             "metres of the named cup (or it starts closing) and finishes the grasp (default 0: "
-                             "alternating segments)")
-    parser.add_argument("--grasp-roll", type=float, default=0.0, metavar="RAD",
-                        help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the "
-                             "reach, 1.5708 along it (default 0)")
-    parser.add_argument("--hold-after-lift", type=float, default=CollectConfig.hold_after_lift_s, metavar="S",
-                        help="keep recording S seconds after the cup is lifted, the expert holding it up "
-                             f"(default {CollectConfig.hold_after_lift_s})")
-    parser.add_argument("--still-hold", action="store_true",
-                        help="the expert lifts straight up from where the fingers closed and holds there (default: "
-                             "its lift and hold aim at the held cup, and the hand creeps after a cup held off-centre)")
-    parser.add_argument("--grasp-pause", type=float, default=0.0, metavar="S",
-                        help="the expert keeps still S seconds longer before closing the fingers and before lifting "
-                             "(default 0)")
+    parser.add_argument(
+        "--near-miss",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="share of expert episodes that start with an unlabelled near miss beside the cup (default 0)",
+    )
+    parser.add_argument(
+        "--policy", default="", help="model folder: record its rollouts with expert takeovers instead (DAgger)"
+    )
+    parser.add_argument(
+        "--takeover-near-cup",
+        type=float,
+        default=0.0,
+        metavar="M",
+        help="with --policy: the expert takes over once the policy's tool comes down within M metres of the named cup "
+        "(or it starts closing) and finishes the grasp (default 0: alternating segments)",
+    )
+    parser.add_argument(
+        "--grasp-roll",
+        type=float,
+        default=0.0,
+        metavar="RAD",
+        help="the expert's wrist roll, relative to the arm's pan: 0 closes the fingers across the reach, 1.5708 along "
+        "it (default 0)",
+    )
+    parser.add_argument(
+        "--hold-after-lift",
+        type=float,
+        default=CollectConfig.hold_after_lift_s,
+        metavar="S",
+        help="keep recording S seconds after the cup is lifted, the expert holding it up "
+        f"(default {CollectConfig.hold_after_lift_s})",
+    )
+    parser.add_argument(
+        "--still-hold",
+        action="store_true",
+        help="the expert lifts straight up from where the fingers closed and holds there (default: its lift and hold "
+        "aim at the held cup, and the hand creeps after a cup held off-centre)",
+    )
+    parser.add_argument(
+        "--grasp-pause",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="the expert keeps still S seconds longer before closing the fingers and before lifting (default 0)",
+    )
     args = parser.parse_args(argv)
     if not 0.0 <= args.near_miss <= 1.0 or (args.policy and args.near_miss):
-        print(f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}", file=sys.stderr)
+        print(
+            f"--near-miss must be within [0, 1] and is for expert episodes (not --policy), got {args.near_miss}",
+            file=sys.stderr,
+        )
         return 2
     if not 0.0 <= args.takeover_near_cup <= 0.2 or (args.takeover_near_cup and not args.policy):
-        print(f"--takeover-near-cup must be within [0, 0.2] m and is for --policy rollouts, got {args.takeover_near_cup}", file=sys.stderr)
+        print(
+            f"--takeover-near-cup must be within [0, 0.2] m and is for --policy rollouts, got {args.takeover_near_cup}",
+            file=sys.stderr,
+        )
         return 2
     from vla_ros.sim.expert import WRIST_ROLL_LIMIT_RAD
 
     if not abs(args.grasp_roll) <= WRIST_ROLL_LIMIT_RAD:
-        print(f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}", file=sys.stderr)
+        print(
+            f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}",
+            file=sys.stderr,
+        )
         return 2
     if not 0.0 <= args.hold_after_lift <= 10.0:
         print(f"--hold-after-lift must be within [0, 10] s, got {args.hold_after_lift}", file=sys.stderr)
@@ -438,7 +539,10 @@ def main(argv: list[str] | None = None) -> int:
 
     seed_start = TRAIN_SEED_START if args.seed_start is None else args.seed_start
     if seed_start < EVAL_SEED_START <= seed_start + args.episodes - 1:
-        print(f"seeds {seed_start}..{seed_start + args.episodes - 1} reach the evaluation range (>= {EVAL_SEED_START})", file=sys.stderr)
+        print(
+            f"seeds {seed_start}..{seed_start + args.episodes - 1} reach the evaluation range (>= {EVAL_SEED_START})",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out or f"runs/demos-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True, exist_ok=True)
@@ -446,16 +550,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy:
         from vla_ros.model.io import resolve_model_dir
 
-        summaries = collect_rollouts(str(resolve_model_dir(args.policy)), range(seed_start, seed_start + args.episodes), out,
-                                     TakeoverConfig(near_cup_m=args.takeover_near_cup, grasp_roll_rad=args.grasp_roll,
-                                                    grasp_pause_s=args.grasp_pause, hold_after_lift_s=args.hold_after_lift,
-                                                    still_hold=args.still_hold))
+        summaries = collect_rollouts(
+            str(resolve_model_dir(args.policy)),
+            range(seed_start, seed_start + args.episodes),
+            out,
+            TakeoverConfig(
+                near_cup_m=args.takeover_near_cup,
+                grasp_roll_rad=args.grasp_roll,
+                grasp_pause_s=args.grasp_pause,
+                hold_after_lift_s=args.hold_after_lift,
+                still_hold=args.still_hold,
+            ),
+        )
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
         return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig(near_miss_probability=args.near_miss, grasp_roll_rad=args.grasp_roll, grasp_pause_s=args.grasp_pause,
-                           hold_after_lift_s=args.hold_after_lift, still_hold=args.still_hold)
+    config = CollectConfig(
+        near_miss_probability=args.near_miss,
+        grasp_roll_rad=args.grasp_roll,
+        grasp_pause_s=args.grasp_pause,
+        hold_after_lift_s=args.hold_after_lift,
+        still_hold=args.still_hold,
+    )
     sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
@@ -472,9 +589,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _finish(out: Path, summaries: list[dict], seed_start: int, episodes: int, t0: float) -> int:
     result = {
-        "episodes": len(summaries), "successes": int(sum(s["success"] for s in summaries)),
-        "kept": len(list(out.glob("*.mcap"))), "seeds": [seed_start, seed_start + episodes - 1],
-        "wall_s": round(time.time() - t0, 1), "out": str(out),
+        "episodes": len(summaries),
+        "successes": int(sum(s["success"] for s in summaries)),
+        "kept": len(list(out.glob("*.mcap"))),
+        "seeds": [seed_start, seed_start + episodes - 1],
+        "wall_s": round(time.time() - t0, 1),
+        "out": str(out),
         "megabytes": round(sum(p.stat().st_size for p in out.glob("*.mcap")) / 1e6, 1),
     }
     (out / "collect_summary.json").write_text(json.dumps({"result": result, "episodes": summaries}, indent=1))

@@ -30,14 +30,20 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         epilog="example: vla-ros demo --color red --seed 3 --out runs/my-demo",
     )
     parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
-    parser.add_argument("--policy", default="vla", choices=["vla", "scripted"], help="the learned pipeline or the scripted pick")
+    parser.add_argument(
+        "--policy", default="vla", choices=["vla", "scripted"], help="the learned pipeline or the scripted pick"
+    )
     parser.add_argument("--model", default="vla_cups", help="policy model (folder or name under models/)")
     parser.add_argument("--instruction", default="", help="what to say (default: 'pick up the <color> cup')")
     parser.add_argument("--seed", type=int, default=0, help="episode seed (cup positions)")
     parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds before giving up")
     parser.add_argument("--wall-timeout", type=float, default=180.0, help="wall seconds before giving up")
-    parser.add_argument("--real-time-factor", type=float, default=1.0,
-                        help="simulated seconds per wall second (below 1 gives a slow machine's policy more wall time per step)")
+    parser.add_argument(
+        "--real-time-factor",
+        type=float,
+        default=1.0,
+        help="simulated seconds per wall second (below 1 gives a slow machine's policy more wall time per step)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo-<date>)")
     return parser.parse_args(argv)
 
@@ -53,11 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("runs") / datetime.datetime.now().strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     args.instruction = args.instruction or f"pick up the {args.color} cup"
-    cmd = [sys.executable, "-m", "vla_ros.launch_runner", str(_launch_file()), f"seed:={args.seed}",
-           f"real_time_factor:={args.real_time_factor}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vla_ros.launch_runner",
+        str(_launch_file()),
+        f"seed:={args.seed}",
+        f"real_time_factor:={args.real_time_factor}",
+    ]
     if args.policy == "scripted":
-        print("vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), "
-              "not the learned policy.")
+        print(
+            "vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), not the "
+            "learned policy."
+        )
         cmd += [f"target_color:={args.color}", "policy:=scripted"]
     else:
         from vla_ros.model.io import resolve_model_dir
@@ -67,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
             return 2
         print(f"vla_ros demo: learned policy {model.name}, instruction {args.instruction!r}")
-        from vla_ros.cameras import sim_launch_args
+        from vla_ros.evaluation.live_eval import vla_launch_args
 
-        cmd += ["policy:=vla", f"model:={model}", f"instruction:={args.instruction}", *sim_launch_args(model)]
+        cmd += [*vla_launch_args(model), f"instruction:={args.instruction}"]
     launch = subprocess.Popen(cmd, start_new_session=True)
     try:
         record = _watch(args)
@@ -87,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
 def _watch(args) -> dict:
     """Record camera, joints and commands on simulated time until the cup is lifted (+1 s) or timeout."""
     import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image, JointState
-    from diagnostic_msgs.msg import DiagnosticArray
     from std_msgs.msg import Float64MultiArray, String
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
@@ -101,9 +115,24 @@ def _watch(args) -> dict:
 
     rclpy.init()
     node = Node("demo_recorder", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
-    rec = {"frames": [], "t_js": [], "q": [], "names": None, "traj": None, "status": None, "lifted_at": None,
-           "min_episode": 0, "t_start": 0.0, "t_cmd": [], "cmd": [], "latency_ms": [], "chunks": 0,
-           "safety": {}, "sim_rejected": 0, "tcp_cup": []}
+    rec = {
+        "frames": [],
+        "t_js": [],
+        "q": [],
+        "names": None,
+        "traj": None,
+        "status": None,
+        "lifted_at": None,
+        "min_episode": 0,
+        "t_start": 0.0,
+        "t_cmd": [],
+        "cmd": [],
+        "latency_ms": [],
+        "chunks": 0,
+        "safety": {},
+        "sim_rejected": 0,
+        "tcp_cup": [],
+    }
 
     def on_image(msg: Image) -> None:
         if len(rec["frames"]) < 2000:
@@ -120,7 +149,9 @@ def _watch(args) -> dict:
             return  # a late status of the episode before the restart
         rec["status"] = status
         if rec["min_episode"] > 0 and args.color in status["cups"]:
-            rec["tcp_cup"].append((status["time_s"], float(np.linalg.norm(np.subtract(status["tcp"], status["cups"][args.color])))))
+            rec["tcp_cup"].append(
+                (status["time_s"], float(np.linalg.norm(np.subtract(status["tcp"], status["cups"][args.color]))))
+            )
         if status["lifted"] == args.color and rec["lifted_at"] is None and rec["min_episode"] > 0:
             rec["lifted_at"] = status["time_s"]
 
@@ -128,8 +159,9 @@ def _watch(args) -> dict:
     node.create_subscription(Image, "/camera/image_raw", on_image, 10)
     node.create_subscription(JointState, "/joint_states", on_joints, 100)
     node.create_subscription(String, "/vla/episode_status", on_status, latched)
-    node.create_subscription(JointTrajectory, "/joint_trajectory_controller/joint_trajectory",
-                             lambda m: rec.__setitem__("traj", m), 10)
+    node.create_subscription(
+        JointTrajectory, "/joint_trajectory_controller/joint_trajectory", lambda m: rec.__setitem__("traj", m), 10
+    )
 
     def now_s() -> float:
         return node.get_clock().now().nanoseconds * 1e-9
@@ -220,11 +252,15 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
             ax = axes.flat[i]
             ax.plot(t, q[:, i], label="measured")
             if cmd is not None and name in COMMANDED_JOINTS:
-                ax.plot(rec["t_cmd"], cmd[:, COMMANDED_JOINTS.index(name)], lw=1, label="commanded (controller, 100 Hz)")
+                ax.plot(
+                    rec["t_cmd"], cmd[:, COMMANDED_JOINTS.index(name)], lw=1, label="commanded (controller, 100 Hz)"
+                )
             elif traj is not None and name in traj.joint_names:
                 j = list(traj.joint_names).index(name)
                 tp = [seconds_from_duration_msg(p.time_from_start) for p in traj.points]
-                ax.plot(np.asarray(tp) + t[0], [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints")
+                ax.plot(
+                    np.asarray(tp) + t[0], [p.positions[j] for p in traj.points], "o", ms=3, label="commanded waypoints"
+                )
             ax.set_title(name, fontsize=9)
         axes.flat[0].legend(fontsize=8)
         fig.supxlabel("simulated time [s]")
@@ -236,7 +272,9 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
         ax.hist(rec["latency_ms"], bins=30, color="C0")
         ax.set_xlabel("newest observation stamp -> chunk received [ms, simulated time]")
         ax.set_ylabel("chunks")
-        ax.set_title(f"policy latency, p50 {np.percentile(rec['latency_ms'], 50):.0f} ms, {len(rec['latency_ms'])} chunks")
+        ax.set_title(
+            f"policy latency, p50 {np.percentile(rec['latency_ms'], 50):.0f} ms, {len(rec['latency_ms'])} chunks"
+        )
         fig.tight_layout()
         fig.savefig(out / "latency.png", dpi=90)
         plt.close(fig)
@@ -275,7 +313,10 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
     print(f"  target cup      : {args.color} (seed {args.seed})")
     print(f"  lifted          : {summary['lifted']}  after {summary['time_to_lift_s']} s simulated")
     print(f"  gripper to cup  : {summary['gripper_cup_distance_m']}")
-    print(f"  chunks          : {summary['chunks']} (latency p50 {summary['latency_ms_p50']} ms), safety filter {summary['safety_filter']}")
+    print(
+        f"  chunks          : {summary['chunks']} (latency p50 {summary['latency_ms_p50']} ms), safety filter "
+        f"{summary['safety_filter']}"
+    )
     print(f"  frames recorded : {summary['frames']}")
     print(f"  outputs         : {video}, {out / 'joints.png'}, {out / 'latency.png'}, {out / 'summary.json'}\n")
     return summary

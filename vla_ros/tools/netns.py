@@ -106,7 +106,7 @@ class HostPair:
     prefix: str = "10.213.20"
 
     @classmethod
-    def unique(cls, tag: str = "") -> "HostPair":
+    def unique(cls, tag: str = "") -> HostPair:
         """A pair whose names no other run uses: ``gpu_host_<tag><random>``, ``robot_<tag><random>``."""
         suffix = f"{tag}{uuid.uuid4().hex[:6]}"
         return cls(gpu=f"{GPU_HOST}_{suffix}", robot=f"{ROBOT}_{suffix}")
@@ -118,15 +118,17 @@ class HostPair:
         return self.address(self.robot if host == self.gpu else self.gpu)
 
     # ---- set-up and teardown ---------------------------------------------------------------------
-    def create(self) -> "HostPair":
+    def create(self) -> HostPair:
         """Build both namespaces and the link (rebuilding a pair an earlier run left behind)."""
         existing = namespaces()
         for ns in (self.gpu, self.robot):
             if ns in existing:
                 busy = pids_in(ns)
                 if busy:
-                    raise NetnsError(f"namespace {ns} is in use by processes {busy} (another run?); "
-                                     "pick other names or stop that run")
+                    raise NetnsError(
+                        f"namespace {ns} is in use by processes {busy} (another run?); "
+                        "pick other names or stop that run"
+                    )
                 _ip("netns", "del", ns)
         try:
             for ns in (self.gpu, self.robot):
@@ -165,7 +167,7 @@ class HostPair:
                 pass
         return pids
 
-    def __enter__(self) -> "HostPair":
+    def __enter__(self) -> HostPair:
         return self.create()
 
     def __exit__(self, *exc) -> None:
@@ -199,8 +201,9 @@ class HostPair:
             raise ValueError(f"host must be {self.gpu!r} or {self.robot!r}, got {host!r}")
         return ["ip", "netns", "exec", host, *argv]
 
-    def popen(self, host: str, argv: list[str], discovery: str = "subnet", env: dict[str, str] | None = None,
-              **kwargs) -> subprocess.Popen:
+    def popen(
+        self, host: str, argv: list[str], discovery: str = "subnet", env: dict[str, str] | None = None, **kwargs
+    ) -> subprocess.Popen:
         """Start ``argv`` inside ``host`` in a new process group (stop it with ``stop``)."""
         full_env = dds_env(env, discovery, self.peer_of(host))
         return subprocess.Popen(self.command(host, argv), env=full_env, start_new_session=True, **kwargs)

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 EXAMPLE = (
-    "example: vla-ros record --use-sim-time --duration 5 --instruction 'pick up the red cup' "
-    "--out runs/record/episode"
+    "example: vla-ros record --use-sim-time --duration 5 --instruction 'pick up the red cup' --out runs/record/episode"
 )
 _WAIT_NOTE_S = 5.0  # tell the user what is missing when nothing has started after this long (wall time)
 
@@ -30,13 +29,25 @@ def parse_args(argv: list[str] | None):
 
     parser = argparse.ArgumentParser(prog="vla-ros record", description=__doc__.splitlines()[0], epilog=EXAMPLE)
     parser.add_argument("--out", default="", help="bag folder to create (default runs/record-<date>)")
-    parser.add_argument("--topics", nargs="+", default=list(DEFAULT_TOPICS),
-                        help="topics; the type comes from the publishers (or give topic:pkg/msg/Type)")
+    parser.add_argument(
+        "--topics",
+        nargs="+",
+        default=list(DEFAULT_TOPICS),
+        help="topics; the type comes from the publishers (or give topic:pkg/msg/Type)",
+    )
     parser.add_argument("--duration", type=float, default=0.0, help="seconds on the node's clock; 0 = until Ctrl-C")
-    parser.add_argument("--until-lifted", action="store_true", help="stop 1 s after /vla/episode_status says a cup is lifted")
+    parser.add_argument(
+        "--until-lifted", action="store_true", help="stop 1 s after /vla/episode_status says a cup is lifted"
+    )
     parser.add_argument("--use-sim-time", action="store_true", help="stamp log times with /clock (simulated time)")
-    parser.add_argument("--instruction", default="", help="also publish this on /vla/instruction (latched) and record it")
-    parser.add_argument("--wait-for", default="/joint_states", help="start the duration once this topic delivers (default /joint_states)")
+    parser.add_argument(
+        "--instruction", default="", help="also publish this on /vla/instruction (latched) and record it"
+    )
+    parser.add_argument(
+        "--wait-for",
+        default="/joint_states",
+        help="start the duration once this topic delivers (default /joint_states)",
+    )
     return parser.parse_args(argv)
 
 
@@ -51,8 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.instruction and "/vla/instruction" not in topics:
         topics.append("/vla/instruction")
     try:
-        writer = BagWriter(out, metadata={"recorder": f"vla_ros {__version__}", "instruction": args.instruction,
-                                          "topics": " ".join(topics)})
+        writer = BagWriter(
+            out,
+            metadata={
+                "recorder": f"vla_ros {__version__}",
+                "instruction": args.instruction,
+                "topics": " ".join(topics),
+            },
+        )
     except (BagError, OSError) as exc:
         print(f"vla-ros record: {exc}", file=sys.stderr)
         return 2
@@ -60,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
-    from rclpy.signals import SignalHandlerOptions
     from rclpy.parameter import Parameter
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.serialization import deserialize_message
+    from rclpy.signals import SignalHandlerOptions
     from std_msgs.msg import String
 
     from vla_ros.ros.recorder import Recorder
@@ -83,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                 state["lifted_ns"] = now_ns
 
     if args.instruction:  # before the recorder looks for publishers, so it finds this one too
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         pub = node.create_publisher(String, "/vla/instruction", latched)
     # On simulated time nothing is subscribed before the first /clock: a message taken earlier would be
     # logged at time 0, seconds before the rest (latched topics arrive again once subscribed).
@@ -93,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     # and 30 Hz frames (a 2 s recording under load held 176 joint states, not 200).
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    old_handlers = {signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)}
+    old_handlers = {
+        signum: signal.signal(signum, lambda *_: state.update(stop=True)) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     print(f"recording {len(topics)} topics to {out}/", file=sys.stderr)
     published, t_wall0, noted, last_poll, now = False, time.monotonic(), False, 0.0, 0
     try:
@@ -117,12 +138,17 @@ def main(argv: list[str] | None = None) -> int:
             if not noted and state["start_ns"] is None and time.monotonic() - t_wall0 > _WAIT_NOTE_S:
                 noted = True
                 if recorder is None:
-                    print("still waiting for /clock (--use-sim-time): nothing is recorded before simulated time runs",
-                          file=sys.stderr)
+                    print(
+                        "still waiting for /clock (--use-sim-time): nothing is recorded before simulated time runs",
+                        file=sys.stderr,
+                    )
                 else:
                     waiting = recorder.waiting
-                    print(f"still waiting for the first message on {args.wait_for}"
-                          + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""), file=sys.stderr)
+                    print(
+                        f"still waiting for the first message on {args.wait_for}"
+                        + (f"; no publisher yet on: {' '.join(waiting)}" if waiting else ""),
+                        file=sys.stderr,
+                    )
     finally:
         executor.shutdown()
         writer.close()
@@ -134,14 +160,31 @@ def main(argv: list[str] | None = None) -> int:
     counts = ", ".join(f"{t['name']} {t['count']}" for t in summary["topics"] if t["count"])
     missing = recorder.waiting if recorder is not None else topics
     failed = recorder.failed if recorder is not None else {}
-    print(f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
-          + ("; /clock never ran, so nothing was subscribed" if recorder is None
-             else f"; never published: {' '.join(missing)}" if missing else "")
-          + "".join(f"; {topic} not recorded: {why}" for topic, why in failed.items()), file=sys.stderr)
+    print(
+        f"wrote {out}/: {summary['messages']} messages over {summary['duration_s']:.2f} s ({counts})"
+        + (
+            "; /clock never ran, so nothing was subscribed"
+            if recorder is None
+            else f"; never published: {' '.join(missing)}"
+            if missing
+            else ""
+        )
+        + "".join(f"; {topic} not recorded: {why}" for topic, why in failed.items()),
+        file=sys.stderr,
+    )
     # ran_s: the node's clock at the stop minus at the first --wait-for message (what --duration counts)
     ran_s = None if state["start_ns"] is None else (now - state["start_ns"]) * 1e-9
-    print(json.dumps({"path": str(out), "messages": summary["messages"], "duration_s": summary["duration_s"],
-                      "ran_s": ran_s, "not_recorded": missing + list(failed)}))
+    print(
+        json.dumps(
+            {
+                "path": str(out),
+                "messages": summary["messages"],
+                "duration_s": summary["duration_s"],
+                "ran_s": ran_s,
+                "not_recorded": missing + list(failed),
+            }
+        )
+    )
     return 0
 
 

@@ -9,7 +9,8 @@ episode status. ``vla_ros.tools.two_hosts`` drives it through a pipe::
 
 stdin, one command a line: ``reset`` restarts the episode (``/sim/reset``, same seed) and records from
 there; ``stop`` prints the record and exits. stdout, JSON lines: ``{"state": ...}`` every ``--period``
-wall seconds (``t``: simulated time on this process's /clock, as the controller's; episode, counts, the controller's and the filter's latest reports);
+wall seconds (``t``: simulated time on this process's /clock, as the controller's; episode, counts, the controller's and
+the filter's latest reports);
 ``{"event": "reset", ...}`` once the new episode runs; ``{"record": ...}`` last. Every row of the record
 carries the simulated time ``t`` and ``time.monotonic()``, which is shared by every namespace, so the
 driver can place its own actions (a link going down) on simulated time afterwards.
@@ -34,7 +35,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _stdin_lines() -> "queue.Queue[str]":
+def _stdin_lines() -> queue.Queue[str]:
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -68,10 +69,25 @@ def main(argv: list[str] | None = None) -> int:
 
     rclpy.init()
     node = Node("robot_watch", parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
-    rec: dict = {"commands": [], "safe": [], "chunks": [], "diag": [], "status": [], "t0": None, "episode0": None,
-                 "lifted_at": None}
-    live = {"episode": None, "lifted": None, "distance_to_cup": None, "joint_states": 0, "controller": None,
-            "filter": None, "policy": None}
+    rec: dict = {
+        "commands": [],
+        "safe": [],
+        "chunks": [],
+        "diag": [],
+        "status": [],
+        "t0": None,
+        "episode0": None,
+        "lifted_at": None,
+    }
+    live = {
+        "episode": None,
+        "lifted": None,
+        "distance_to_cup": None,
+        "joint_states": 0,
+        "controller": None,
+        "filter": None,
+        "policy": None,
+    }
     last_cmd: list[list[float]] = []
 
     def now_s() -> float:
@@ -88,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_chunk(key: str):
         def callback(msg: JointTrajectory) -> None:
             span = seconds_from_duration_msg(msg.points[-1].time_from_start) if msg.points else 0.0
-            rec[key].append([now_s(), time.monotonic(), ns_from_time_msg(msg.header.stamp) * 1e-9, span, len(msg.points)])
+            rec[key].append(
+                [now_s(), time.monotonic(), ns_from_time_msg(msg.header.stamp) * 1e-9, span, len(msg.points)]
+            )
+
         return callback
 
     def on_status(msg: String) -> None:
@@ -97,20 +116,39 @@ def main(argv: list[str] | None = None) -> int:
         cup, tcp = status.get("cups", {}).get(args.color), status.get("tcp")
         dist = float(np.linalg.norm(np.subtract(tcp, cup))) if cup is not None and tcp is not None else None
         live["distance_to_cup"] = dist
-        rec["status"].append([status.get("time_s"), time.monotonic(), status.get("episode"), status.get("lifted"), dist])
-        if rec["t0"] is not None and status.get("episode", -1) >= rec["episode0"] and status.get("lifted") == args.color \
-                and rec["lifted_at"] is None:
+        rec["status"].append(
+            [status.get("time_s"), time.monotonic(), status.get("episode"), status.get("lifted"), dist]
+        )
+        if (
+            rec["t0"] is not None
+            and status.get("episode", -1) >= rec["episode0"]
+            and status.get("lifted") == args.color
+            and rec["lifted_at"] is None
+        ):
             rec["lifted_at"] = status.get("time_s")
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for st in msg.status:
             node_name, _, concern = st.name.partition(": ")
-            entry = {"t": now_s(), "mono": time.monotonic(), "name": st.name, "level": int.from_bytes(st.level, "little")
-                     if isinstance(st.level, bytes) else int(st.level), "message": st.message,
-                     "values": {kv.key: kv.value for kv in st.values}}
+            entry = {
+                "t": now_s(),
+                "mono": time.monotonic(),
+                "name": st.name,
+                "level": int.from_bytes(st.level, "little") if isinstance(st.level, bytes) else int(st.level),
+                "message": st.message,
+                "values": {kv.key: kv.value for kv in st.values},
+            }
             rec["diag"].append(entry)
             short = {"level": entry["level"], "message": st.message}
-            for key in ("mode", "watchdog", "chunks.accepted", "rejected.total", "chunks.pass", "chunks.rejected", "chunks"):
+            for key in (
+                "mode",
+                "watchdog",
+                "chunks.accepted",
+                "rejected.total",
+                "chunks.pass",
+                "chunks.rejected",
+                "chunks",
+            ):
                 if key in entry["values"]:
                     short[key] = entry["values"][key]
             if node_name == "controller" and concern == "state":
@@ -158,9 +196,21 @@ def main(argv: list[str] | None = None) -> int:
                 speed = 0.0
                 if len(last_cmd) >= 2:
                     speed = float(np.max(np.abs(np.subtract(last_cmd[-1], last_cmd[0])))) / (0.01 * (len(last_cmd) - 1))
-                _emit({"state": {**live, "t": now_s(), "mono": time.monotonic(), "commands": len(rec["commands"]),
-                                 "safe_chunks": len(rec["safe"]), "chunks": len(rec["chunks"]), "cmd_speed": speed,
-                                 "t0": rec["t0"], "lifted_at": rec["lifted_at"]}})
+                _emit(
+                    {
+                        "state": {
+                            **live,
+                            "t": now_s(),
+                            "mono": time.monotonic(),
+                            "commands": len(rec["commands"]),
+                            "safe_chunks": len(rec["safe"]),
+                            "chunks": len(rec["chunks"]),
+                            "cmd_speed": speed,
+                            "t0": rec["t0"],
+                            "lifted_at": rec["lifted_at"],
+                        }
+                    }
+                )
     finally:
         _emit({"record": rec})
         executor.shutdown()

@@ -54,7 +54,7 @@ class Watch:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.state: dict = {}
-        self.events: "queue.Queue[dict]" = queue.Queue()
+        self.events: queue.Queue[dict] = queue.Queue()
         self.record: dict | None = None
         self._done = threading.Event()
         threading.Thread(target=self._read, name="watch-reader", daemon=True).start()
@@ -140,11 +140,24 @@ class Run:
     records it. Every link or host action is logged in ``events`` as (time.monotonic(), name).
     """
 
-    def __init__(self, pair: netns.HostPair | None, out: Path, color: str = "red", seed: int = 0,
-                 model: str = "vla_cups", instruction: str = "", backend: str = "torch", device: str = "auto",
-                 discovery: str = "subnet", real_time_factor: float = 1.0, sensor_qos: str = "best_effort",
-                 dds_profile: str | None = "", policy_args: tuple[str, ...] = (), gpu_argv: list[str] | None = None,
-                 robot_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        pair: netns.HostPair | None,
+        out: Path,
+        color: str = "red",
+        seed: int = 0,
+        model: str = "vla_cups",
+        instruction: str = "",
+        backend: str = "torch",
+        device: str = "auto",
+        discovery: str = "subnet",
+        real_time_factor: float = 1.0,
+        sensor_qos: str = "best_effort",
+        dds_profile: str | None = "",
+        policy_args: tuple[str, ...] = (),
+        gpu_argv: list[str] | None = None,
+        robot_args: tuple[str, ...] = (),
+    ) -> None:
         from vla_ros.model.io import resolve_model_dir
 
         self.pair = pair
@@ -185,15 +198,30 @@ class Run:
             return subprocess.Popen(argv, env=env, start_new_session=True, **kwargs)
         env = dict(os.environ)
         if self.dds_profile:
-            env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(self.dds_profile)  # Humble's Fast DDS 2.6: FASTRTPS_DEFAULT_PROFILES_FILE
+            env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(
+                self.dds_profile
+            )  # Humble's Fast DDS 2.6: FASTRTPS_DEFAULT_PROFILES_FILE
         return self.pair.popen(host, argv, discovery=self.discovery, env=env, **kwargs)
 
     def _policy_args(self) -> list[str]:
-        return [f"model:={self.model}", f"instruction:={self.instruction}", f"backend:={self.backend}", *self.policy_args]
+        return [
+            f"model:={self.model}",
+            f"instruction:={self.instruction}",
+            f"backend:={self.backend}",
+            *self.policy_args,
+        ]
 
     def start_robot(self) -> None:
-        launch = [sys.executable, "-m", "vla_ros.launch_runner", _launch_file("sim.launch.xml"), "policy:=vla", f"seed:={self.seed}",
-                  f"real_time_factor:={self.real_time_factor}", *self.robot_args]
+        launch = [
+            sys.executable,
+            "-m",
+            "vla_ros.launch_runner",
+            _launch_file("sim.launch.xml"),
+            "policy:=vla",
+            f"seed:={self.seed}",
+            f"real_time_factor:={self.real_time_factor}",
+            *self.robot_args,
+        ]
         if self.pair is None:
             self.robot = self._spawn(None, [*launch, *self._policy_args()], "one_host")
         else:
@@ -203,16 +231,33 @@ class Run:
         """The GPU host's half: the policy alone, on the robot's /clock."""
         assert self.pair is not None
         self._boots += 1
-        launch = [sys.executable, "-m", "vla_ros.launch_runner", _launch_file("robot.launch.xml"), "run_robot_side:=false",
-                  "use_sim_time:=true", f"device:={self.device}", f"sensor_qos:={self.sensor_qos}", *self._policy_args()]
+        launch = [
+            sys.executable,
+            "-m",
+            "vla_ros.launch_runner",
+            _launch_file("robot.launch.xml"),
+            "run_robot_side:=false",
+            "use_sim_time:=true",
+            f"device:={self.device}",
+            f"sensor_qos:={self.sensor_qos}",
+            *self._policy_args(),
+        ]
         self.gpu = self._spawn(self.pair.gpu, self.gpu_argv or launch, "gpu_host")
         self.events.append((time.monotonic(), f"gpu_host boot {self._boots}"))
 
     def start_watch(self) -> None:
         argv = [sys.executable, "-m", "vla_ros.tools.robot_watch", "--color", self.color]
         host = None if self.pair is None else self.pair.robot
-        proc = self._spawn(host, argv, "watch", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log("watch"),
-                           text=True, bufsize=1)
+        proc = self._spawn(
+            host,
+            argv,
+            "watch",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log("watch"),
+            text=True,
+            bufsize=1,
+        )
         self.watch = Watch(proc)
 
     def alive(self) -> list[tuple[str, subprocess.Popen | None]]:
@@ -282,7 +327,7 @@ class Run:
             fh.close()
         self._logs.clear()
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -328,8 +373,12 @@ def analyse(record: dict, color: str) -> dict:
         "safe_chunks_at_controller": len(safe),
         "latency_at_controller_ms": percentiles((r[0] - r[2]) * 1e3 for r in safe),
         "latency_policy_chunk_at_robot_ms": percentiles((r[0] - r[2]) * 1e3 for r in chunks),
-        "filter_rejected": {k: int(v) for k, v in (filt or {"values": {}})["values"].items() if k.startswith("rejected.")},
-        "controller_rejected": {k: int(v) for k, v in (ctrl or {"values": {}})["values"].items() if k.startswith("rejected.")},
+        "filter_rejected": {
+            k: int(v) for k, v in (filt or {"values": {}})["values"].items() if k.startswith("rejected.")
+        },
+        "controller_rejected": {
+            k: int(v) for k, v in (ctrl or {"values": {}})["values"].items() if k.startswith("rejected.")
+        },
         "commands": len([r for r in record["commands"] if r[0] >= t0]),
     }
 
@@ -349,8 +398,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="vla-ros demo-two-hosts",
         description="The learned pick demo with the policy on a simulated GPU host and sim, safety filter and "
-                    "controller on a simulated robot computer (network namespaces, needs root), then on one host "
-                    "for comparison.",
+        "controller on a simulated robot computer (network namespaces, needs root), then on one host for comparison.",
         epilog="example: sudo .venv/bin/vla-ros demo-two-hosts --color red --seed 0 --out runs/two-hosts",
     )
     parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
@@ -358,19 +406,36 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", default="vla_cups", help="policy model (folder or name under models/)")
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx"], help="policy inference backend")
     parser.add_argument("--device", default="auto", help="policy device on the GPU host (auto = CUDA when available)")
-    parser.add_argument("--real-time-factor", type=float, default=1.0,
-                        help="simulated seconds per wall second (below 1 gives a loaded machine's policy more time)")
+    parser.add_argument(
+        "--real-time-factor",
+        type=float,
+        default=1.0,
+        help="simulated seconds per wall second (below 1 gives a loaded machine's policy more time)",
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds per episode before giving up")
     parser.add_argument("--wall-timeout", type=float, default=300.0, help="wall seconds per run before giving up")
-    parser.add_argument("--discovery", default="subnet", choices=["subnet", "static"],
-                        help="subnet: multicast discovery (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET); "
-                             "static: ROS_STATIC_PEERS = the other host, no multicast")
-    parser.add_argument("--sensor-qos", default="best_effort", choices=["best_effort", "reliable"],
-                        help="how the GPU host's policy subscribes camera and joint states across the link")
-    parser.add_argument("--dds-profile", default="",
-                        help="Fast DDS XML profile for both hosts (default: config/fastdds_network.xml; 'none' for none)")
+    parser.add_argument(
+        "--discovery",
+        default="subnet",
+        choices=["subnet", "static"],
+        help="subnet: multicast discovery (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET); static: ROS_STATIC_PEERS = the other "
+        "host, no multicast",
+    )
+    parser.add_argument(
+        "--sensor-qos",
+        default="best_effort",
+        choices=["best_effort", "reliable"],
+        help="how the GPU host's policy subscribes camera and joint states across the link",
+    )
+    parser.add_argument(
+        "--dds-profile",
+        default="",
+        help="Fast DDS XML profile for both hosts (default: config/fastdds_network.xml; 'none' for none)",
+    )
     parser.add_argument("--no-one-host", action="store_true", help="skip the one-host run (no comparison)")
-    parser.add_argument("--ns-suffix", default="", help="suffix for the namespace names (gpu_host<suffix>, robot<suffix>)")
+    parser.add_argument(
+        "--ns-suffix", default="", help="suffix for the namespace names (gpu_host<suffix>, robot<suffix>)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/two-hosts-<date>)")
     return parser.parse_args(argv)
 
@@ -399,14 +464,32 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # SIGTERM (a CI timeout, kill) must still tear the namespaces down: turn it into SystemExit.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    common = dict(color=args.color, seed=args.seed, model=args.model, backend=args.backend, device=args.device,
-                  real_time_factor=args.real_time_factor)
+    common = dict(
+        color=args.color,
+        seed=args.seed,
+        model=args.model,
+        backend=args.backend,
+        device=args.device,
+        real_time_factor=args.real_time_factor,
+    )
     pair = netns.HostPair(gpu=netns.GPU_HOST + args.ns_suffix, robot=netns.ROBOT + args.ns_suffix)
-    print(f"vla-ros demo-two-hosts: {pair.gpu} ({pair.address(pair.gpu)}) runs the policy; {pair.robot} "
-          f"({pair.address(pair.robot)}) runs sim, safety filter and controller; discovery {args.discovery}", flush=True)
+    print(
+        f"vla-ros demo-two-hosts: {pair.gpu} ({pair.address(pair.gpu)}) runs the policy; {pair.robot} "
+        f"({pair.address(pair.robot)}) runs sim, safety filter and controller; discovery {args.discovery}",
+        flush=True,
+    )
     try:
-        with pair, Run(pair, out / "two_hosts", discovery=args.discovery, sensor_qos=args.sensor_qos,
-                       dds_profile=None if args.dds_profile == "none" else args.dds_profile, **common) as run:
+        with (
+            pair,
+            Run(
+                pair,
+                out / "two_hosts",
+                discovery=args.discovery,
+                sensor_qos=args.sensor_qos,
+                dds_profile=None if args.dds_profile == "none" else args.dds_profile,
+                **common,
+            ) as run,
+        ):
             two = _episode(run, args.timeout, args.wall_timeout)
     except (RuntimeError, TimeoutError, netns.NetnsError) as err:
         print(f"vla-ros demo-two-hosts: two-host run failed: {err} (logs in {out / 'two_hosts'})", file=sys.stderr)
@@ -435,27 +518,41 @@ def _summary(args, pair: netns.HostPair, two: dict, one: dict | None, out: Path)
         "target": args.color,
         "seed": args.seed,
         "real_time_factor": args.real_time_factor,
-        "hosts": {"gpu_host": {"namespace": pair.gpu, "address": pair.address(pair.gpu), "runs": ["policy_node"]},
-                  "robot": {"namespace": pair.robot, "address": pair.address(pair.robot),
-                            "runs": ["sim_node", "safety_filter_node", "controller_node"]},
-                  "discovery": args.discovery, "gpu_host_sensor_qos": args.sensor_qos,
-                  "fastdds_profile": args.dds_profile or "config/fastdds_network.xml"},
+        "hosts": {
+            "gpu_host": {"namespace": pair.gpu, "address": pair.address(pair.gpu), "runs": ["policy_node"]},
+            "robot": {
+                "namespace": pair.robot,
+                "address": pair.address(pair.robot),
+                "runs": ["sim_node", "safety_filter_node", "controller_node"],
+            },
+            "discovery": args.discovery,
+            "gpu_host_sensor_qos": args.sensor_qos,
+            "fastdds_profile": args.dds_profile or "config/fastdds_network.xml",
+        },
         "two_hosts": a2,
         "one_host": a1,
     }
     if a1 is not None:
         summary["latency_added_by_the_link_ms"] = {
-            q: (None if a2["latency_at_controller_ms"][q] is None or a1["latency_at_controller_ms"][q] is None
-                else round(a2["latency_at_controller_ms"][q] - a1["latency_at_controller_ms"][q], 1))
-            for q in ("p50", "p99")}
+            q: (
+                None
+                if a2["latency_at_controller_ms"][q] is None or a1["latency_at_controller_ms"][q] is None
+                else round(a2["latency_at_controller_ms"][q] - a1["latency_at_controller_ms"][q], 1)
+            )
+            for q in ("p50", "p99")
+        }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _plot_latency(two, one, args.color, out / "latency.png")
     l2, l1 = a2["latency_at_controller_ms"], (a1 or {}).get("latency_at_controller_ms", {})
-    print(f"\n  two hosts  : lifted {a2['lifted']} after {a2['time_to_lift_s']} s simulated; stamp -> controller "
-          f"p50 {l2['p50']} ms, p99 {l2['p99']} ms over {a2['safe_chunks_at_controller']} chunks")
+    print(
+        f"\n  two hosts  : lifted {a2['lifted']} after {a2['time_to_lift_s']} s simulated; stamp -> controller "
+        f"p50 {l2['p50']} ms, p99 {l2['p99']} ms over {a2['safe_chunks_at_controller']} chunks"
+    )
     if a1 is not None:
-        print(f"  one host   : lifted {a1['lifted']} after {a1['time_to_lift_s']} s simulated; stamp -> controller "
-              f"p50 {l1['p50']} ms, p99 {l1['p99']} ms over {a1['safe_chunks_at_controller']} chunks")
+        print(
+            f"  one host   : lifted {a1['lifted']} after {a1['time_to_lift_s']} s simulated; stamp -> controller "
+            f"p50 {l1['p50']} ms, p99 {l1['p99']} ms over {a1['safe_chunks_at_controller']} chunks"
+        )
     print(f"  outputs    : {out / 'summary.json'}, {out / 'latency.png'}, logs in {out}/two_hosts, {out}/one_host\n")
     return summary
 

@@ -24,6 +24,7 @@ from vla_ros.data.bag import bag_files
 from vla_ros.data.dataset import Episode, episode_paths, make_stream, replay
 from vla_ros.data.selection import BagSelection, Diagnosis, unusable_reason
 from vla_ros.data.targets import MAX_TARGET_GAP_S, chunk_targets, chunk_usable, target_track
+from vla_ros.tasks import task_of
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,9 @@ class EpisodeData:
     target_t_s: np.ndarray  # (M,) times of the recorded trajectory chunk targets come from (data.targets)
     target_positions: np.ndarray  # (M, J)
     target_source: str = "commands"  # or "joint_states" (a bag without commands)
-    cup_t_s: np.ndarray | None = None  # (M,) times of the named cup's position (from /vla/episode_status)
-    cup_m: np.ndarray | None = None  # (M, 3)
+    # the task's track (``tasks.Task.episode_track``, e.g. the named cup's position from /vla/episode_status)
+    track_t_s: np.ndarray | None = None  # (M,) times
+    track: np.ndarray | None = None  # (M, K) values
 
     @functools.cached_property
     def pinned(self):
@@ -51,38 +53,20 @@ class EpisodeData:
         return pinned_frame(self.observations)
 
 
-# Auxiliary target: the named cup's position, scaled to about unit range over the sim's cup region.
-AUX_CENTER_M = np.array([0.425, 0.0, 0.045])
-AUX_SCALE_M = np.array([0.125, 0.22, 0.05])
-AUX_DIM = 3
-
-
-def named_color(instruction: str) -> str | None:
-    """The one cup colour an instruction names, or None (none or several)."""
-    from vla_ros.sim.tasks import COLORS
-
-    words = set(instruction.lower().replace(",", " ").split())
-    named = [c for c in COLORS if c in words]
-    return named[0] if len(named) == 1 else None
-
-
-def cup_track(ep: Episode) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """Times and positions of the cup the instruction names, from the bag's episode statuses."""
-    color = named_color(ep.instruction.text) if ep.instruction is not None else None
-    rows = [(t, st["cups"][color]) for t, st in ep.statuses if color and color in st.get("cups", {})]
-    if len(rows) < 2:
-        return None, None
-    return np.array([r[0] for r in rows]), np.array([r[1] for r in rows], dtype=np.float64)
-
-
-def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_lateness_s: float, progress: bool = True,
-                  selection: BagSelection = BagSelection(), cup_tracks: bool = False,
-                  min_frame_interval_s: float = 0.0) -> tuple[list[EpisodeData], dict]:
+def load_episodes(
+    data_dir: str | Path | list,
+    tokenizer: TokenizerConfig,
+    max_lateness_s: float,
+    progress: bool = True,
+    selection: BagSelection = BagSelection(),  # noqa: B008 (frozen: one shared default is safe)
+    task=None,
+    min_frame_interval_s: float = 0.0,
+) -> tuple[list[EpisodeData], dict]:
     """Replay every bag under ``data_dir`` through the token stream; skip failed or target-less episodes.
 
     ``selection``: the bags' topic names, the commands' joint order and an instruction for the whole bag.
     Chunk targets come from the bag's commands, else its joint states (``data.targets.target_track``).
-    ``cup_tracks``: also read the named cup's track from the episode statuses (the sim's cup task).
+    ``task``: a ``vla_ros.tasks.Task`` whose track (``episode_track``) each episode also carries, or None.
     ``min_frame_interval_s``: the model's frame thinning (``ModelConfig.min_frame_interval_s``), applied by
     the same stream rule as online.
     Raises NoUsableEpisodes (what each skipped bag had) when none is usable, BagError for a bad path.
@@ -97,61 +81,62 @@ def load_episodes(data_dir: str | Path | list, tokenizer: TokenizerConfig, max_l
         digest.update(path.name.encode())
         for file in bag_files(path):
             digest.update(hashlib.sha256(file.read_bytes()).digest())
-        stream = make_stream(tokenizer, StreamConfig(window_s=1e6, lateness_s=max_lateness_s, clock_jump_s=max(1.0, 2 * max_lateness_s),
-                                                  min_frame_interval_s=min_frame_interval_s))
-        ep: Episode = replay(path, stream, selection.topics, selection.command_joint_names, keep_windows=False,
-                             instruction=selection.instruction)
+        stream = make_stream(
+            tokenizer,
+            StreamConfig(
+                window_s=1e6,
+                lateness_s=max_lateness_s,
+                clock_jump_s=max(1.0, 2 * max_lateness_s),
+                min_frame_interval_s=min_frame_interval_s,
+            ),
+        )
+        ep: Episode = replay(
+            path,
+            stream,
+            selection.topics,
+            selection.command_joint_names,
+            keep_windows=False,
+            instruction=selection.instruction,
+        )
         reason = unusable_reason(ep)
         diagnosis.add(ep, reason)
         if reason:
             continue
-        cup_t, cup_m = cup_track(ep) if cup_tracks else (None, None)
-        target_t, target_q, source = target_track(ep.command_t_s, ep.command_positions, ep.joint_t_s, ep.joint_positions)
-        episodes.append(EpisodeData(
-            name=path.name, observations=ep.observations, t_s=np.array([o.t_s for o in ep.observations]),
-            text=ep.instruction.embeddings, instruction=ep.instruction.text,
-            target_t_s=target_t, target_positions=target_q, target_source=source, cup_t_s=cup_t, cup_m=cup_m,
-        ))
+        track_t, track = task.episode_track(ep) if task is not None else (None, None)
+        target_t, target_q, source = target_track(
+            ep.command_t_s, ep.command_positions, ep.joint_t_s, ep.joint_positions
+        )
+        episodes.append(
+            EpisodeData(
+                name=path.name,
+                observations=ep.observations,
+                t_s=np.array([o.t_s for o in ep.observations]),
+                text=ep.instruction.embeddings,
+                instruction=ep.instruction.text,
+                target_t_s=target_t,
+                target_positions=target_q,
+                target_source=source,
+                track_t_s=track_t,
+                track=track,
+            )
+        )
     if not episodes:
         raise diagnosis.error(", ".join(str(d) for d in dirs))
     skipped = dict(diagnosis.skipped)
     summary = {
-        "files": len(paths), "episodes": len(episodes), "skipped": skipped, "sha256": digest.hexdigest(),
+        "files": len(paths),
+        "episodes": len(episodes),
+        "skipped": skipped,
+        "sha256": digest.hexdigest(),
         "skipped_topics": dict(diagnosis.skipped_topics),
         "observations": int(sum(len(e.observations) for e in episodes)),
         "seconds": round(float(sum(e.t_s[-1] - e.t_s[0] for e in episodes)), 1),
         "instructions": sorted({e.instruction for e in episodes}),
-        "target_sources": {s: sum(e.target_source == s for e in episodes) for s in sorted({e.target_source for e in episodes})},
-        "episodes_with_cup_track": int(sum(e.cup_t_s is not None for e in episodes)),
+        "target_sources": {
+            s: sum(e.target_source == s for e in episodes) for s in sorted({e.target_source for e in episodes})
+        },
     }
     return episodes, summary
-
-
-def still_after_lift(ep: EpisodeData, after_s: float) -> tuple[EpisodeData, bool]:
-    """The cup task's ``--still-after-lift``: ``ep`` with its target track held, from ``after_s`` seconds past
-    the lift on, at the value it had then (the times stay, so gaps and the recording's end stay as they were).
-    The lift is the first instant the named cup has risen ``LIFT_HEIGHT_M`` (the sim's success rule) above
-    where its track starts. Returns (episode, changed); an episode without a cup track or a lift, or that ends
-    before ``after_s`` past it, comes back unchanged.
-
-    Why: the expert's hold aims at the held cup, which moves with the hand, so its last commands creep after
-    an off-centre cup and a policy learns to carry the cup off (docs/training.md, "After the lift"). Held
-    targets say "stay" from there, while the inputs and every target before stay the demonstration's own."""
-    from vla_ros.sim.arm_sim import LIFT_HEIGHT_M  # mujoco: imported where the cup task trains
-
-    if ep.cup_t_s is None:
-        return ep, False
-    risen = np.flatnonzero(ep.cup_m[:, 2] >= ep.cup_m[0, 2] + LIFT_HEIGHT_M)
-    if not risen.size:
-        return ep, False
-    t_hold = ep.cup_t_s[risen[0]] + after_s
-    later = ep.target_t_s > t_hold
-    if not later.any():
-        return ep, False
-    held = np.array([np.interp(t_hold, ep.target_t_s, ep.target_positions[:, j]) for j in range(ep.target_positions.shape[1])])
-    positions = ep.target_positions.copy()
-    positions[later] = held
-    return dataclasses.replace(ep, target_positions=positions), True
 
 
 def floored_std(values: np.ndarray, floor: float = 1e-2, cap: float = 0.1) -> np.ndarray:
@@ -178,8 +163,9 @@ def learned_targets(config, ep: EpisodeData, anchor, end_hold_s: float = 0.0) ->
 
     offsets_s = np.asarray(config.chunk_offsets_ns, np.float64) / 1e9
     runs_to_end = len(ep.target_t_s) and ep.target_t_s[-1] >= ep.t_s[-1] - MAX_TARGET_GAP_S
-    targets = chunk_targets(ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s,
-                            hold_s=end_hold_s if runs_to_end else 0.0)
+    targets = chunk_targets(
+        ep.target_t_s, ep.target_positions, anchor.t_s, offsets_s, hold_s=end_hold_s if runs_to_end else 0.0
+    )
     if not chunk_usable(targets):  # the chunk must start where someone is commanding (the expert)
         return None
     if config.relative_actions:
@@ -196,13 +182,19 @@ def normalisation_stats(episodes: list[EpisodeData], config=None, end_hold_s: fl
     (``learned_targets`` with ``end_hold_s``)."""
     states = np.concatenate([np.stack([o.data for o in e.observations if o.kind == Kind.STATE]) for e in episodes])
     if config is not None and config.relative_actions:
-        chunks = [learned_targets(config, e, o, end_hold_s) for e in episodes for o in [o for o in e.observations if o.kind == Kind.STATE][::10]]
+        chunks = [
+            learned_targets(config, e, o, end_hold_s)
+            for e in episodes
+            for o in [o for o in e.observations if o.kind == Kind.STATE][::10]
+        ]
         actions = np.concatenate([c[np.isfinite(c).all(1)] for c in chunks if c is not None])
     else:
         actions = np.concatenate([e.target_positions for e in episodes])
     return {
-        "state_mean": states.mean(0).astype(float).tolist(), "state_std": floored_std(states).astype(float).tolist(),
-        "action_mean": actions.mean(0).astype(float).tolist(), "action_std": floored_std(actions).astype(float).tolist(),
+        "state_mean": states.mean(0).astype(float).tolist(),
+        "state_std": floored_std(states).astype(float).tolist(),
+        "action_mean": actions.mean(0).astype(float).tolist(),
+        "action_std": floored_std(actions).astype(float).tolist(),
     }
 
 
@@ -218,26 +210,19 @@ def mean_image(episodes: list[EpisodeData]) -> np.ndarray:
     return (total / max(count, 1)).astype(np.float32)
 
 
-def aux_target(ep: EpisodeData, t_s: float) -> np.ndarray | None:
-    """(3,) scaled position of the named cup at ``t_s``, or None without a track."""
-    if ep.cup_t_s is None:
-        return None
-    return scale_aux(np.array([np.interp(t_s, ep.cup_t_s, ep.cup_m[:, k]) for k in range(3)]))
-
-
-def scale_aux(xyz_m: np.ndarray) -> np.ndarray:
-    """Cup position(s) (..., 3) in metres -> the auxiliary target's scaled units (float32)."""
-    return ((np.asarray(xyz_m) - AUX_CENTER_M) / AUX_SCALE_M).astype(np.float32)
-
-
-def unscale_aux(aux: np.ndarray) -> np.ndarray:
-    """The inverse of ``scale_aux``: an auxiliary head's output (..., 3) -> metres."""
-    return np.asarray(aux) * AUX_SCALE_M + AUX_CENTER_M
-
-
-def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                  state_noise: tuple[float, float] = (0.0, 0.0), drop_states: bool = False, text: np.ndarray | None = None,
-                  end_hold_s: float = 0.0):
+def make_sequence(
+    config,
+    ep: EpisodeData,
+    t_end_s: float,
+    span_s: float,
+    context_s: float,
+    chunks: int,
+    rng: np.random.Generator,
+    state_noise: tuple[float, float] = (0.0, 0.0),
+    drop_states: bool = False,
+    text: np.ndarray | None = None,
+    end_hold_s: float = 0.0,
+):
     """One training sequence of ``ep`` ending at ``t_end_s`` (see the module docstring).
 
     ``state_noise`` = (position std, velocity std) added to the joint-state inputs (not the targets): the
@@ -276,23 +261,28 @@ def make_sequence(config, ep: EpisodeData, t_end_s: float, span_s: float, contex
     if len(candidates) == 0:
         return None
     picks = np.sort(rng.choice(candidates, size=min(chunks, len(candidates)), replace=False))
+    task = task_of(config)  # the task whose heads the model carries gives their targets
     specs = []
     for i in picks:
         anchor = observations[i]
         targets = learned_targets(config, ep, anchor, end_hold_s)
         if targets is None:
             continue
-        aux = aux_target(ep, anchor.t_s) if config.aux_dim else None
-        specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=aux))
+        specs.append(ChunkSpec(anchor=anchor.key, targets=targets, aux=task.chunk_target(config, ep, anchor.t_s)))
     if not specs:
         return None
-    frame_aux = None
-    if config.aux_dim and config.frame_aux_loss_weight > 0:
-        frame_aux = [aux_target(ep, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
+    frame_aux = task.frame_targets(config, ep, observations)
     # The pinned frame once it exists, as online: a sequence that ends before the episode's first frame has none.
     pinned = ep.pinned if config.pin_first_frame and ep.pinned is not None and ep.pinned.t_s <= t_end_s else None
-    return build_sequence(config, observations, text=ep.text if text is None else text, chunks=specs, validate=False,
-                          frame_aux=frame_aux, pinned=pinned)
+    return build_sequence(
+        config,
+        observations,
+        text=ep.text if text is None else text,
+        chunks=specs,
+        validate=False,
+        frame_aux=frame_aux,
+        pinned=pinned,
+    )
 
 
 def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
@@ -308,15 +298,27 @@ def gripper_events(ep: EpisodeData, joint: int = -1) -> np.ndarray:
     return t[1:][above[1:] != above[:-1]]
 
 
-def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_s: float, chunks: int, rng: np.random.Generator,
-                    state_noise: tuple[float, float] = (0.0, 0.0), drop_states_p: float = 0.0,
-                    phrasings: dict[str, list[np.ndarray]] | None = None, swap_p: float = 0.0,
-                    events: list[np.ndarray] | None = None, focus_p: float = 0.0, focus_s: float = 0.5, shift_px: int = 0,
-                    end_hold_s: float = 0.0):
+def sample_sequence(
+    config,
+    episodes: list[EpisodeData],
+    span_s: float,
+    context_s: float,
+    chunks: int,
+    rng: np.random.Generator,
+    state_noise: tuple[float, float] = (0.0, 0.0),
+    drop_states_p: float = 0.0,
+    phrasings=None,
+    swap_p: float = 0.0,
+    events: list[np.ndarray] | None = None,
+    focus_p: float = 0.0,
+    focus_s: float = 0.5,
+    shift_px: int = 0,
+    end_hold_s: float = 0.0,
+):
     """A random sequence: a random episode, a random end time (never before its first frame); its joint
-    states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (colour ->
-    token embeddings of phrasings naming it), the instruction is, with probability ``swap_p``, another
-    phrasing of the same request: a random one naming the episode's colour. With ``events`` (per episode,
+    states are dropped with probability ``drop_states_p`` (see make_sequence). With ``phrasings`` (instruction
+    text -> token embeddings of other phrasings of the same request, ``tasks.TaskTraining.phrasings``), the
+    instruction is, with probability ``swap_p``, a random one of them. With ``events`` (per episode,
     e.g. ``gripper_events``), the end time is, with probability ``focus_p``, within ``focus_s`` of one of the
     episode's events, so its chunks cover the moments before and after (the grasp). With ``shift_px``, every
     frame of the sequence is moved by one random whole-pixel offset of up to that many pixels each way
@@ -331,7 +333,7 @@ def sample_sequence(config, episodes: list[EpisodeData], span_s: float, context_
         drop = bool(rng.random() < drop_states_p)
         text = None
         if phrasings and rng.random() < swap_p:
-            pool = phrasings.get(named_color(ep.instruction) or "", [])
+            pool = phrasings(ep.instruction)
             text = pool[int(rng.integers(len(pool)))] if pool else None
         seq = make_sequence(config, ep, t_end, span_s, context_s, chunks, rng, state_noise, drop, text, end_hold_s)
         if seq is not None and shift_px > 0:
@@ -351,4 +353,4 @@ def shift_images(images: np.ndarray, dy: int, dx: int) -> np.ndarray:
     _, _, h, w = images.shape
     padded = np.pad(images, ((0, 0), (0, 0), (abs(dy),) * 2, (abs(dx),) * 2), mode="edge")
     top, left = abs(dy) - dy, abs(dx) - dx
-    return np.ascontiguousarray(padded[:, :, top:top + h, left:left + w])
+    return np.ascontiguousarray(padded[:, :, top : top + h, left : left + w])

@@ -31,9 +31,13 @@ def _floats(text: str | None, default: tuple[float, float, float]) -> np.ndarray
 def _rpy_matrix(rpy: np.ndarray) -> np.ndarray:
     """URDF's fixed-axis roll, pitch, yaw: R = Rz(yaw) Ry(pitch) Rx(roll)."""
     (cr, cp, cy), (sr, sp, sy) = np.cos(rpy), np.sin(rpy)
-    return np.array([[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-                     [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-                     [-sp, cp * sr, cp * cr]])
+    return np.array(
+        [
+            [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+            [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+            [-sp, cp * sr, cp * cr],
+        ]
+    )
 
 
 def _skew(axis: np.ndarray) -> np.ndarray:
@@ -55,20 +59,31 @@ def kinematic_chain(urdf: str | Path | ET.Element, tool_link: str) -> list[dict]
         joint = by_child[link]
         kind = joint.get("type")
         if kind != "fixed" and kind not in MOVABLE_TYPES:
-            raise ValueError(f"joint {joint.get('name')!r} in {where} is {kind!r}: only fixed, revolute, continuous and "
-                             "prismatic joints can lie between the root and the tool")
+            raise ValueError(
+                f"joint {joint.get('name')!r} in {where} is {kind!r}: only fixed, revolute, continuous and "
+                "prismatic joints can lie between the root and the tool"
+            )
         if joint.find("mimic") is not None:
-            raise ValueError(f"joint {joint.get('name')!r} in {where} mimics another; a mimic joint between the root "
-                             "and the tool is not supported")
+            raise ValueError(
+                f"joint {joint.get('name')!r} in {where} mimics another; a mimic joint between the root "
+                "and the tool is not supported"
+            )
         origin = joint.find("origin")
         axis = _floats(joint.find("axis").get("xyz") if joint.find("axis") is not None else None, (1.0, 0.0, 0.0))
         if kind != "fixed" and not (axis.shape == (3,) and np.isfinite(axis).all() and np.linalg.norm(axis) > 0):
-            raise ValueError(f"joint {joint.get('name')!r} in {where} has axis {axis.tolist()}: it needs three finite "
-                             "numbers, not all zero")
-        chain.append({"name": joint.get("name"), "type": kind,
-                      "xyz": _floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0)),
-                      "rotation": _rpy_matrix(_floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0))),
-                      "axis": axis / np.linalg.norm(axis) if kind != "fixed" else axis})
+            raise ValueError(
+                f"joint {joint.get('name')!r} in {where} has axis {axis.tolist()}: it needs three finite "
+                "numbers, not all zero"
+            )
+        chain.append(
+            {
+                "name": joint.get("name"),
+                "type": kind,
+                "xyz": _floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0)),
+                "rotation": _rpy_matrix(_floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0))),
+                "axis": axis / np.linalg.norm(axis) if kind != "fixed" else axis,
+            }
+        )
         link = joint.find("parent").get("link")
         if len(chain) > len(by_child):
             raise ValueError(f"{where} has a loop above {tool_link!r}")
@@ -84,8 +99,15 @@ class ToolPoints(torch.nn.Module):
     -> ``weight`` x mean squared distance of the four points in units of ``scale_m``.
     """
 
-    def __init__(self, urdf: str | Path | ET.Element, joint_names: Sequence[str], tool_link: str,
-                 weight: float = 1.0, span_m: float = 0.05, scale_m: float = 0.05) -> None:
+    def __init__(
+        self,
+        urdf: str | Path | ET.Element,
+        joint_names: Sequence[str],
+        tool_link: str,
+        weight: float = 1.0,
+        span_m: float = 0.05,
+        scale_m: float = 0.05,
+    ) -> None:
         super().__init__()
         if not (math.isfinite(weight) and weight > 0 and span_m > 0 and scale_m > 0):
             raise ValueError(f"tool loss weight ({weight}), span_m ({span_m}) and scale_m ({scale_m}) must be > 0")
@@ -98,8 +120,10 @@ class ToolPoints(torch.nn.Module):
                 self.columns.append(-1)
                 continue
             if joint["name"] not in columns:
-                raise ValueError(f"joint {joint['name']!r} moves the tool link {tool_link!r} but is not one of the "
-                                 f"model's joints {list(joint_names)}")
+                raise ValueError(
+                    f"joint {joint['name']!r} moves the tool link {tool_link!r} but is not one of the "
+                    f"model's joints {list(joint_names)}"
+                )
             self.kinds.append("prismatic" if joint["type"] == "prismatic" else "revolute")
             self.columns.append(columns[joint["name"]])
         if all(c < 0 for c in self.columns):

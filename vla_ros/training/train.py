@@ -17,84 +17,75 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from vla_ros.model.config import ACTION_LOSSES
+from vla_ros.tasks import get_task, task_names, task_of, task_options
 
 EXAMPLE = """examples:
-  vla-ros collect --episodes 200 --out runs/demos && vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600
+  vla-ros collect --episodes 200 --out runs/demos
+  vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600
   vla-ros train --data bags/ --out models/my_arm --joints j1,j2,j3,j4,j5,j6,gripper --camera-topic /wrist/image_raw \\
       --command-topic /arm_controller/commands --instruction "put the block in the bin"
     (your own robot's bags: rosbag2 folders or .mcap files; see docs/bags.md)"""
 
 log = logging.getLogger(__name__)
 
-TASKS = ("none", "cups")
-# The sim camera's top quarter shows only the wall and the upper arm: cutting it (and a sliver each side)
-# gives the table, cups and gripper about 30 % more pixels at the same token count.
-SIM_CAMERA_CROP = (0.25, 0.0, 0.06, 0.06)
-# The per-frame cup head (ModelConfig.frame_aux_loss_weight): it is what makes the stem find the cup.
-FRAME_AUX_LOSS_WEIGHT = 1.0
+TASKS = task_names()  # the registered tasks (``vla_ros.tasks``): "none", "cups"
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Args:
-        steps: optimiser steps. The schedule is defined on them: linear learning-rate warm-up over
-            ``warmup_steps``, cosine decay to lr/10 at ``steps``.
-        minutes: wall-clock limit, or None. Only a stop: training ends there even if steps remain (the
-            report says so and how many ran); it never shapes the schedule. Counted from the first step
-            (replaying bags and rendering views are not training time).
-        task: "none": any robot's bags, the policy learns the actions from the bags' topics alone. "cups":
-            the sim's cup task adds the named cup's position as an auxiliary target (from the bags'
-            episode statuses), rendered still views for the vision stem, and the sim camera's crop.
-        span_s / context_s / chunks: sequence shape (see training.data).
-        lr / weight_decay / warmup_steps: AdamW (matrices only, see ``param_groups``) with linear warm-up
-            and cosine decay to lr/10.
-        val_fraction: share of episodes held out for the validation loss.
-        threads: torch CPU threads (0 = torch's default). Runs repeat bit for bit with the same seed, data
-            and thread count on one machine.
-        state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
-        drop_states_p: share of training sequences without joint states (training.data.make_sequence).
-        views / view_batch: rendered still views (``training.views``, task "cups") and how many of them join
-            each step's loss through the frame head (only with ModelConfig.frame_aux_loss_weight > 0).
-        vision_warmup_steps: steps that train the stem on views alone (2 x view_batch each, fast) before
-            the main loop, so the Transformer starts from keypoints that already point at the named cup
-            (0 = none; never when continuing from ``init``, whose stem is trained).
-        grasp_views: share of the views with the gripper over a cup of the view's own layout
-            (``training.views.grasp_pose``) instead of a demonstration's arm pose.
-        phrasing_swap_p: task "cups": share of training sequences whose instruction is replaced by another
-            training phrasing naming the same colour (``sim.tasks.TRAIN_TEMPLATES``), so every layout is
-            seen with many wordings of its request, not just the one its episode was recorded with.
-        grasp_focus_p: share of training sequences that end within half a second of a moment the last joint
-            (the gripper) is commanded shut or open (``training.data.gripper_events``), so more of the training
-            is spent on the grasp; 0 = sequences end anywhere with equal chance.
-        ema_decay: 0 = off. Otherwise the saved model (and the validation loss) is an exponential moving
-            average of the weights over the main loop's steps, with this decay per step (``WeightAverage``):
-            with one sequence per step the last weights carry the last few sequences' noise.
-        image_shift_px: random-shift augmentation: each training sequence's frames move by one random offset of
-            up to this many pixels each way (``training.data.shift_images``); 0 = off. Validation is unshifted.
-        tool_loss_weight: 0 = off. Otherwise the loss also compares where each predicted and each target chunk
-            point puts the tool (``training.tool_points``: forward kinematics of ``robot_description`` down to
-            ``tool_link``, four points on the tool, squared distance in units of 5 cm) with this weight.
-        robot_description / tool_link: the URDF (empty = the bundled vla_arm.urdf, the sim's arm) and the link
-            of the tool frame, for ``tool_loss_weight``.
-        end_hold_s: chunk targets past the end of each episode's commands: the last command, held this long
-            (``data.targets.chunk_targets``' hold_s; 0 = none, the points carry no loss). For recordings that end
-            with the robot at rest on a finished task, so the policy learns to stay there rather than drift.
-        still_after_lift_s: task "cups", None = off: chunk targets from this long after each demonstration's
-            lift on hold the command of that instant (``training.data.still_after_lift``), so the policy learns
-            to hold a lifted cup still instead of imitating the expert's creeping hold.
-        checkpoint_steps: steps after which the model (the average when there is one) is also written to
-            ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
-            choose among. Writing them changes nothing in the run: the saved copy is exported with the random
-            state set aside.
+    steps: optimiser steps. The schedule is defined on them: linear learning-rate warm-up over
+        ``warmup_steps``, cosine decay to lr/10 at ``steps``.
+    minutes: wall-clock limit, or None. Only a stop: training ends there even if steps remain (the
+        report says so and how many ran); it never shapes the schedule. Counted from the first step
+        (replaying bags and rendering views are not training time).
+    task: a registered task (``vla_ros.tasks``). "none": any robot's bags, the policy learns the actions from
+        the bags' topics alone. "cups" (``tasks.cups``): the sim's cup task adds the named cup's position as
+        an auxiliary target (from the bags' episode statuses), rendered still views for the vision stem, and
+        the sim camera's crop.
+    task_options: the task's own knobs: its options dataclass (``tasks.cups.CupsOptions``), or a mapping of
+        its fields (None = its defaults); stored as the options.
+    span_s / context_s / chunks: sequence shape (see training.data).
+    lr / weight_decay / warmup_steps: AdamW (matrices only, see ``param_groups``) with linear warm-up
+        and cosine decay to lr/10.
+    val_fraction: share of episodes held out for the validation loss.
+    threads: torch CPU threads (0 = torch's default). Runs repeat bit for bit with the same seed, data
+        and thread count on one machine.
+    state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
+    drop_states_p: share of training sequences without joint states (training.data.make_sequence).
+    grasp_focus_p: share of training sequences that end within half a second of a moment the last joint
+        (the gripper) is commanded shut or open (``training.data.gripper_events``), so more of the training
+        is spent on the grasp; 0 = sequences end anywhere with equal chance.
+    ema_decay: 0 = off. Otherwise the saved model (and the validation loss) is an exponential moving
+        average of the weights over the main loop's steps, with this decay per step (``WeightAverage``):
+        with one sequence per step the last weights carry the last few sequences' noise.
+    image_shift_px: random-shift augmentation: each training sequence's frames move by one random offset of
+        up to this many pixels each way (``training.data.shift_images``); 0 = off. Validation is unshifted.
+    tool_loss_weight: 0 = off. Otherwise the loss also compares where each predicted and each target chunk
+        point puts the tool (``training.tool_points``: forward kinematics of ``robot_description`` down to
+        ``tool_link``, four points on the tool, squared distance in units of 5 cm) with this weight.
+    robot_description / tool_link: the URDF (empty = the bundled vla_arm.urdf, the sim's arm) and the link
+        of the tool frame, for ``tool_loss_weight``.
+    end_hold_s: chunk targets past the end of each episode's commands: the last command, held this long
+        (``data.targets.chunk_targets``' hold_s; 0 = none, the points carry no loss). For recordings that end
+        with the robot at rest on a finished task, so the policy learns to stay there rather than drift.
+    checkpoint_steps: steps after which the model (the average when there is one) is also written to
+        ``<out>/checkpoints/step_<n>/`` (weights, ONNX, its validation loss), for ``vla-ros select`` to
+        choose among. Writing them changes nothing in the run: the saved copy is exported with the random
+        state set aside.
     """
 
-    steps: int = 3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
+    steps: int = (
+        3600  # `make model`: about 30 min at 2 steps/s, the shipped configuration on 2 CPU cores (docs/training.md)
+    )
     minutes: float | None = None
     task: str = "none"
+    task_options: Any = None
     span_s: float = 1.0
     context_s: float = 0.5
     chunks: int = 24
@@ -111,11 +102,6 @@ class TrainConfig:
     state_noise_rad: float = 0.02
     state_noise_rad_s: float = 0.1
     drop_states_p: float = 0.4
-    views: int = 4000
-    view_batch: int = 32
-    vision_warmup_steps: int = 1000
-    grasp_views: float = 0.0
-    phrasing_swap_p: float = 0.0
     grasp_focus_p: float = 0.0
     ema_decay: float = 0.0
     image_shift_px: int = 0
@@ -123,7 +109,6 @@ class TrainConfig:
     robot_description: str = ""
     tool_link: str = "tcp_link"
     end_hold_s: float = 0.0
-    still_after_lift_s: float | None = None
     checkpoint_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -131,48 +116,36 @@ class TrainConfig:
             raise ValueError(f"steps ({self.steps}) must be > 0 and warmup_steps ({self.warmup_steps}) >= 0")
         if self.minutes is not None and self.minutes <= 0:
             raise ValueError(f"minutes must be > 0 or None (no time limit), got {self.minutes}")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        object.__setattr__(self, "task_options", task_options(get_task(self.task), self.task_options))
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        shares = {"grasp_views": self.grasp_views, "phrasing_swap_p": self.phrasing_swap_p, "grasp_focus_p": self.grasp_focus_p}
-        for name, value in shares.items():
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if not 0.0 <= self.grasp_focus_p <= 1.0:
+            raise ValueError(f"grasp_focus_p must be in [0, 1], got {self.grasp_focus_p}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
         if not (math.isfinite(self.tool_loss_weight) and self.tool_loss_weight >= 0):
             raise ValueError(f"tool_loss_weight must be >= 0 (0 = off), got {self.tool_loss_weight}")
         if not 0.0 <= self.end_hold_s <= 10.0:  # NaN fails too
             raise ValueError(f"end_hold_s must be in [0, 10] seconds (0 = off), got {self.end_hold_s}")
-        if self.still_after_lift_s is not None:
-            if not 0.0 <= self.still_after_lift_s <= 10.0:  # NaN fails too
-                raise ValueError(f"still_after_lift_s must be in [0, 10] seconds (None = off), got {self.still_after_lift_s}")
-            if self.task != "cups":
-                raise ValueError(f"still_after_lift_s needs task 'cups' (the lift is read off the cup's track), got task {self.task!r}")
         if not 0 <= self.image_shift_px <= 8:
             raise ValueError(f"image_shift_px must be in [0, 8] pixels, got {self.image_shift_px}")
         bad = [s for s in self.checkpoint_steps if not 0 < s <= self.steps]
         if bad or len(set(self.checkpoint_steps)) != len(self.checkpoint_steps):
-            raise ValueError(f"checkpoint_steps must be distinct steps in [1, steps={self.steps}], got {list(self.checkpoint_steps)}")
-        if self.views < 0 or self.view_batch < 1 or self.vision_warmup_steps < 0:
-            raise ValueError(f"views ({self.views}) and vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0, "
-                             f"view_batch ({self.view_batch}) >= 1")
+            raise ValueError(
+                f"checkpoint_steps must be distinct steps in [1, steps={self.steps}], got {list(self.checkpoint_steps)}"
+            )
 
 
 def task_model_config(task: str):
     """The ModelConfig a fresh model of ``task`` starts from (its normalisation comes from the data)."""
-    from vla_ros.model.config import ModelConfig
-    from vla_ros.training.data import AUX_DIM
-
-    if task == "cups":
-        return ModelConfig(aux_dim=AUX_DIM, crop=SIM_CAMERA_CROP, frame_aux_loss_weight=FRAME_AUX_LOSS_WEIGHT)
-    return ModelConfig()
+    return get_task(task).model_config()
 
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -192,8 +165,10 @@ def param_groups(model, weight_decay: float, params=None) -> list[dict]:
     these parameters (the vision warm-up trains the stem and the frame head alone)."""
     wanted = None if params is None else {id(p) for p in params}
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and (wanted is None or id(p) in wanted)]
-    return [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 class WeightAverage:
@@ -259,8 +234,16 @@ def subnormals_flushed():
             torch.set_flush_denormal(False)
 
 
-def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainConfig(), model_config=None, device: str = "auto",
-          progress: bool = True, init: str | Path | None = None, selection=None) -> dict:
+def train(
+    data_dir: str | Path | list,
+    out: str | Path,
+    tc: TrainConfig = TrainConfig(),
+    model_config=None,
+    device: str = "auto",
+    progress: bool = True,
+    init: str | Path | None = None,
+    selection=None,
+) -> dict:
     """Train a model on the bags under ``data_dir`` (a folder or a list of folders).
 
     ``model_config``: the architecture of a fresh model (default: ``task_model_config(tc.task)``).
@@ -274,197 +257,386 @@ def train(data_dir: str | Path | list, out: str | Path, tc: TrainConfig = TrainC
 
 
 def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: bool, init, selection) -> dict:
+    """The run, step by step: data, model, validation, the task's preparation and warm-up, the main loop, the
+    report and the saved folder."""
     import torch
-    from tqdm import tqdm
 
-    from vla_ros.model.io import load_model, save_model
-    from vla_ros.model.model import VLATransformer
     from vla_ros.model.runtime import resolve_device
-    from vla_ros.model.sequence import collate
-    from vla_ros.tokens import Kind, TokenizerConfig
-    from vla_ros.data.selection import BagSelection
-    from vla_ros.training.data import gripper_events, load_episodes, mean_image, normalisation_stats, sample_sequence, still_after_lift
 
     t_start = time.monotonic()
     if tc.threads:
         torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
-    cups = tc.task == "cups"
-    config = model_config or task_model_config(tc.task)
+    task = get_task(tc.task)
+    config, model = _starting_point(task, model_config, init)
+    training = task.training(
+        tc.task_options, config, _tokenizer(config), tc.seed, init is not None, tc.lr, tc.weight_decay
+    )
+    train_eps, val_eps, data_summary = _load_data(data_dir, tc, config, task, training, selection, rng, progress)
+    dev = resolve_device(device)
+    model, config = _place_model(model, config, train_eps, tc, dev)
+    tool = tool_points(tc, config)
+    if tool is not None:
+        tool = tool.to(dev)
+    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
+    history = _new_history(model.task.loss_names)
+    validation = Validation(_validation_batches(config, val_eps, tc), dev, tool, history, model.task.loss_names)
+    training.prepare(model, train_eps, rng, dev, progress)
+    if training.step_loss_name:
+        history[training.step_loss_name] = []
+    loop = MainLoop(model, opt, tool, training, history, tc, dev, progress)
+    loop.events = [_gripper_events(e) for e in train_eps] if tc.grasp_focus_p > 0 else None
+    loop.phrasings = training.phrasings()
+    deadline = Deadline(tc.minutes)  # the limit counts from here: loading and rendering are not training time
+    clock = {"start": (t_start, 0.0), "train": (time.monotonic(), time.process_time())}
+    warmup_losses = training.warmup(model, rng, dev, progress, deadline)
+    if warmup_losses is not None:
+        history[training.warmup_loss_name] = warmup_losses
+    clock["warm"] = (time.monotonic(), time.process_time())
+    # The average starts after the view warm-up: the stem's warm-up weights are a starting point, not a result.
+    loop.average = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
+    validation.average = loop.average
+    # What every saved folder records of where it came from (checkpoints and the final model alike).
+    provenance = {"data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": git_commit()}
+    loop.deadline, loop.provenance = deadline, provenance
+    loop.run(train_eps, config, rng, validation, Path(out), t_start)
+    clock["end"] = (time.monotonic(), time.process_time())
+    warmup_run = len(history.get(training.warmup_loss_name, []))
+    if deadline.hit:
+        _warn_stopped(tc, warmup_run, training.warmup_planned, loop.step)
+    finals = _final_validation(validation, model, loop.average)
+    platform = {"device": str(dev), "threads": torch.get_num_threads(), "torch": torch.__version__}
+    split = (len(train_eps), len(val_eps))
+    report = _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform)
+    _save(loop.saved(), Path(out), report, history, provenance, task.loss_labels)
+    return report
+
+
+def _warn_stopped(tc: TrainConfig, warmup_run: int, warmup_planned: int, steps: int) -> None:
+    log.warning(
+        "stopped by the %.1f-minute limit after %d of %d warm-up steps and %d of %d steps: the learning rate had not "
+        "finished its schedule",
+        tc.minutes,
+        warmup_run,
+        warmup_planned,
+        steps,
+        tc.steps,
+    )
+
+
+def _final_validation(validation, model, average) -> tuple[float, float | None]:
+    """The saved model's validation loss and, with an average, the last trained weights' too: what the average
+    changed, on the same sequences."""
+    if not validation.batches:
+        return float("nan"), None
+    return validation(model), (validation(model, model, record=False) if average is not None else None)
+
+
+def _tokenizer(config):
+    from vla_ros.tokens import TokenizerConfig
+
+    return TokenizerConfig.from_model_config(config.to_dict())
+
+
+def _gripper_events(episode):
+    from vla_ros.training.data import gripper_events
+
+    return gripper_events(episode)
+
+
+def _starting_point(task, model_config, init):
+    """The config a run starts from, and the model of ``init`` (None: a fresh one, built once the data's
+    normalisation is known)."""
+    from vla_ros.model.io import load_model
+
+    config = model_config or task.model_config()
     model = None
     if init is not None:
         # It keeps the statistics it was trained with (inputs mean the same), and the data is tokenized
         # the way it sees it.
         model = load_model(init)
         config = model.config
-    if config.aux_dim and not cups:
-        log.warning("the model has auxiliary heads (aux_dim=%d) but task %r gives them no targets; they stay untrained",
-                    config.aux_dim, tc.task)
-    tokenizer = TokenizerConfig.from_model_config(config.to_dict())
+    heads = task_of(config)
+    if heads is not task and heads.name != "none":
+        log.warning(
+            "the model has the heads of task %r but task %r gives them no targets; they stay untrained",
+            heads.name,
+            task.name,
+        )
+    return config, model
+
+
+def _load_data(data_dir, tc: TrainConfig, config, task, training, selection, rng, progress: bool):
+    """Replay the bags as the model sees them, let the task adjust the episodes, hold out validation episodes.
+    Returns (training episodes, validation episodes, data summary)."""
+    from vla_ros.data.selection import BagSelection
+    from vla_ros.training.data import load_episodes
+
     selection = selection or BagSelection()
     selection = dataclasses.replace(selection, topics=selection.topics.with_cameras(config.cameras))
-    episodes, data_summary = load_episodes(data_dir, tokenizer, config.max_lateness_s, progress=progress,
-                                           selection=selection, cup_tracks=cups,
-                                           min_frame_interval_s=config.min_frame_interval_s)
-    if tc.still_after_lift_s is not None:
-        held = [still_after_lift(e, tc.still_after_lift_s) for e in episodes]
-        episodes = [e for e, _ in held]
-        data_summary["held_still_after_lift"] = int(sum(changed for _, changed in held))
+    episodes, summary = load_episodes(
+        data_dir,
+        _tokenizer(config),
+        config.max_lateness_s,
+        progress=progress,
+        selection=selection,
+        task=task,
+        min_frame_interval_s=config.min_frame_interval_s,
+    )
+    episodes = training.episodes(episodes, summary)
     order = rng.permutation(len(episodes))
     n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
-    val_eps = [episodes[i] for i in order[:n_val]]
-    train_eps = [episodes[i] for i in order[n_val:]]
-    dev = resolve_device(device)
-    if model is not None:
-        model = model.to(dev)
-    else:
-        config = config.replace(**normalisation_stats(train_eps, config, tc.end_hold_s))
-        model = VLATransformer(config).to(dev)
-        model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
-    tool = tool_points(tc, config)
-    if tool is not None:
-        tool = tool.to(dev)
-    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
-    val_rng = np.random.default_rng(tc.seed + 1)
-    val_batches = [collate([sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng, end_hold_s=tc.end_hold_s)]) for _ in range(tc.val_sequences if val_eps else 0)]
+    return [episodes[i] for i in order[n_val:]], [episodes[i] for i in order[:n_val]], summary
 
-    def validate(net=None, record: bool = True) -> float:
-        """Action MSE on the validation sequences of ``net`` (default: the model that is saved, the weight
-        average when there is one); its auxiliary losses go to history["val_aux_loss"] etc. when ``record``."""
-        net = net if net is not None else (average.module if average is not None else model)
+
+def _place_model(model, config, train_eps, tc: TrainConfig, dev):
+    """The model on ``dev``: the one continued from, or a fresh one with the training data's normalisation
+    and mean image. Returns (model, its config)."""
+    import torch
+
+    from vla_ros.model.model import VLATransformer
+    from vla_ros.training.data import mean_image, normalisation_stats
+
+    if model is not None:
+        return model.to(dev), config
+    config = config.replace(**normalisation_stats(train_eps, config, tc.end_hold_s))
+    model = VLATransformer(config).to(dev)
+    model.patch_encoder.mean_image.copy_(torch.from_numpy(mean_image(train_eps)))
+    return model, config
+
+
+def _validation_batches(config, val_eps, tc: TrainConfig) -> list:
+    """Fixed validation sequences of the held-out episodes (their own random stream, seed + 1)."""
+    from vla_ros.model.sequence import collate
+    from vla_ros.training.data import sample_sequence
+
+    val_rng = np.random.default_rng(tc.seed + 1)
+    return [
+        collate(
+            [sample_sequence(config, val_eps, tc.span_s, tc.context_s, tc.chunks, val_rng, end_hold_s=tc.end_hold_s)]
+        )
+        for _ in range(tc.val_sequences if val_eps else 0)
+    ]
+
+
+def _new_history(loss_names) -> dict[str, list]:
+    """Per step: the action loss, its error in radians, the model's other losses; per validation the same."""
+    names = (*loss_names, "tool_loss")
+    return {
+        "step": [],
+        "loss": [],
+        "mae": [],
+        **{name: [] for name in names},
+        "val_step": [],
+        "val_loss": [],
+        **{f"val_{name}": [] for name in names},
+    }
+
+
+class Validation:
+    """The action loss on the validation sequences; the model's other losses go to ``history["val_<name>"]``."""
+
+    def __init__(self, batches: list, dev, tool, history: dict, loss_names) -> None:
+        self.batches, self.dev, self.tool, self.history = batches, dev, tool, history
+        self.names = (*loss_names, "tool_loss")
+        self.average = None
+
+    def __call__(self, model, net=None, record: bool = True) -> float:
+        """The loss of ``net`` (default: the one that is saved, the weight average when there is one); the
+        trained ``model`` goes back to training mode. ``record``: the other losses go to the history."""
+        import torch
+
+        net = net if net is not None else (self.average.module if self.average is not None else model)
         net.eval()
         with torch.no_grad():
-            infos = [net(b.to(dev), tool=tool)[1] for b in val_batches]
+            infos = [net(b.to(self.dev), tool=self.tool)[1] for b in self.batches]
         model.train()
         if record:
-            for name in ("aux_loss", "frame_aux_loss", "tool_loss"):
-                history[f"val_{name}"].append(float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan"))
+            for name in self.names:
+                self.history[f"val_{name}"].append(
+                    float(np.mean([i.get(name, np.nan) for i in infos])) if infos else float("nan")
+                )
         return float(np.mean([i["loss"] for i in infos])) if infos else float("nan")
 
-    history = {"step": [], "loss": [], "mae": [], "aux_loss": [], "frame_aux_loss": [], "tool_loss": [], "val_step": [], "val_loss": [],
-               "val_aux_loss": [], "val_frame_aux_loss": [], "val_tool_loss": []}
-    views = None
-    if cups and model.frame_aux_head is not None and tc.views:
-        from vla_ros.training.views import render_views
 
-        n = len(config.joint_names)
-        poses = np.concatenate([np.stack([o.data[:n] for o in e.observations if o.kind == Kind.STATE]) for e in train_eps])
-        views = render_views(tc.views, tokenizer, poses, seed=tc.seed, progress=progress, grasp_share=tc.grasp_views)
-        history["view_loss"] = []
-    events = [gripper_events(e) for e in train_eps] if tc.grasp_focus_p > 0 else None
-    phrasings = None
-    if cups and tc.phrasing_swap_p > 0:
-        from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
-        from vla_ros.tokens.text import shared_encoder
+class MainLoop:
+    """The optimiser steps: a batch of sampled sequences, the model's loss and the task's, one update."""
 
-        encoder = shared_encoder()
-        phrasings = {c: [encoder(t.format(color=c)).embeddings for t in TRAIN_TEMPLATES] for c in COLORS}
-    deadline = Deadline(tc.minutes)  # the limit counts from here: loading and rendering are not training time
-    t_train, cpu_train = time.monotonic(), time.process_time()
-    if views is not None and tc.vision_warmup_steps and init is None:  # a fine-tune's stem is trained already
-        history["warmup_view_loss"] = vision_warmup(model, views, tc, rng, dev, progress, deadline)
-    t_warm, cpu_warm = time.monotonic(), time.process_time()
-    # The average starts after the view warm-up: the stem's warm-up weights are a starting point, not a result.
-    average = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
-    bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not progress)
-    step, best_val, smooth = 0, float("inf"), None
-    checkpoints = []
-    # What every saved folder records of where it came from (checkpoints and the final model alike).
-    provenance = {"data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": git_commit()}
-    model.train()
-    while step < tc.steps and not deadline.passed():
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, tc)
+    def __init__(self, model, opt, tool, training, history: dict, tc: TrainConfig, dev, progress: bool) -> None:
+        self.model, self.opt, self.tool, self.training, self.history = model, opt, tool, training, history
+        self.tc, self.dev, self.progress = tc, dev, progress
+        self.events = self.phrasings = self.average = self.deadline = None
+        self.provenance: dict = {}
+        self.step, self.best_val, self.smooth = 0, float("inf"), None
+        self.checkpoints: list[Path] = []
+
+    def saved(self):
+        """The model that is saved: the weight average when there is one."""
+        return self.average.module if self.average is not None else self.model
+
+    def batch(self, config, train_eps, rng):
+        from vla_ros.model.sequence import collate
+        from vla_ros.training.data import sample_sequence
+
+        tc = self.tc
         noise = (tc.state_noise_rad, tc.state_noise_rad_s)
-        batch = collate([sample_sequence(config, train_eps, tc.span_s, tc.context_s, tc.chunks, rng, noise, tc.drop_states_p,
-                                         phrasings, tc.phrasing_swap_p, events, tc.grasp_focus_p, shift_px=tc.image_shift_px,
-                                         end_hold_s=tc.end_hold_s)
-                         for _ in range(tc.batch_sequences)]).to(dev)
-        loss, info = model(batch, tool=tool)
-        if views is not None:
-            view_loss = model.view_loss(*view_batch(views, tc.view_batch, rng, dev))
-            history["view_loss"].append(float(view_loss.detach()))
-            loss = loss + view_loss
-        opt.zero_grad(set_to_none=True)
+        sequences = [
+            sample_sequence(
+                config,
+                train_eps,
+                tc.span_s,
+                tc.context_s,
+                tc.chunks,
+                rng,
+                noise,
+                tc.drop_states_p,
+                self.phrasings,
+                self.training.phrasing_swap_p,
+                self.events,
+                tc.grasp_focus_p,
+                shift_px=tc.image_shift_px,
+                end_hold_s=tc.end_hold_s,
+            )
+            for _ in range(tc.batch_sequences)
+        ]
+        return collate(sequences).to(self.dev)
+
+    def update(self, config, train_eps, rng) -> dict:
+        """One optimiser step; returns the model's loss info."""
+        import torch
+
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.step, self.tc)
+        loss, info = self.model(self.batch(config, train_eps, rng), tool=self.tool)
+        if self.training.step_loss_name:
+            extra = self.training.step_loss(self.model, rng, self.dev)
+            self.history[self.training.step_loss_name].append(float(extra.detach()))
+            loss = loss + extra
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        opt.step()
-        if average is not None:
-            average.update(model)
-        smooth = info["loss"] if smooth is None else 0.98 * smooth + 0.02 * info["loss"]
-        history["step"].append(step)
-        history["loss"].append(info["loss"])
-        history["mae"].append(info["mae"])
-        history["aux_loss"].append(info.get("aux_loss", float("nan")))
-        history["frame_aux_loss"].append(info.get("frame_aux_loss", float("nan")))
-        history["tool_loss"].append(info.get("tool_loss", float("nan")))
-        step += 1
-        bar.update(1)
-        if step % tc.val_every == 0 and val_batches:
-            v = validate()
-            history["val_step"].append(step)
-            history["val_loss"].append(v)
-            if v < best_val:
-                best_val = v
-            bar.set_postfix(loss=f"{smooth:.4f}", val=f"{v:.4f}")
-        elif step % 10 == 0:
-            bar.set_postfix(loss=f"{smooth:.4f}")
-        if step in tc.checkpoint_steps:
-            # the validation loss of these weights, computed once: a checkpoint on a validation step reuses it
-            val = history["val_loss"][-1] if history["val_step"][-1:] == [step] else validate(record=False)
-            checkpoints.append(Path(out) / CHECKPOINTS_DIR / f"step_{step:05d}")
-            save_checkpoint(average.module if average is not None else model, checkpoints[-1], step, tc, val,
-                            (time.monotonic() - t_start) / 60.0, provenance)
-    bar.close()
-    t_end, cpu_end = time.monotonic(), time.process_time()
-    warmup_steps_run = len(history.get("warmup_view_loss", []))
-    if deadline.hit:
-        log.warning("stopped by the %.1f-minute limit after %d of %d warm-up steps and %d of %d steps: the learning "
-                    "rate had not finished its schedule", tc.minutes, warmup_steps_run, tc.vision_warmup_steps if views is not None else 0,
-                    step, tc.steps)
-    final_val = validate() if val_batches else float("nan")
-    # With an average, the last trained weights' loss too: what the average changed, on the same sequences.
-    final_val_raw = validate(model, record=False) if val_batches and average is not None else None
-    saved = average.module if average is not None else model
-    duration_min = (time.monotonic() - t_start) / 60.0
-    out = Path(out)
-    report = {
-        "data": {**data_summary, "train_episodes": len(train_eps), "val_episodes": len(val_eps),
-                 "path": str(data_dir) if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir]},
-        "init": str(init) if init is not None else None, "task": tc.task,
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.grad_clip)
+        self.opt.step()
+        if self.average is not None:
+            self.average.update(self.model)
+        return info
+
+    def record(self, info: dict) -> None:
+        self.smooth = info["loss"] if self.smooth is None else 0.98 * self.smooth + 0.02 * info["loss"]
+        self.history["step"].append(self.step)
+        self.history["loss"].append(info["loss"])
+        self.history["mae"].append(info["mae"])
+        for name in self.model.task.loss_names:
+            self.history[name].append(info.get(name, float("nan")))
+        self.history["tool_loss"].append(info.get("tool_loss", float("nan")))
+
+    def run(self, train_eps, config, rng, validation, out: Path, t_start: float) -> None:
+        from tqdm import tqdm
+
+        tc, history = self.tc, self.history
+        bar = tqdm(total=tc.steps, desc="training", unit="step", disable=not self.progress)
+        self.model.train()
+        while self.step < tc.steps and not self.deadline.passed():
+            self.record(self.update(config, train_eps, rng))
+            self.step += 1
+            bar.update(1)
+            if self.step % tc.val_every == 0 and validation.batches:
+                v = validation(self.model)
+                history["val_step"].append(self.step)
+                history["val_loss"].append(v)
+                self.best_val = min(self.best_val, v)
+                bar.set_postfix(loss=f"{self.smooth:.4f}", val=f"{v:.4f}")
+            elif self.step % 10 == 0:
+                bar.set_postfix(loss=f"{self.smooth:.4f}")
+            if self.step in tc.checkpoint_steps:
+                # the validation loss of these weights, computed once: a checkpoint on a validation step reuses it
+                step = self.step
+                val = (
+                    history["val_loss"][-1]
+                    if history["val_step"][-1:] == [step]
+                    else validation(self.model, record=False)
+                )
+                self.checkpoints.append(out / CHECKPOINTS_DIR / f"step_{step:05d}")
+                minutes = (time.monotonic() - t_start) / 60.0
+                save_checkpoint(self.saved(), self.checkpoints[-1], step, tc, val, minutes, self.provenance)
+        bar.close()
+
+
+def _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform) -> dict:
+    """What the run did: data, timing per phase, losses, provenance (``train_report.json`` without history)."""
+    history, step, model = loop.history, loop.step, loop.model
+    (t_start, _), (t_train, cpu_train), (t_warm, cpu_warm), (t_end, cpu_end) = (
+        clock[k] for k in ("start", "train", "warm", "end")
+    )
+    final_val, final_val_raw = finals
+    return {
+        "data": {
+            **data_summary,
+            "train_episodes": split[0],
+            "val_episodes": split[1],
+            "path": str(data_dir) if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir],
+        },
+        "init": str(init) if init is not None else None,
+        "task": tc.task,
         "train_config": dataclasses.asdict(tc),
-        "steps": step, "steps_planned": tc.steps, "stopped_by_time_limit": deadline.hit,
-        "duration_min": round(duration_min, 2), "device": str(dev), "threads": torch.get_num_threads(),
-        "vision_warmup_steps": warmup_steps_run,
+        "steps": step,
+        "steps_planned": tc.steps,
+        "stopped_by_time_limit": loop.deadline.hit,
+        "duration_min": round((time.monotonic() - t_start) / 60.0, 2),
+        "device": platform["device"],
+        "threads": platform["threads"],
+        "vision_warmup_steps": warmup_run,
         # Wall and process CPU seconds of each phase: CPU / wall below the thread count means the run shared
         # its cores (a busy machine), which the step rates alone do not show.
-        "timing_s": {"before_training": round(t_train - t_start, 1),
-                     "vision_warmup": round(t_warm - t_train, 1), "vision_warmup_cpu": round(cpu_warm - cpu_train, 1),
-                     "main": round(t_end - t_warm, 1), "main_cpu": round(cpu_end - cpu_warm, 1)},
+        "timing_s": {
+            "before_training": round(t_train - t_start, 1),
+            "vision_warmup": round(t_warm - t_train, 1),
+            "vision_warmup_cpu": round(cpu_warm - cpu_train, 1),
+            "main": round(t_end - t_warm, 1),
+            "main_cpu": round(cpu_end - cpu_warm, 1),
+        },
         "steps_per_s": round(step / max(t_end - t_warm, 1e-9), 3),
-        "vision_warmup_steps_per_s": round(warmup_steps_run / max(t_warm - t_train, 1e-9), 3) if warmup_steps_run else None,
-        "final_train_loss_smoothed": smooth, "final_val_loss": final_val, "final_val_loss_last_weights": final_val_raw,
-        "final_val_aux_loss": history["val_aux_loss"][-1] if history["val_aux_loss"] else None,
-        "final_val_frame_aux_loss": history["val_frame_aux_loss"][-1] if history["val_frame_aux_loss"] else None,
-        "final_val_tool_loss": history["val_tool_loss"][-1] if tool is not None and history["val_tool_loss"] else None,
-        "best_val_loss": best_val if best_val < float("inf") else None,
+        "vision_warmup_steps_per_s": round(warmup_run / max(t_warm - t_train, 1e-9), 3) if warmup_run else None,
+        "final_train_loss_smoothed": loop.smooth,
+        "final_val_loss": final_val,
+        "final_val_loss_last_weights": final_val_raw,
+        **{f"final_val_{n}": history[f"val_{n}"][-1] if history[f"val_{n}"] else None for n in model.task.loss_names},
+        "final_val_tool_loss": history["val_tool_loss"][-1]
+        if loop.tool is not None and history["val_tool_loss"]
+        else None,
+        "best_val_loss": loop.best_val if loop.best_val < float("inf") else None,
         "final_mae_rad": float(np.mean(history["mae"][-100:])) if history["mae"] else None,
-        "parameters": model.num_parameters(), "git_commit": provenance["git_commit"], "torch": torch.__version__,
-        "checkpoints": [str(c) for c in checkpoints],
+        "parameters": model.num_parameters(),
+        "git_commit": loop.provenance["git_commit"],
+        "torch": platform["torch"],
+        "checkpoints": [str(c) for c in loop.checkpoints],
     }
-    metadata = {"training": json.dumps({k: report[k] for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")}),
-                **provenance}
+
+
+def _save(saved, out: Path, report: dict, history: dict, provenance: dict, labels: dict) -> None:
+    """The model folder (weights, ONNX, config.json with the run's summary), the report and the loss curves."""
+    from vla_ros.model.io import save_model
+
+    metadata = {
+        "training": json.dumps(
+            {
+                k: report[k]
+                for k in ("task", "steps", "stopped_by_time_limit", "duration_min", "final_val_loss", "git_commit")
+            }
+        ),
+        **provenance,
+    }
     save_model(saved.cpu(), out, metadata=metadata, onnx=True)
     (out / "train_report.json").write_text(json.dumps({**report, "history": history}, indent=1))
-    plot_losses(history, out / "loss.png")
-    return report
+    plot_losses(history, out / "loss.png", labels)
 
 
 CHECKPOINTS_DIR = "checkpoints"
 
 
-def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float, provenance: dict) -> None:
+def save_checkpoint(
+    net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float, provenance: dict
+) -> None:
     """Write a copy of ``net`` as a complete model folder (weights, ONNX) with a report of its step.
 
     The export runs on a CPU copy under a forked random state, so a run with checkpoints trains exactly as
@@ -478,8 +650,15 @@ def save_checkpoint(net, folder: Path, step: int, tc: TrainConfig, val_loss: flo
     with torch.random.fork_rng(devices=[]):
         snapshot = copy.deepcopy(net).cpu().eval()
         save_model(snapshot, folder, metadata={**provenance, "checkpoint_step": str(step)}, onnx=True)
-    report = {"checkpoint": True, "steps": step, "steps_planned": tc.steps, "stopped_by_time_limit": False,
-              "final_val_loss": val_loss, "duration_min": round(minutes, 2), "train_config": dataclasses.asdict(tc)}
+    report = {
+        "checkpoint": True,
+        "steps": step,
+        "steps_planned": tc.steps,
+        "stopped_by_time_limit": False,
+        "final_val_loss": val_loss,
+        "duration_min": round(minutes, 2),
+        "train_config": dataclasses.asdict(tc),
+    }
     (folder / "train_report.json").write_text(json.dumps(report, indent=1))
     log.info("checkpoint at step %d: %s (validation loss %.4f)", step, folder, val_loss)
 
@@ -491,8 +670,10 @@ def tool_points(tc: TrainConfig, config):
     if not tc.tool_loss_weight:
         return None
     if config.relative_actions:
-        raise ValueError("tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) "
-                         "targets are offsets")
+        raise ValueError(
+            "tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) targets are "
+            "offsets"
+        )
     from vla_ros.sim.scene import default_urdf_path
     from vla_ros.training.tool_points import ToolPoints
 
@@ -502,42 +683,10 @@ def tool_points(tc: TrainConfig, config):
     return ToolPoints(urdf, config.joint_names, tc.tool_link, weight=tc.tool_loss_weight)
 
 
-def view_batch(views, n: int, rng: np.random.Generator, dev):
-    """n random still views as (images, instruction vectors, scaled named-cup targets) tensors on dev."""
-    import torch
-
-    from vla_ros.training.data import scale_aux
-
-    frames, instructions, cups = views.sample(n, rng)
-    return (torch.from_numpy(frames).to(dev), torch.from_numpy(instructions).to(dev), torch.from_numpy(scale_aux(cups)).to(dev))
-
-
-def vision_warmup(model, views, tc: TrainConfig, rng: np.random.Generator, dev, progress: bool,
-                  deadline: Deadline | None = None) -> list[float]:
-    """Train the stem and the frame head alone on still views for ``tc.vision_warmup_steps`` steps at a
-    constant ``tc.lr`` (fewer if ``deadline`` passes first); returns the loss of every step."""
-    import torch
-    from tqdm import tqdm
-
-    params = [*model.patch_encoder.parameters(), *model.frame_aux_head.parameters(), *model.instruction_norm.parameters()]
-    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay, params), lr=tc.lr)
-    losses = []
-    bar = tqdm(total=tc.vision_warmup_steps, desc="vision warm-up", unit="step", disable=not progress)
-    model.train()
-    while len(losses) < tc.vision_warmup_steps and not (deadline is not None and deadline.passed()):
-        loss = model.view_loss(*view_batch(views, 2 * tc.view_batch, rng, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        bar.update(1)
-        if len(losses) % 20 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-    bar.close()
-    return losses
-
-
-def plot_losses(history: dict, path: Path) -> None:
+def plot_losses(history: dict, path: Path, labels: dict[str, str] | None = None) -> None:
+    """The loss curves: the action loss per step (and smoothed), the validation loss, and each curve
+    ``labels`` names (history key -> label, ``tasks.Task.loss_labels``): a per-step series smoothed like the
+    action loss, a ``val_`` series at the validation steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -549,19 +698,25 @@ def plot_losses(history: dict, path: Path) -> None:
     if len(loss):
         ax.plot(steps, loss, color="0.8", lw=0.6, label="train (per step)")
         smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
-        ax.plot(steps[k - 1:], smooth, color="C0", lw=1.5, label=f"train ({k}-step mean)")
-    view = np.asarray(history.get("view_loss", []))
-    if len(view) > k:
-        ax.plot(steps[k - 1:len(view)], np.convolve(view, np.ones(k) / k, mode="valid"), color="C1", lw=1.0,
-                label="train, named cup on rendered views")
+        ax.plot(steps[k - 1 :], smooth, color="C0", lw=1.5, label=f"train ({k}-step mean)")
+    extra = [(key, label) for key, label in (labels or {}).items() if not key.startswith("val_")]
+    for (key, label), color in zip(extra, ("C1", "C5", "C6")):
+        series = np.asarray(history.get(key, []))
+        if len(series) > k:
+            ax.plot(
+                steps[k - 1 : len(series)],
+                np.convolve(series, np.ones(k) / k, mode="valid"),
+                color=color,
+                lw=1.0,
+                label=label,
+            )
     if history["val_loss"]:
         ax.plot(history["val_step"], history["val_loss"], "o-", color="C3", ms=3, label="validation")
-        aux = history.get("val_aux_loss", [])[:len(history["val_step"])]
-        if aux and np.isfinite(aux).any():
-            ax.plot(history["val_step"], aux, "s--", color="C2", ms=3, label="validation, named cup position (aux)")
-        frame_aux = history.get("val_frame_aux_loss", [])[:len(history["val_step"])]
-        if frame_aux and np.isfinite(frame_aux).any():
-            ax.plot(history["val_step"], frame_aux, "^:", color="C4", ms=3, label="validation, named cup from the frame's keypoints")
+        val = [(key, label) for key, label in (labels or {}).items() if key.startswith("val_")]
+        for (key, label), (style, color) in zip(val, (("s--", "C2"), ("^:", "C4"), ("v-.", "C7"))):
+            series = history.get(key, [])[: len(history["val_step"])]
+            if series and np.isfinite(series).any():
+                ax.plot(history["val_step"], series, style, color=color, ms=3, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("MSE (normalised joint positions)")
@@ -586,127 +741,258 @@ def _steps(text: str) -> tuple[int, ...]:
         raise ValueError(f"--checkpoints takes comma-separated step numbers, got {text!r}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-ros train", description=__doc__.splitlines()[0], epilog=EXAMPLE,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, nargs="+",
-                        help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 bag record)")
+# TrainConfig fields set on the command line: option, field, type, metavar, help ("{default}": the field's).
+TRAIN_OPTIONS = (
+    (
+        "--steps",
+        "steps",
+        int,
+        None,
+        "optimiser steps; the learning-rate schedule is defined on them (default {default})",
+    ),
+    ("--warmup-steps", "warmup_steps", int, None, "linear learning-rate warm-up steps (default {default})"),
+    (
+        "--minutes",
+        "minutes",
+        float,
+        None,
+        "wall-clock limit: stop there even if steps remain (the report says so); default none",
+    ),
+    (
+        "--grasp-focus",
+        "grasp_focus_p",
+        float,
+        "P",
+        "share of training sequences that end within 0.5 s of the last joint (the gripper) being commanded shut or "
+        "open (default {default})",
+    ),
+    (
+        "--ema",
+        "ema_decay",
+        float,
+        "DECAY",
+        "save an exponential moving average of the weights with this decay per step, e.g. 0.998 (default {default}: "
+        "off, the last weights)",
+    ),
+    (
+        "--image-shift",
+        "image_shift_px",
+        int,
+        "PX",
+        "shift each training sequence's frames by a random offset of up to PX pixels each way (augmentation; default "
+        "{default}: off)",
+    ),
+    (
+        "--tool-loss",
+        "tool_loss_weight",
+        float,
+        "W",
+        "also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared distance in units of "
+        "5 cm) with weight W, e.g. 0.1 (default {default}: off)",
+    ),
+    (
+        "--end-hold",
+        "end_hold_s",
+        float,
+        "S",
+        "chunk targets past the end of each recording: its last command, held S seconds (0 = none: those points carry "
+        "no loss; TrainConfig.end_hold_s)",
+    ),
+    ("--seed", "seed", int, None, None),
+    ("--threads", "threads", int, None, "torch CPU threads (0 = default)"),
+    ("--lr", "lr", float, None, None),
+)
+
+# ModelConfig fields a fresh model takes from the command line: option, field, what a fine-tune (--init) keeps
+# instead, argparse settings, the value (None: not given).
+MODEL_OPTIONS = (
+    (
+        "--cameras",
+        "cameras",
+        "the cameras",
+        dict(
+            help="camera streams a fresh model reads, comma-separated, main view first (default: camera); e.g. "
+            "camera,wrist_camera: the others are read from /<name>/image_raw"
+        ),
+        _names,
+    ),
+    (
+        "--max-frame-rate",
+        "max_frame_rate_hz",
+        "the frame rate",
+        dict(
+            type=float,
+            help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with two 30 Hz "
+            "cameras: the tokens, and the step cost, of one camera at 30 Hz",
+        ),
+        None,
+    ),
+    (
+        "--action-loss",
+        "action_loss",
+        "the loss",
+        dict(choices=ACTION_LOSSES, help="loss on the action points (ModelConfig.action_loss; default mse)"),
+        None,
+    ),
+    (
+        "--relative-actions",
+        "relative_actions",
+        "the action frame",
+        dict(
+            action="store_true",
+            help="a fresh model's chunks are offsets from the newest measured joint positions, not positions "
+            "(ModelConfig.relative_actions; default: positions)",
+        ),
+        lambda given: given or None,
+    ),
+    (
+        "--pin-first-frame",
+        "pin_first_frame",
+        "the inputs",
+        dict(
+            action="store_true",
+            help="a fresh model keeps the main camera's first frame of each episode beside its window "
+            "(ModelConfig.pin_first_frame; default: the window alone)",
+        ),
+        lambda given: given or None,
+    ),
+)
+
+
+# Your own robot's bags: option, default, metavar, help.
+ROBOT_OPTIONS = (
+    ("--joints", None, None, "joint names to learn, in order (comma-separated); the joint states must name them all"),
+    ("--command-joints", None, None, "joint order of the Float64MultiArray commands (default: --joints)"),
+    ("--camera-topic", None, None, "sensor_msgs/Image or CompressedImage topic (default /camera/image_raw)"),
+    ("--joint-states-topic", None, None, "sensor_msgs/JointState topic (default /joint_states)"),
+    (
+        "--command-topic",
+        None,
+        None,
+        "std_msgs/Float64MultiArray commands, the targets (default /forward_position_controller/commands)",
+    ),
+    ("--instruction-topic", None, None, "std_msgs/String instruction topic (default /vla/instruction)"),
+    ("--instruction", None, None, "the task of every bag (the instruction topic is then not read)"),
+    ("--robot-description", "", "URDF", "the robot's URDF, for --tool-loss (default: the bundled vla_arm.urdf)"),
+    (
+        "--tool-link",
+        TrainConfig.tool_link,
+        None,
+        f"the tool frame's link, for --tool-loss (default {TrainConfig.tool_link})",
+    ),
+)
+
+
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def _task_options():
+    """(task, options field, its command-line settings) of every registered task's options."""
+    return [
+        (task, field, field.metadata)
+        for task in (get_task(name) for name in TASKS)
+        for field in dataclasses.fields(task.options)
+        if "flag" in field.metadata
+    ]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vla-ros train",
+        description=__doc__.splitlines()[0],
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        nargs="+",
+        help="bags: rosbag2 bag folders, .mcap files, or folders of them (vla-ros collect, vla-ros record, ros2 bag "
+        "record)",
+    )
     parser.add_argument("--init", default=None, help="model folder to continue training from (fine-tuning)")
     parser.add_argument("--out", required=True, help="model folder to write, e.g. models/vla_cups")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps,
-                        help=f"optimiser steps; the learning-rate schedule is defined on them (default {TrainConfig.steps})")
-    parser.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps,
-                        help=f"linear learning-rate warm-up steps (default {TrainConfig.warmup_steps})")
-    parser.add_argument("--vision-warmup-steps", type=int, default=TrainConfig.vision_warmup_steps,
-                        help=f"task cups: steps on rendered views alone first (default {TrainConfig.vision_warmup_steps})")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock limit: stop there even if steps remain (the report says so); default none")
-    parser.add_argument("--task", choices=TASKS, default=TrainConfig.task,
-                        help="none: actions from the bags' topics alone (any robot); cups: the sim's cup task adds the "
-                             "named cup's position as an auxiliary target, rendered views and the sim camera's crop")
-    parser.add_argument("--grasp-views", type=float, default=TrainConfig.grasp_views,
-                        help="task cups: share of the rendered views with the gripper over a cup of the view's layout "
-                             f"(default {TrainConfig.grasp_views})")
-    parser.add_argument("--phrasing-swap", type=float, default=TrainConfig.phrasing_swap_p,
-                        help="task cups: share of training sequences whose instruction is another training phrasing of "
-                             f"the same request (default {TrainConfig.phrasing_swap_p})")
-    parser.add_argument("--grasp-focus", type=float, default=TrainConfig.grasp_focus_p, metavar="P",
-                        help="share of training sequences that end within 0.5 s of the last joint (the gripper) being "
-                             f"commanded shut or open (default {TrainConfig.grasp_focus_p})")
-    parser.add_argument("--cameras", default=None,
-                        help="camera streams a fresh model reads, comma-separated, main view first (default: camera); "
-                             "e.g. camera,wrist_camera: the others are read from /<name>/image_raw")
-    parser.add_argument("--max-frame-rate", type=float, default=None,
-                        help="frames per second per camera a fresh model reads (default: every frame); e.g. 15 with "
-                             "two 30 Hz cameras: the tokens, and the step cost, of one camera at 30 Hz")
-    parser.add_argument("--action-loss", choices=ACTION_LOSSES, default=None,
-                        help="loss on the action points (ModelConfig.action_loss; default mse)")
-    parser.add_argument("--relative-actions", action="store_true",
-                        help="a fresh model's chunks are offsets from the newest measured joint positions, not positions "
-                             "(ModelConfig.relative_actions; default: positions)")
-    parser.add_argument("--pin-first-frame", action="store_true",
-                        help="a fresh model keeps the main camera's first frame of each episode beside its window "
-                             "(ModelConfig.pin_first_frame; default: the window alone)")
-    parser.add_argument("--ema", type=float, default=TrainConfig.ema_decay, metavar="DECAY",
-                        help="save an exponential moving average of the weights with this decay per step, e.g. 0.998 "
-                             f"(default {TrainConfig.ema_decay}: off, the last weights)")
-    parser.add_argument("--image-shift", type=int, default=TrainConfig.image_shift_px, metavar="PX",
-                        help="shift each training sequence's frames by a random offset of up to PX pixels each way "
-                             f"(augmentation; default {TrainConfig.image_shift_px}: off)")
-    parser.add_argument("--tool-loss", type=float, default=TrainConfig.tool_loss_weight, metavar="W",
-                        help="also weigh where each chunk point puts the tool (forward kinematics of the URDF, squared "
-                             f"distance in units of 5 cm) with weight W, e.g. 0.1 (default {TrainConfig.tool_loss_weight}: off)")
-    parser.add_argument("--end-hold", type=float, default=TrainConfig.end_hold_s, metavar="S",
-                        help="chunk targets past the end of each recording: its last command, held S seconds "
-                             "(0 = none: those points carry no loss; TrainConfig.end_hold_s)")
-    parser.add_argument("--still-after-lift", type=float, default=None, metavar="S",
-                        help="task cups: chunk targets from S seconds after each demonstration's lift on hold the command "
-                             "of that instant, so the policy holds a lifted cup still (default: off)")
-    parser.add_argument("--checkpoints", default="", metavar="STEPS",
-                        help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, "
-                             "e.g. 3600,4200,4800 (candidates for `vla-ros select`)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=TrainConfig.task,
+        help="; ".join(f"{name}: {get_task(name).help}" for name in TASKS),
+    )
+    for option, field, kind, metavar, text in TRAIN_OPTIONS:
+        default = getattr(TrainConfig, field)
+        help_text = None if text is None else text.format(default=default)
+        parser.add_argument(option, type=kind, default=default, metavar=metavar, help=help_text)
+    for _, field, meta in _task_options():
+        text = meta["help"].format(default=field.default)
+        parser.add_argument(meta["flag"], type=meta["type"], default=None, metavar=meta["metavar"], help=text)
+    for option, _, _, settings, _ in MODEL_OPTIONS:
+        parser.add_argument(option, default=None, **settings)
+    parser.add_argument(
+        "--checkpoints",
+        default="",
+        metavar="STEPS",
+        help="comma-separated steps after which a complete model is also written to <out>/checkpoints/step_<n>/, e.g. "
+        "3600,4200,4800 (candidates for `vla-ros select`)",
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
     robot = parser.add_argument_group("your own robot's bags (defaults: the simulated arm's names)")
-    robot.add_argument("--joints", default=None,
-                       help="joint names to learn, in order (comma-separated); the joint states must name them all")
-    robot.add_argument("--command-joints", default=None,
-                       help="joint order of the Float64MultiArray commands (default: --joints)")
-    robot.add_argument("--camera-topic", default=None, help="sensor_msgs/Image or CompressedImage topic (default /camera/image_raw)")
-    robot.add_argument("--joint-states-topic", default=None, help="sensor_msgs/JointState topic (default /joint_states)")
-    robot.add_argument("--command-topic", default=None,
-                       help="std_msgs/Float64MultiArray commands, the targets (default /forward_position_controller/commands)")
-    robot.add_argument("--instruction-topic", default=None, help="std_msgs/String instruction topic (default /vla/instruction)")
-    robot.add_argument("--instruction", default=None, help="the task of every bag (the instruction topic is then not read)")
-    robot.add_argument("--robot-description", default="", metavar="URDF",
-                       help="the robot's URDF, for --tool-loss (default: the bundled vla_arm.urdf)")
-    robot.add_argument("--tool-link", default=TrainConfig.tool_link, help=f"the tool frame's link, for --tool-loss (default {TrainConfig.tool_link})")
-    args = parser.parse_args(argv)
+    for option, default, metavar, text in ROBOT_OPTIONS:
+        robot.add_argument(option, default=default, metavar=metavar, help=text)
+    return parser
+
+
+def _model_config(args):
+    """The fresh model's config the options ask for (None: the task's default); raises ValueError for an
+    option a fine-tune cannot take (it keeps the config of the model it starts from)."""
+    joints = _names(args.joints)
+    overrides = {"joint_names": joints} if joints is not None else {}
+    if joints is not None:
+        if args.init:
+            raise ValueError("--joints and --init: a fine-tune keeps the joints of the model it starts from")
+        if args.task != "none":
+            raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
+    for option, field, kept, _, convert in MODEL_OPTIONS:
+        value = getattr(args, _dest(option))
+        value = convert(value) if convert is not None else value
+        if value is None:
+            continue
+        if args.init:
+            raise ValueError(f"{option} and --init: a fine-tune keeps {kept} of the model it starts from")
+        overrides[field] = value
+    return task_model_config(args.task).replace(**overrides) if overrides else None
+
+
+def _train_config(args) -> TrainConfig:
+    given = {
+        field.name: getattr(args, _dest(meta["flag"]))
+        for _, field, meta in _task_options()
+        if getattr(args, _dest(meta["flag"])) is not None
+    }
+    return TrainConfig(
+        task=args.task,
+        task_options=given,
+        checkpoint_steps=_steps(args.checkpoints),
+        robot_description=args.robot_description,
+        tool_link=args.tool_link,
+        **{field: getattr(args, _dest(option)) for option, field, *_ in TRAIN_OPTIONS},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     from vla_ros.data.bag import BagError
     from vla_ros.data.dataset import Topics
     from vla_ros.data.selection import BagSelection, NoUsableEpisodes
 
-    joints = _names(args.joints)
     try:
         selection = BagSelection(
             Topics.for_robot(args.camera_topic, args.joint_states_topic, args.command_topic, args.instruction_topic),
-            instruction=args.instruction, command_joint_names=_names(args.command_joints) or joints)
-        model_config = None
-        if joints is not None:
-            if args.init:
-                raise ValueError("--joints and --init: a fine-tune keeps the joints of the model it starts from")
-            if args.task != "none":
-                raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
-            model_config = task_model_config("none").replace(joint_names=joints)
-        cameras = _names(args.cameras)
-        if cameras is not None:
-            if args.init:
-                raise ValueError("--cameras and --init: a fine-tune keeps the cameras of the model it starts from")
-            model_config = (model_config or task_model_config(args.task)).replace(cameras=cameras)
-        if args.max_frame_rate is not None:
-            if args.init:
-                raise ValueError("--max-frame-rate and --init: a fine-tune keeps the frame rate of the model it starts from")
-            model_config = (model_config or task_model_config(args.task)).replace(max_frame_rate_hz=args.max_frame_rate)
-        if args.relative_actions:
-            if args.init:
-                raise ValueError("--relative-actions and --init: a fine-tune keeps the action frame of the model it starts from")
-            model_config = (model_config or task_model_config(args.task)).replace(relative_actions=True)
-        if args.pin_first_frame:
-            if args.init:
-                raise ValueError("--pin-first-frame and --init: a fine-tune keeps the inputs of the model it starts from")
-            model_config = (model_config or task_model_config(args.task)).replace(pin_first_frame=True)
-        if args.action_loss is not None:
-            if args.init:
-                raise ValueError("--action-loss and --init: a fine-tune keeps the loss of the model it starts from")
-            model_config = (model_config or task_model_config(args.task)).replace(action_loss=args.action_loss)
-        tc = TrainConfig(steps=args.steps, warmup_steps=args.warmup_steps, vision_warmup_steps=args.vision_warmup_steps,
-                         minutes=args.minutes, task=args.task, seed=args.seed, threads=args.threads, lr=args.lr,
-                         grasp_views=args.grasp_views, phrasing_swap_p=args.phrasing_swap, grasp_focus_p=args.grasp_focus,
-                         ema_decay=args.ema, image_shift_px=args.image_shift, checkpoint_steps=_steps(args.checkpoints),
-                         end_hold_s=args.end_hold, still_after_lift_s=args.still_after_lift,
-                         tool_loss_weight=args.tool_loss, robot_description=args.robot_description, tool_link=args.tool_link)
+            instruction=args.instruction,
+            command_joint_names=_names(args.command_joints) or _names(args.joints),
+        )
+        model_config = _model_config(args)
+        tc = _train_config(args)
         if tc.tool_loss_weight:  # refuse a bad URDF or tool link before any replay, for the model that will train
             from vla_ros.model.io import load_config
 
@@ -715,12 +1001,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
     try:
-        report = train(args.data, args.out, tc, model_config=model_config, device=args.device, init=args.init, selection=selection)
+        report = train(
+            args.data, args.out, tc, model_config=model_config, device=args.device, init=args.init, selection=selection
+        )
     except (BagError, NoUsableEpisodes) as exc:  # the data: a bad path, a broken file, nothing usable
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({k: report[k] for k in ("task", "steps", "steps_planned", "stopped_by_time_limit", "steps_per_s", "duration_min", "final_val_loss", "final_val_aux_loss", "final_val_frame_aux_loss",
-                                        "final_mae_rad", "parameters")} | {"out": args.out}))
+    shown = ("task", "steps", "steps_planned", "stopped_by_time_limit", "steps_per_s", "duration_min")
+    # the validation losses of the saved model: the action loss and the task's
+    finals = [
+        k
+        for k in report
+        if k.startswith("final_val_") and k not in ("final_val_loss_last_weights", "final_val_tool_loss")
+    ]
+    print(json.dumps({k: report[k] for k in (*shown, *finals, "final_mae_rad", "parameters")} | {"out": args.out}))
     return 0
 
 

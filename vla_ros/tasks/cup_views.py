@@ -1,9 +1,10 @@
-"""Rendered training views: many cup layouts for the vision stem, beyond the few hundred of the episodes.
+"""The cup task's rendered training views: many cup layouts for the vision stem, beyond the few hundred of the
+episodes (``tasks.cups``).
 
 A few hundred demonstrations show the camera a few hundred cup layouts, and a stem trained on them learns
 those layouts rather than how to find a cup of a colour (its error on held-out episodes stalls at
-4-5 cm while its training loss keeps falling). Rendering costs milliseconds, so training adds still views: a fresh layout
-from a training seed, the arm placed in a pose taken from the demonstrations (so it occludes and
+4-5 cm while its training loss keeps falling). Rendering costs milliseconds, so training adds still views: a
+fresh layout from a training seed, the arm placed in a pose taken from the demonstrations (so it occludes and
 distracts as it does there), the frame tokenized exactly as online (``preprocess_image``), and every
 cup's position as the label. The frame head (``ModelConfig.frame_aux_loss_weight``) learns "where is the
 <colour> cup" on them, with the instruction vector of a training phrasing naming that colour.
@@ -46,8 +47,7 @@ GRASP_VIEW_XY_M = 0.03  # grasp views: the tool centre point within this of the 
 
 def grasp_pose(cup_m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """(7,) joints with the tool centre point over ``cup_m`` (see the module docstring)."""
-    from vla_ros.sim.scripted import (APPROACH_TCP_Z_M, GRASP_TCP_Z_M, GRIPPER_CLOSED_M, GRIPPER_OPEN_M,
-                                      top_down_ik)
+    from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M, GRIPPER_CLOSED_M, GRIPPER_OPEN_M, top_down_ik
 
     xy = np.asarray(cup_m[:2], float) + rng.uniform(-GRASP_VIEW_XY_M, GRASP_VIEW_XY_M, 2)
     z = rng.uniform(GRASP_TCP_Z_M, APPROACH_TCP_Z_M)
@@ -55,8 +55,15 @@ def grasp_pose(cup_m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.append(top_down_ik(np.array([xy[0], xy[1], z])), gripper)
 
 
-def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_size: tuple[int, int] = (320, 240),
-                 progress: bool = True, grasp_share: float = 0.0) -> Views:
+def render_views(
+    n: int,
+    tokenizer,
+    arm_poses: np.ndarray,
+    seed: int = 0,
+    image_size: tuple[int, int] = (320, 240),
+    progress: bool = True,
+    grasp_share: float = 0.0,
+) -> Views:
     """``n`` views (see the module docstring): view k has the layout of seed VIEW_SEED_OFFSET + k and an arm
     pose drawn from ``arm_poses`` (M, 7) with ``seed``, or, for a share ``grasp_share`` of the views, a
     grasp pose over one of its cups."""
@@ -72,6 +79,7 @@ def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_
     if not 0.0 <= grasp_share <= 1.0:
         raise ValueError(f"grasp_share must be in [0, 1], got {grasp_share}")
     from vla_ros.sim.scripted import UnreachableError
+
     rng = np.random.default_rng([seed, 29])
     sim = ArmSim(SimConfig(image_width=image_size[0], image_height=image_size[1]))
     frames = np.empty((n, 3, tokenizer.image_height, tokenizer.image_width), np.float32)
@@ -93,5 +101,7 @@ def render_views(n: int, tokenizer, arm_poses: np.ndarray, seed: int = 0, image_
         sim.close()
     encoder = shared_encoder()
     dim = encoder(TRAIN_TEMPLATES[0].format(color=COLORS[0])).embeddings.shape[1]
-    instructions = np.stack([[instruction_vector(encoder(t.format(color=c)).embeddings, dim) for t in TRAIN_TEMPLATES] for c in COLORS])
+    instructions = np.stack(
+        [[instruction_vector(encoder(t.format(color=c)).embeddings, dim) for t in TRAIN_TEMPLATES] for c in COLORS]
+    )
     return Views(frames, cups, instructions.astype(np.float32))
