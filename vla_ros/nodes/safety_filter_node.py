@@ -109,6 +109,7 @@ class SafetyFilterNode(Node):
                 self._params["robot_description_file"],
                 self._params["srdf_file"] or None,
                 lines(self._params["package_paths"]),
+                progress=self.get_logger().info,
             )
             self._use_robot(robot)
             if self.filter is None:
@@ -186,7 +187,9 @@ class SafetyFilterNode(Node):
 
     def _on_description(self, msg: String) -> None:
         try:
-            robot = load_robot(msg.data, self._srdf_text(), lines(self._params["package_paths"]))
+            robot = load_robot(
+                msg.data, self._srdf_text(), lines(self._params["package_paths"]), progress=self.get_logger().info
+            )
         except (RobotModelError, OSError) as err:
             self.filter, self.robot = None, None
             self._problem = f"cannot use /robot_description: {err}"

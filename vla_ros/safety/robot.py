@@ -7,9 +7,10 @@ Loaded once per robot description and shared read-only; every filter owns its ow
   plain ``/dir`` entries are searched for ``/dir/name``), then through the ament index
   (``AMENT_PREFIX_PATH``); ``file://`` URIs and paths relative to the URDF file work too. Only collision
   geometry is read.
-* Meshes are replaced by their convex hulls (computed with the qhull bundled in MuJoCo, then verified to
-  contain every vertex). A hull contains the mesh, so distances to it are never larger than distances to
-  the mesh: conservative, and GJK on a convex shape is exact and fast.
+* Meshes are replaced by their convex hulls (qhull through scipy, then verified to contain every vertex,
+  in memory linear in the mesh; cached on disk by the mesh file's sha256 and scale, see ``mesh_hull``).
+  A hull contains the mesh, so distances to it are never larger than distances to the mesh:
+  conservative, and GJK on a convex shape is exact and fast.
 * Joint names come from the URDF; position and velocity limits through ``vla_ros.urdf_limits``, the reader
   the controller uses too. Mimic joints (``<mimic>``) are
   filled from their leaders, so a chunk commands only the actuated joints.
@@ -25,13 +26,15 @@ Loaded once per robot description and shared read-only; every filter owns its ow
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import logging
 import os
+import tempfile
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -140,52 +143,168 @@ def _srdf_disabled_pairs(srdf_xml: str) -> set[frozenset[str]]:
     return pairs
 
 
-def convex_hull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def convex_hull(vertices: np.ndarray, chunk_entries: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """(points (V, 3), triangles (F, 3) with outward winding) of the convex hull of ``vertices``.
 
-    Uses the qhull inside MuJoCo (a project dependency; Coal's own hull needs a qhull build it lacks).
-    MuJoCo moves a mesh to its inertial frame, so hull vertices are mapped back to the nearest input
-    vertex, and the result is verified: every input vertex must lie inside every face plane.
+    The points are rows of ``vertices`` (qhull through scipy, which returns input indices). The result
+    is verified by ``verify_hull``; memory stays O(vertices + faces + chunk_entries).
     """
-    import mujoco
-
     vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
-    spec = mujoco.MjSpec()
-    mesh = spec.add_mesh(name="hull")
-    mesh.uservert = vertices.reshape(-1).tolist()
-    spec.worldbody.add_body(name="b").add_geom(type=mujoco.mjtGeom.mjGEOM_MESH, meshname="hull")
-    model = spec.compile()
-    start, count = int(model.mesh_vertadr[0]), int(model.mesh_vertnum[0])
-    rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, model.mesh_quat[0])
-    moved = model.mesh_vert[start : start + count].astype(np.float64) @ rot.reshape(3, 3).T + model.mesh_pos[0]
-    graph = model.mesh_graph[model.mesh_graphadr[0] :]
-    # mesh_graph layout: numvert, numface, vert_edgeadr[numvert], vert_globalid[numvert],
-    # edge_localid[numvert + 3 numface], face_globalid[3 numface]
-    nv, nf = int(graph[0]), int(graph[1])
-    faces = np.asarray(graph[2 + 3 * nv + 3 * nf : 2 + 3 * nv + 6 * nf]).reshape(nf, 3)
-    nearest = np.linalg.norm(moved[:, None, :] - vertices[None, :, :], axis=2).argmin(axis=1)  # (count,)
-    used = np.unique(faces)
-    remap = np.full(count, -1)
-    remap[used] = np.arange(used.size)
-    points, triangles = vertices[nearest[used]], remap[faces]
-    corners = points[triangles]  # (F, 3 corners, 3)
+    used, triangles = _qhull(vertices)
+    verify_hull(vertices, used, triangles, chunk_entries)
+    return vertices[used], triangles
+
+
+def _qhull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(used (U,) sorted input indices, triangles (F, 3) indexing ``used``, outward winding)."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(vertices)
+    except (QhullError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RobotModelError(
+            f"convex hull of {len(vertices)} vertices failed (flat or degenerate?): {first}"
+        ) from None
+    used = np.unique(hull.simplices)
+    triangles = np.searchsorted(used, hull.simplices)  # (F, 3) into used
+    corners = vertices[used][triangles]  # (F, 3 corners, 3)
     normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
-    outside = vertices @ normals.T - np.einsum("fk,fk->f", normals, corners[:, 0])  # (V, F)
+    flip = np.einsum("fk,fk->f", normals, hull.equations[:, :3]) < 0  # qhull's facet normals point outward
+    triangles[flip] = triangles[flip][:, ::-1]
+    return used, np.ascontiguousarray(triangles)
+
+
+def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, chunk_entries: int = 1 << 22) -> None:
+    """Raise RobotModelError unless ``vertices[used]`` with ``triangles`` is a convex polytope holding every vertex.
+
+    A closed surface of genus 0 that is convex at every edge bounds a convex body (it cannot wrap twice
+    around: the sphere is simply connected), so its own vertices lie inside every face plane. The other
+    input vertices are checked against every face plane, ``chunk_entries`` (vertex, face) products at a
+    time, after those inside the inscribed ball about the centroid are set aside. Cost O(F log F) plus
+    (vertices off the hull and near its surface) x faces; no (V, F) matrix is ever held.
+    """
+    n_in = len(vertices)
+    if used.ndim != 1 or triangles.ndim != 2 or triangles.shape[1] != 3 or len(triangles) < 4:
+        raise RobotModelError(f"convex hull check failed: shapes used {used.shape}, triangles {triangles.shape}")
+    if used.size < 4 or used.min() < 0 or used.max() >= n_in or np.any(np.diff(used) <= 0):
+        raise RobotModelError("convex hull check failed: hull vertices are not distinct input vertices")
+    if triangles.min() < 0 or triangles.max() >= used.size or np.unique(triangles).size != used.size:
+        raise RobotModelError("convex hull check failed: triangles do not use exactly the hull vertices")
+    points = vertices[used]
     scale = float(np.abs(vertices).max()) or 1.0
-    if outside.max() > 1e-9 * scale:
-        raise RobotModelError(f"convex hull check failed: a vertex lies {outside.max():.3g} m outside the hull")
-    return points, triangles
+    tol = 1e-9 * scale
+    # planes from the hull's own triangles (not qhull's equations), unit normals
+    corners = points[triangles]  # (F, 3, 3)
+    normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])  # (F, 3)
+    length = np.linalg.norm(normals, axis=1)
+    degenerate = int(np.count_nonzero(length <= 1e-12 * scale * scale))
+    if degenerate:  # a zero-area triangle has no plane to check against
+        raise RobotModelError(f"convex hull check failed: {degenerate} zero-area triangles")
+    normals /= length[:, None]
+    offsets = np.einsum("fk,fk->f", normals, corners[:, 0])  # (F,)
+    # closed 2-manifold with consistent winding: every directed edge once, and its reverse once
+    directed = np.stack([triangles, np.roll(triangles, -1, axis=1)], axis=-1).reshape(-1, 2)  # (3F, 2)
+    n = np.int64(used.size)
+    key = directed[:, 0] * n + directed[:, 1]
+    rev = directed[:, 1] * n + directed[:, 0]
+    order = np.argsort(key)
+    sorted_key = key[order]
+    if np.any(sorted_key[1:] == sorted_key[:-1]):
+        raise RobotModelError("convex hull check failed: an edge is used twice in the same direction")
+    pos = np.searchsorted(sorted_key, rev)
+    pos = np.minimum(pos, sorted_key.size - 1)
+    if np.any(sorted_key[pos] != rev):
+        raise RobotModelError("convex hull check failed: the surface is not closed")
+    if used.size - len(directed) // 2 + len(triangles) != 2:
+        raise RobotModelError("convex hull check failed: the surface is not a sphere (Euler characteristic)")
+    # convex at every edge: the neighbour's third corner is on or below this face's plane
+    neighbour_face = order[pos] // 3  # (3F,) face across each directed edge
+    third = triangles[neighbour_face, (order[pos] % 3 + 2) % 3]  # corner of the neighbour opposite the edge
+    edge_face = np.repeat(np.arange(len(triangles)), 3)
+    bend = np.einsum("ek,ek->e", normals[edge_face], points[third]) - offsets[edge_face]
+    if bend.max() > tol:
+        raise RobotModelError(f"convex hull check failed: not convex at an edge ({bend.max():.3g} m)")
+    centre = points.mean(axis=0)
+    inner = offsets - normals @ centre  # (F,) distance of the centroid below each plane
+    if inner.min() <= tol:
+        raise RobotModelError("convex hull check failed: the hull is flat or turned inside out")
+    # the vertices qhull left inside: outside the inscribed ball, check against every plane in chunks
+    rest = np.ones(n_in, dtype=bool)
+    rest[used] = False
+    rest &= np.linalg.norm(vertices - centre, axis=1) > inner.min() - tol
+    others = vertices[rest]
+    rows = max(1, chunk_entries // len(triangles))
+    worst = -np.inf
+    for i in range(0, len(others), rows):
+        worst = max(worst, float((others[i : i + rows] @ normals.T - offsets).max()))
+    if worst > tol:
+        raise RobotModelError(f"convex hull check failed: a vertex lies {worst:.3g} m outside the hull")
+
+
+# Bump when the stored hull format or the hull algorithm changes: old entries are then never read.
+HULL_CACHE_VERSION = 1
+# Hulls computed and hulls read from the disk cache in this process (tests count cache hits with it).
+HULL_STATS: collections.Counter[str] = collections.Counter()
+
+
+def hull_cache_dir() -> Path:
+    """$VLA_ROS_HULL_CACHE, else $XDG_CACHE_HOME/vla_ros/hulls (~/.cache/vla_ros/hulls); safe to delete."""
+    if os.environ.get("VLA_ROS_HULL_CACHE"):
+        return Path(os.environ["VLA_ROS_HULL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vla_ros" / "hulls"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def mesh_hull(mesh_path: Path, scale: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``convex_hull`` of a mesh file's (scaled) vertices, through a disk cache keyed by the file's sha256 and scale.
+
+    An entry holds the hull's vertex indices and triangles, so a hit is verified against the vertices
+    just loaded (``verify_hull``) like a fresh hull; an entry that fails is recomputed and overwritten.
+    """
+    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    scale_key = ",".join(repr(float(x)) for x in np.asarray(scale, dtype=np.float64).reshape(-1))
+    key = hashlib.sha256(f"{_file_sha256(mesh_path)}|{scale_key}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
+    entry = hull_cache_dir() / f"{key}.npz"
+    if entry.is_file():
+        try:
+            with np.load(entry) as stored:
+                used, triangles = stored["used"].astype(np.intp), stored["triangles"].astype(np.intp)
+            verify_hull(vertices, used, triangles)
+            HULL_STATS["cached"] += 1
+            return vertices[used], triangles
+        except (OSError, ValueError, KeyError, RobotModelError) as err:
+            log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
+    used, triangles = _qhull(vertices)
+    verify_hull(vertices, used, triangles)
+    HULL_STATS["computed"] += 1
+    tmp = ""
+    try:  # atomic: a reader sees the whole entry or none
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".tmp-", suffix=".npz", delete=False) as f:
+            tmp = f.name
+            np.savez(f, used=used.astype(np.int32), triangles=triangles.astype(np.int32))
+        os.replace(tmp, entry)
+    except OSError as err:
+        log.warning("cannot write hull cache entry %s: %s", entry, err)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+    return vertices[used], triangles
 
 
 def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
     verts = coal.StdVec_Vec3s()
-    for p in points:
-        verts.append(np.asarray(p, dtype=np.float64))
+    verts.extend(list(np.asarray(points, dtype=np.float64)))
     tris = coal.StdVec_Triangle()
-    for a, b, c in triangles:
-        tris.append(coal.Triangle(int(a), int(b), int(c)))
+    tris.extend([coal.Triangle(a, b, c) for a, b, c in np.asarray(triangles).tolist()])
     return coal.Convex(verts, tris)
 
 
@@ -216,8 +335,10 @@ class RobotModel:
         package_paths: Sequence[str] = (),
         base_dir: Path | None = None,
         digest: str = "",
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.digest = digest
+        self._progress = progress
         root = _parse_xml(urdf_xml, "URDF")
         if root.tag != "robot":
             raise RobotModelError(f"URDF root element must be <robot>, got <{root.tag}>")
@@ -230,6 +351,10 @@ class RobotModel:
             for visual in link.findall("visual"):
                 link.remove(visual)
         resolved_xml = ET.tostring(root, encoding="unicode")
+        for mesh in root.findall("./link/collision/geometry/mesh"):
+            path = Path(mesh.get("filename", ""))
+            size = path.stat().st_size if path.is_file() else 0
+            self._say(f"reading collision mesh {path} ({size / 1e6:.1f} MB)")
         try:
             self.model = pin.buildModelFromXML(resolved_xml)
             self.geom_model = pin.buildGeomFromUrdfString(self.model, resolved_xml, pin.GeometryType.COLLISION)
@@ -378,15 +503,21 @@ class RobotModel:
         return out
 
     # -- geometry --
+    def _say(self, message: str) -> None:
+        log.info(message)
+        if self._progress is not None:
+            self._progress(message)
+
     def _convexify(self) -> None:
         for g in self.geom_model.geometryObjects:
             if isinstance(g.geometry, coal.BVHModelBase):
                 vertices = np.array(g.geometry.vertices())
+                self._say(f"convex hull of {g.meshPath}: {vertices.shape[0]} vertices")
                 if vertices.shape[0] < 4:
                     raise RobotModelError(
                         f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4"
                     )
-                points, triangles = convex_hull(vertices)
+                points, triangles = mesh_hull(Path(g.meshPath), np.asarray(g.meshScale), vertices)
                 g.geometry = _coal_convex(points, triangles)
             g.geometry.computeLocalAABB()
 
@@ -591,15 +722,22 @@ def _digest(urdf_xml: str, srdf_xml: str | None, package_paths: Sequence[str], b
 
 
 def load_robot(
-    urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (), base_dir: Path | str | None = None
+    urdf_xml: str,
+    srdf_xml: str | None = None,
+    package_paths: Sequence[str] = (),
+    base_dir: Path | str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> RobotModel:
-    """The model for a description, built once per content (URDF, SRDF and mesh files) and cached."""
+    """The model for a description, built once per content (URDF, SRDF and mesh files) and cached.
+
+    ``progress`` (e.g. a node logger's ``info``) gets a line before each collision mesh is read and hulled.
+    """
     base = Path(base_dir) if base_dir else None
     key = _digest(urdf_xml, srdf_xml, tuple(package_paths), base)
     with _CACHE_LOCK:
         robot = _CACHE.get(key)
         if robot is None:
-            robot = RobotModel(urdf_xml, srdf_xml, tuple(package_paths), base, digest=key)
+            robot = RobotModel(urdf_xml, srdf_xml, tuple(package_paths), base, digest=key, progress=progress)
             if len(_CACHE) >= _CACHE_SIZE:
                 _CACHE.pop(next(iter(_CACHE)))
             _CACHE[key] = robot
@@ -607,7 +745,10 @@ def load_robot(
 
 
 def load_robot_files(
-    urdf_path: Path | str, srdf_path: Path | str | None = None, package_paths: Sequence[str] = ()
+    urdf_path: Path | str,
+    srdf_path: Path | str | None = None,
+    package_paths: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> RobotModel:
     urdf_path = Path(urdf_path).expanduser()
     if not urdf_path.is_file():
@@ -618,4 +759,4 @@ def load_robot_files(
         if not srdf_path.is_file():
             raise FileNotFoundError(f"SRDF not found: {srdf_path}")
         srdf = srdf_path.read_text()
-    return load_robot(urdf_path.read_text(), srdf, package_paths, base_dir=urdf_path.parent)
+    return load_robot(urdf_path.read_text(), srdf, package_paths, base_dir=urdf_path.parent, progress=progress)
