@@ -305,7 +305,11 @@ def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
     verts.extend(list(np.asarray(points, dtype=np.float64)))
     tris = coal.StdVec_Triangle()
     tris.extend([coal.Triangle(a, b, c) for a, b, c in np.asarray(triangles).tolist()])
-    return coal.Convex(verts, tris)
+    try:
+        return coal.Convex(verts, tris)
+    except RuntimeError as err:  # e.g. a hull vertex with more than 255 edges (the apex of a fine cone)
+        message = str(err).strip().splitlines()[-1]
+        raise RobotModelError(f"Coal cannot use the convex hull ({len(points)} vertices): {message}") from None
 
 
 # ---- the model ---------------------------------------------------------------------------------------

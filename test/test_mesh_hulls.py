@@ -1,0 +1,156 @@
+"""Convex hulls of dense collision meshes: exact, memory-bounded, cached on disk by the mesh file's hash.
+
+A raw CAD mesh of 150k+ vertices used to take ~22 GB (pairwise matrices in the hull code). Here a generated
+sphere of 200,936 vertices (every vertex on the hull, the worst case for the hull and its check) goes
+through the loader the filter uses; the measured load time and peak RSS are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import coal
+import numpy as np
+import pytest
+
+from vla_ros.safety.robot import HULL_STATS, RobotModelError, _qhull, convex_hull, load_robot, verify_hull
+
+URDF = """<robot name="{name}">
+  <link name="base"/>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="ball"/><origin xyz="0 0 0.5"/>
+    <axis xyz="0 1 0"/><limit lower="-1.5" upper="1.5" velocity="1.0" effort="1"/></joint>
+  <link name="ball"><collision><geometry><mesh filename="{path}"{scale}/></geometry></collision></link>
+</robot>"""
+
+
+def cube_sphere(n: int, radius_m: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices (6 n^2 - 12 n + 8, 3), triangles) of a cube's six n x n grids pushed onto a sphere.
+
+    Every vertex has at most 6 neighbours (a UV sphere's poles have one per meridian, more than the 255
+    a Coal convex allows). Grid points on the cube's edges are computed identically from both faces,
+    so the STL reader merges them; the triangles are written as they come (the hull ignores winding).
+    """
+    u = np.linspace(-1.0, 1.0, n)
+    a, b = (x.reshape(-1) for x in np.meshgrid(u, u, indexing="ij"))
+    one = np.ones_like(a)
+    faces = [np.stack(c, axis=-1) for s in (1.0, -1.0) for c in ((s * one, a, b), (a, s * one, b), (a, b, s * one))]
+    cube = np.concatenate(faces)  # (6 n^2, 3) with the edge points repeated
+    vertices, index = np.unique(cube / np.linalg.norm(cube, axis=1, keepdims=True), axis=0, return_inverse=True)
+    grid = np.arange(n * n).reshape(n, n)
+    quads = np.stack([grid[:-1, :-1], grid[1:, :-1], grid[1:, 1:], grid[:-1, 1:]], axis=-1).reshape(-1, 4)
+    local = np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])  # (2 (n-1)^2, 3)
+    triangles = np.concatenate([index.reshape(-1)[local + k * n * n] for k in range(6)])
+    return vertices * radius_m, triangles
+
+
+def write_binary_stl(path, vertices: np.ndarray, triangles: np.ndarray, header: bytes = b"") -> None:
+    record = np.zeros(len(triangles), dtype=[("normal", "<f4", 3), ("corners", "<f4", (3, 3)), ("attr", "<u2")])
+    record["corners"] = vertices[triangles]
+    path.write_bytes(header.ljust(80, b"\0")[:80] + np.uint32(len(triangles)).tobytes() + record.tobytes())
+
+
+def hull_of(robot) -> tuple[np.ndarray, np.ndarray]:
+    """(points, triangles) of the robot's only collision geometry, read back from Coal."""
+    (geom,) = robot.geom_model.geometryObjects
+    assert isinstance(geom.geometry, coal.Convex)
+    points = np.asarray(geom.geometry.points())
+    tris = np.array(
+        [[tri[i] for i in range(3)] for tri in map(geom.geometry.polygons, range(geom.geometry.num_polygons))]
+    )
+    return points, tris
+
+
+def outside_m(points: np.ndarray, tris: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """(len(query),) largest signed distance of each query point outside the face planes (<= 0: inside)."""
+    corners = points[tris]
+    normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    offsets = np.einsum("fk,fk->f", normals, corners[:, 0])
+    return np.concatenate([(q @ normals.T - offsets).max(axis=1) for q in np.array_split(query, 1 + len(query) // 256)])
+
+
+@pytest.fixture(scope="module")
+def dense_sphere(tmp_path_factory):
+    vertices, triangles = cube_sphere(184)  # 200,936 vertices, 401,868 triangles, 20 MB of STL
+    path = tmp_path_factory.mktemp("dense") / "sphere.stl"
+    write_binary_stl(path, vertices, triangles)
+    return path, vertices.astype(np.float32).astype(np.float64)  # as stored
+
+
+@pytest.fixture
+def hull_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLA_ROS_HULL_CACHE", str(tmp_path / "hulls"))
+    return tmp_path / "hulls"
+
+
+def test_a_dense_mesh_loads_as_its_exact_hull_and_the_second_load_reads_the_cache(dense_sphere, hull_cache, caplog):
+    path, vertices = dense_sphere
+    lines = []
+    before = HULL_STATS.copy()
+    with caplog.at_level(logging.INFO, logger="vla_ros.safety.robot"):
+        robot = load_robot(URDF.format(name="dense_a", path=path, scale=""), progress=lines.append)
+    assert HULL_STATS["computed"] - before["computed"] == 1 and HULL_STATS["cached"] == before["cached"]
+    assert any(str(path) in line and f"{len(vertices)} vertices" in line for line in lines), lines
+    assert any(str(path) in r.getMessage() and "reading collision mesh" in r.getMessage() for r in caplog.records)
+    points, tris = hull_of(robot)
+    assert len(points) == len(vertices) and len(tris) >= 2 * len(points) - 4  # every sphere vertex is extreme
+    # hull vertices are input vertices (exactly, not nearest neighbours)
+    known = {tuple(v) for v in vertices}
+    assert all(tuple(p) in known for p in points)
+    # every input vertex inside a sample of 3,000 face planes, and a sample of 3,000 vertices inside all of them
+    rng = np.random.default_rng(46)
+    some_faces = tris[rng.choice(len(tris), 3000, replace=False)]
+    assert outside_m(points, some_faces, vertices).max() <= 1e-12
+    assert outside_m(points, tris, vertices[rng.choice(len(vertices), 3000, replace=False)]).max() <= 1e-12
+    assert len(list(hull_cache.glob("*.npz"))) == 1
+
+    again = load_robot(URDF.format(name="dense_b", path=path, scale=""))  # another description, the same mesh
+    assert again is not robot
+    assert HULL_STATS["cached"] - before["cached"] == 1 and HULL_STATS["computed"] - before["computed"] == 1
+    np.testing.assert_array_equal(hull_of(again)[0], points)
+
+
+def test_a_changed_file_or_scale_misses_the_cache_and_a_bad_entry_is_recomputed(tmp_path, hull_cache, caplog):
+    vertices, triangles = cube_sphere(12)
+    path = tmp_path / "ball.stl"
+    write_binary_stl(path, vertices, triangles)
+    counts = []
+
+    def load(name, scale=""):
+        before = HULL_STATS.copy()
+        load_robot(URDF.format(name=name, path=path, scale=scale))
+        counts.append((HULL_STATS["computed"] - before["computed"], HULL_STATS["cached"] - before["cached"]))
+
+    load("first")
+    load("same_file")
+    load("scaled", scale=' scale="2 2 2"')
+    write_binary_stl(path, vertices, triangles, header=b"re-exported")  # same vertices, other bytes
+    load("changed_file")
+    assert counts == [(1, 0), (0, 1), (1, 0), (1, 0)]
+    for entry in hull_cache.glob("*.npz"):
+        entry.write_bytes(b"not a hull")
+    assert not list(hull_cache.glob(".tmp-*"))
+    with caplog.at_level(logging.WARNING, logger="vla_ros.safety.robot"):
+        load("corrupt_entry")
+    assert counts[-1] == (1, 0)
+    assert any("unusable" in r.getMessage() for r in caplog.records)
+    load("rewritten_entry")
+    assert counts[-1] == (0, 1)
+
+
+def test_hull_check_refuses_a_hull_that_misses_a_vertex_or_is_not_closed():
+    rng = np.random.default_rng(7)
+    vertices = rng.normal(size=(2000, 3)) * [0.1, 0.05, 0.2]
+    points, tris = convex_hull(vertices)
+    assert outside_m(points, tris, vertices).max() <= 1e-12  # brute force: every vertex inside every plane
+    assert len(points) < len(vertices)
+    # the hull of all vertices but the highest one: that vertex is outside it
+    keep = np.delete(np.arange(len(vertices)), int(np.argmax(vertices[:, 2])))
+    used, tris = _qhull(vertices[keep])
+    verify_hull(vertices[keep], used, tris)
+    with pytest.raises(RobotModelError, match="outside the hull"):
+        verify_hull(vertices, keep[used], tris)  # keep is increasing, so keep[used] is too
+    with pytest.raises(RobotModelError, match="not closed"):
+        verify_hull(vertices[keep], used, tris[:-1])
+    with pytest.raises(RobotModelError, match="not distinct input vertices"):
+        verify_hull(vertices[keep], np.append(used, len(keep)), tris)
