@@ -2,7 +2,7 @@
 
 A raw CAD mesh of 150k+ vertices used to take ~22 GB (pairwise matrices in the hull code). Here a generated
 sphere of 200,936 vertices (every vertex on the hull, the worst case for the hull and its check) goes
-through the loader the filter uses; the measured load time and peak RSS are in docs/benchmarks.md.
+through the loader the filter uses; load time and peak RSS (`vla-ros bench mesh`) are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import coal
 import numpy as np
 import pytest
 
+from vla_ros.bench.mesh_bench import cube_sphere, write_binary_stl
 from vla_ros.safety.robot import HULL_STATS, RobotModelError, _qhull, convex_hull, load_robot, verify_hull
 
 URDF = """<robot name="{name}">
@@ -21,32 +22,6 @@ URDF = """<robot name="{name}">
     <axis xyz="0 1 0"/><limit lower="-1.5" upper="1.5" velocity="1.0" effort="1"/></joint>
   <link name="ball"><collision><geometry><mesh filename="{path}"{scale}/></geometry></collision></link>
 </robot>"""
-
-
-def cube_sphere(n: int, radius_m: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """(vertices (6 n^2 - 12 n + 8, 3), triangles) of a cube's six n x n grids pushed onto a sphere.
-
-    Every vertex has at most 6 neighbours (a UV sphere's poles have one per meridian, more than the 255
-    a Coal convex allows). Grid points on the cube's edges are computed identically from both faces,
-    so the STL reader merges them; the triangles are written as they come (the hull ignores winding).
-    """
-    u = np.linspace(-1.0, 1.0, n)
-    a, b = (x.reshape(-1) for x in np.meshgrid(u, u, indexing="ij"))
-    one = np.ones_like(a)
-    faces = [np.stack(c, axis=-1) for s in (1.0, -1.0) for c in ((s * one, a, b), (a, s * one, b), (a, b, s * one))]
-    cube = np.concatenate(faces)  # (6 n^2, 3) with the edge points repeated
-    vertices, index = np.unique(cube / np.linalg.norm(cube, axis=1, keepdims=True), axis=0, return_inverse=True)
-    grid = np.arange(n * n).reshape(n, n)
-    quads = np.stack([grid[:-1, :-1], grid[1:, :-1], grid[1:, 1:], grid[:-1, 1:]], axis=-1).reshape(-1, 4)
-    local = np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])  # (2 (n-1)^2, 3)
-    triangles = np.concatenate([index.reshape(-1)[local + k * n * n] for k in range(6)])
-    return vertices * radius_m, triangles
-
-
-def write_binary_stl(path, vertices: np.ndarray, triangles: np.ndarray, header: bytes = b"") -> None:
-    record = np.zeros(len(triangles), dtype=[("normal", "<f4", 3), ("corners", "<f4", (3, 3)), ("attr", "<u2")])
-    record["corners"] = vertices[triangles]
-    path.write_bytes(header.ljust(80, b"\0")[:80] + np.uint32(len(triangles)).tobytes() + record.tobytes())
 
 
 def hull_of(robot) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "tokens": "vla_ros.bench.tokens_bench",
     "policy": "vla_ros.bench.policy_bench",
     "safety": "vla_ros.bench.safety_bench",
+    "mesh": "vla_ros.bench.mesh_bench",
     "controller": "vla_ros.bench.controller_bench",
     "faults": "vla_ros.bench.faults",
 }
@@ -121,7 +122,7 @@ VERBS = {
         _run_module("vla_ros.model.export_onnx"),
         "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups",
     ),
-    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller, faults): vla-ros bench sim --json"),
+    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, mesh, controller, faults): vla-ros bench sim --json"),
     "params": (_params, "node parameter tables (docs/parameters.md): vla-ros params --write"),
 }
 

@@ -304,7 +304,7 @@ def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
     verts = coal.StdVec_Vec3s()
     verts.extend(list(np.asarray(points, dtype=np.float64)))
     tris = coal.StdVec_Triangle()
-    tris.extend([coal.Triangle(a, b, c) for a, b, c in np.asarray(triangles).tolist()])
+    tris.extend(map(coal.Triangle, *np.asarray(triangles).T.tolist()))  # ~2x a list comprehension
     try:
         return coal.Convex(verts, tris)
     except RuntimeError as err:  # e.g. a hull vertex with more than 255 edges (the apex of a fine cone)
