@@ -66,7 +66,7 @@ def test_a_dense_mesh_loads_as_its_exact_hull_and_the_second_load_reads_the_cach
         robot = load_robot(URDF.format(name="dense_a", path=path, scale=""), progress=lines.append)
     assert HULL_STATS["computed"] - before["computed"] == 1 and HULL_STATS["cached"] == before["cached"]
     assert any(str(path) in line and f"{len(vertices)} vertices" in line for line in lines), lines
-    assert any(str(path) in r.getMessage() and "reading collision mesh" in r.getMessage() for r in caplog.records)
+    assert any(str(path) in r.getMessage() and "reading" in r.getMessage() for r in caplog.records)
     points, tris = hull_of(robot)
     assert len(points) == len(vertices) and len(tris) >= 2 * len(points) - 4  # every sphere vertex is extreme
     # hull vertices are input vertices (exactly, not nearest neighbours)
@@ -77,7 +77,7 @@ def test_a_dense_mesh_loads_as_its_exact_hull_and_the_second_load_reads_the_cach
     some_faces = tris[rng.choice(len(tris), 3000, replace=False)]
     assert outside_m(points, some_faces, vertices).max() <= 1e-12
     assert outside_m(points, tris, vertices[rng.choice(len(vertices), 3000, replace=False)]).max() <= 1e-12
-    assert len(list(hull_cache.glob("*.npz"))) == 1
+    assert len(list(hull_cache.glob("*.stl"))) == 1
 
     again = load_robot(URDF.format(name="dense_b", path=path, scale=""))  # another description, the same mesh
     assert again is not robot
@@ -85,7 +85,7 @@ def test_a_dense_mesh_loads_as_its_exact_hull_and_the_second_load_reads_the_cach
     np.testing.assert_array_equal(hull_of(again)[0], points)
 
 
-def test_a_changed_file_or_scale_misses_the_cache_and_a_bad_entry_is_recomputed(tmp_path, hull_cache, caplog):
+def test_a_changed_file_misses_the_cache_a_scale_does_not_and_a_bad_entry_is_recomputed(tmp_path, hull_cache, caplog):
     vertices, triangles = cube_sphere(12)
     path = tmp_path / "ball.stl"
     write_binary_stl(path, vertices, triangles)
@@ -93,16 +93,17 @@ def test_a_changed_file_or_scale_misses_the_cache_and_a_bad_entry_is_recomputed(
 
     def load(name, scale=""):
         before = HULL_STATS.copy()
-        load_robot(URDF.format(name=name, path=path, scale=scale))
+        robot = load_robot(URDF.format(name=name, path=path, scale=scale))
         counts.append((HULL_STATS["computed"] - before["computed"], HULL_STATS["cached"] - before["cached"]))
+        return robot
 
-    load("first")
+    points = hull_of(load("first"))[0]
     load("same_file")
-    load("scaled", scale=' scale="2 2 2"')
+    np.testing.assert_allclose(hull_of(load("scaled", scale=' scale="2 2 2"'))[0], 2 * points)
     write_binary_stl(path, vertices, triangles, header=b"re-exported")  # same vertices, other bytes
     load("changed_file")
-    assert counts == [(1, 0), (0, 1), (1, 0), (1, 0)]
-    for entry in hull_cache.glob("*.npz"):
+    assert counts == [(1, 0), (0, 1), (0, 1), (1, 0)]  # the hull is in the file's units, scaled after
+    for entry in hull_cache.glob("*.stl"):
         entry.write_bytes(b"not a hull")
     assert not list(hull_cache.glob(".tmp-*"))
     with caplog.at_level(logging.WARNING, logger="vla_ros.safety.robot"):

@@ -264,40 +264,94 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def mesh_hull(mesh_path: Path, scale: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``convex_hull`` of a mesh file's (scaled) vertices, through a disk cache keyed by the file's sha256 and scale.
+STL_RECORD = np.dtype([("normal", "<f4", 3), ("corners", "<f4", (3, 3)), ("attr", "<u2")])
 
-    An entry holds the hull's vertex indices and triangles, so a hit is verified against the vertices
-    just loaded (``verify_hull``) like a fresh hull; an entry that fails is recomputed and overwritten.
-    """
-    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
-    scale_key = ",".join(repr(float(x)) for x in np.asarray(scale, dtype=np.float64).reshape(-1))
-    key = hashlib.sha256(f"{_file_sha256(mesh_path)}|{scale_key}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
-    entry = hull_cache_dir() / f"{key}.npz"
-    if entry.is_file():
-        try:
-            with np.load(entry) as stored:
-                used, triangles = stored["used"].astype(np.intp), stored["triangles"].astype(np.intp)
-            verify_hull(vertices, used, triangles)
-            HULL_STATS["cached"] += 1
-            return vertices[used], triangles
-        except (OSError, ValueError, KeyError, RobotModelError) as err:
-            log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
-    used, triangles = _qhull(vertices)
-    verify_hull(vertices, used, triangles)
-    HULL_STATS["computed"] += 1
+
+def _binary_stl(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct vertices (V, 3), triangles (F, 3)) of a binary STL, or None when ``data`` is not one."""
+    if len(data) < 84:
+        return None
+    count = int.from_bytes(data[80:84], "little")
+    if len(data) != 84 + STL_RECORD.itemsize * count:
+        return None
+    corners = np.frombuffer(data, dtype=STL_RECORD, count=count, offset=84)["corners"].reshape(-1, 3)
+    vertices, index = np.unique(corners, axis=0, return_inverse=True)
+    return vertices.astype(np.float64), index.reshape(-1, 3)
+
+
+def read_mesh_vertices(path: Path) -> np.ndarray:
+    """(V, 3) vertices of a mesh file in its own units: binary STL read here, other formats through Coal (assimp)."""
+    data = path.read_bytes()
+    stl = _binary_stl(data) if path.suffix.lower() == ".stl" else None
+    if stl is not None:
+        return stl[0]
+    try:
+        bvh = coal.MeshLoader().load(str(path), np.ones(3))
+    except (RuntimeError, ValueError) as err:
+        raise RobotModelError(f"cannot read mesh {path}: {str(err).strip().splitlines()[-1]}") from None
+    return np.array(bvh.vertices(), dtype=np.float64).reshape(-1, 3)
+
+
+def _write_stl_atomically(entry: Path, points: np.ndarray, triangles: np.ndarray) -> None:
+    record = np.zeros(len(triangles), dtype=STL_RECORD)
+    record["corners"] = points[triangles]
+    data = b"vla_ros convex hull".ljust(80, b"\0") + np.uint32(len(triangles)).tobytes() + record.tobytes()
     tmp = ""
-    try:  # atomic: a reader sees the whole entry or none
+    try:  # a reader sees the whole entry or none
         entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".tmp-", suffix=".npz", delete=False) as f:
+        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".tmp-", suffix=".stl", delete=False) as f:
             tmp = f.name
-            np.savez(f, used=used.astype(np.int32), triangles=triangles.astype(np.int32))
+            f.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, entry)
-    except OSError as err:
-        log.warning("cannot write hull cache entry %s: %s", entry, err)
+    except OSError:
         if tmp:
             Path(tmp).unlink(missing_ok=True)
-    return vertices[used], triangles
+        raise
+
+
+def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[Path, np.ndarray, np.ndarray]:
+    """(hull STL file, points (U, 3), triangles (F, 3)) of a mesh file's convex hull, in the file's units.
+
+    Cached on disk (``hull_cache_dir``) as a binary STL named by the mesh file's sha256: the URDF's
+    ``scale`` applies to the hull afterwards (the hull of scaled vertices is the scaled hull), so it is
+    not part of the key. A fresh hull is checked against every vertex of the mesh (``verify_hull``); a
+    cached one, written only after that check, is checked again for being closed and convex, and an
+    entry that fails is recomputed. Points are float32-exact (STL and assimp vertices are float32), so
+    the stored hull is the checked one. Only one raw mesh is in memory at a time.
+    """
+    key = hashlib.sha256(f"{_file_sha256(mesh_path)}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
+    entry = hull_cache_dir() / f"{key}.stl"
+    if entry.is_file():
+        try:
+            stored = _binary_stl(entry.read_bytes())
+            if stored is None:
+                raise ValueError("not a binary STL")
+            points, triangles = stored
+            verify_hull(points, np.arange(len(points)), triangles)
+            say(f"collision mesh {mesh_path}: convex hull of {len(points)} vertices from the cache")
+            HULL_STATS["cached"] += 1
+            return entry, points, triangles
+        except (OSError, ValueError, RobotModelError) as err:
+            log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
+    say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): reading, then its convex hull")
+    vertices = read_mesh_vertices(mesh_path)
+    say(f"collision mesh {mesh_path}: {len(vertices)} vertices, computing the convex hull")
+    if len(vertices) < 4:
+        raise RobotModelError(f"mesh {mesh_path} has {len(vertices)} vertices; a solid needs at least 4")
+    used, triangles = _qhull(vertices)
+    verify_hull(vertices, used, triangles)
+    points = vertices[used]
+    HULL_STATS["computed"] += 1
+    if np.any(points.astype(np.float32) != points):  # cannot happen for STL or assimp input
+        raise RobotModelError(f"mesh {mesh_path}: hull vertices are not float32-exact")
+    try:
+        _write_stl_atomically(entry, points, triangles)
+    except OSError as err:
+        log.warning("cannot write hull cache entry %s (%s); using a temporary copy", entry, err)
+        entry = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / f"{key}.stl"
+        _write_stl_atomically(entry, points, triangles)
+    return entry, points, triangles
 
 
 def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
@@ -348,17 +402,18 @@ class RobotModel:
             raise RobotModelError(f"URDF root element must be <robot>, got <{root.tag}>")
         self.name = root.get("name", "")
         self._urdf_root = root
-        # Only collision meshes are needed; resolve them to absolute paths so Pinocchio never guesses.
+        # Only collision meshes are needed, and only as convex hulls: each mesh is resolved, read and hulled
+        # here, one at a time (see mesh_hull), and Pinocchio loads the (small, cached) hull file instead.
+        self._hulls: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for mesh in root.findall("./link/collision/geometry/mesh"):
-            mesh.set("filename", str(resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)))
+            path = resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)
+            hull_path, points, triangles = mesh_hull(path, self._say)
+            self._hulls[str(hull_path)] = (points, triangles)
+            mesh.set("filename", str(hull_path))
         for link in root.findall("link"):  # visual meshes may live in packages we do not have
             for visual in link.findall("visual"):
                 link.remove(visual)
         resolved_xml = ET.tostring(root, encoding="unicode")
-        for mesh in root.findall("./link/collision/geometry/mesh"):
-            path = Path(mesh.get("filename", ""))
-            size = path.stat().st_size if path.is_file() else 0
-            self._say(f"reading collision mesh {path} ({size / 1e6:.1f} MB)")
         try:
             self.model = pin.buildModelFromXML(resolved_xml)
             self.geom_model = pin.buildGeomFromUrdfString(self.model, resolved_xml, pin.GeometryType.COLLISION)
@@ -513,16 +568,16 @@ class RobotModel:
             self._progress(message)
 
     def _convexify(self) -> None:
+        """Replace each mesh Pinocchio loaded (a hull file from mesh_hull) by a Coal convex of that hull."""
         for g in self.geom_model.geometryObjects:
             if isinstance(g.geometry, coal.BVHModelBase):
-                vertices = np.array(g.geometry.vertices())
-                self._say(f"convex hull of {g.meshPath}: {vertices.shape[0]} vertices")
-                if vertices.shape[0] < 4:
-                    raise RobotModelError(
-                        f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4"
-                    )
-                points, triangles = mesh_hull(Path(g.meshPath), np.asarray(g.meshScale), vertices)
-                g.geometry = _coal_convex(points, triangles)
+                points, triangles = self._hulls[str(g.meshPath)]
+                scale = np.asarray(g.meshScale, dtype=np.float64)
+                if np.any(scale == 0.0):
+                    raise RobotModelError(f"mesh of {g.name} has a zero scale {scale.tolist()}")
+                if np.prod(np.sign(scale)) < 0:  # a mirroring scale turns the winding inside out
+                    triangles = triangles[:, ::-1]
+                g.geometry = _coal_convex(points * scale, triangles)
             g.geometry.computeLocalAABB()
 
     def _joint_extent(self, j: int) -> float:
