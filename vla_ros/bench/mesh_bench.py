@@ -39,9 +39,11 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "peak_rss_mb": peak}))
 """
 
 
-def cube_sphere(n: int, radius_m: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def cube_sphere(n: int, radius_m: float = 0.05, round_: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(vertices (6 n^2 - 12 n + 8, 3), triangles) of a cube's six n x n grids pushed onto a sphere.
 
+    With ``round_`` False the grids stay on the cube: a dense mesh with 8 hull vertices, like a CAD part
+    whose flat faces are finely tessellated (the sphere, every vertex on the hull, is the worst case).
     Every vertex has at most 6 neighbours (a UV sphere's poles have one per meridian, more than the 255
     a Coal convex allows). Grid points on the cube's edges are computed identically from both faces,
     so the STL reader merges them; the triangles are written as they come (the hull ignores winding).
@@ -51,7 +53,9 @@ def cube_sphere(n: int, radius_m: float = 0.05) -> tuple[np.ndarray, np.ndarray]
     one = np.ones_like(a)
     faces = [np.stack(c, axis=-1) for s in (1.0, -1.0) for c in ((s * one, a, b), (a, s * one, b), (a, b, s * one))]
     cube = np.concatenate(faces)  # (6 n^2, 3) with the edge points repeated
-    vertices, index = np.unique(cube / np.linalg.norm(cube, axis=1, keepdims=True), axis=0, return_inverse=True)
+    if round_:
+        cube = cube / np.linalg.norm(cube, axis=1, keepdims=True)
+    vertices, index = np.unique(cube, axis=0, return_inverse=True)
     grid = np.arange(n * n).reshape(n, n)
     quads = np.stack([grid[:-1, :-1], grid[1:, :-1], grid[1:, 1:], grid[:-1, 1:]], axis=-1).reshape(-1, 4)
     local = np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])  # (2 (n-1)^2, 3)
@@ -65,11 +69,11 @@ def write_binary_stl(path: Path, vertices: np.ndarray, triangles: np.ndarray, he
     path.write_bytes(header.ljust(80, b"\0")[:80] + np.uint32(len(triangles)).tobytes() + record.tobytes())
 
 
-def write_dense_robot(folder: Path, meshes: int, grid: int) -> Path:
+def write_dense_robot(folder: Path, meshes: int, grid: int, shape: str = "sphere") -> Path:
     """A chain of ``meshes`` links, each with its own sphere STL (radii differ, so do the files' hashes)."""
     text = URDF_HEAD
     for i in range(meshes):
-        vertices, triangles = cube_sphere(grid, radius_m=0.05 + 0.001 * i)
+        vertices, triangles = cube_sphere(grid, radius_m=0.05 + 0.001 * i, round_=shape == "sphere")
         path = folder / f"sphere{i}.stl"
         write_binary_stl(path, vertices, triangles)
         text += URDF_LINK.format(i=i, parent="base" if i == 0 else f"l{i - 1}", path=path)
@@ -92,16 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--meshes", type=int, default=1, help="collision meshes in the URDF, one per link")
     parser.add_argument("--grid", type=int, default=184, help="points per cube edge (184: 200,936 vertices)")
+    parser.add_argument("--shape", choices=("sphere", "cube"), default="sphere", help="sphere: all on the hull")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     if args.meshes < 1 or args.grid < 2:
         parser.error(f"--meshes {args.meshes} and --grid {args.grid} must be >= 1 and >= 2")
     with tempfile.TemporaryDirectory(prefix="vla_ros-mesh-bench-") as tmp:
-        urdf = write_dense_robot(Path(tmp), args.meshes, args.grid)
+        urdf = write_dense_robot(Path(tmp), args.meshes, args.grid, args.shape)
         cold = _load_in_child(urdf, Path(tmp) / "hulls")
         warm = _load_in_child(urdf, Path(tmp) / "hulls")
     result = {
         "meshes": args.meshes,
+        "shape": args.shape,
         "vertices_per_mesh": 6 * args.grid**2 - 12 * args.grid + 8,
         "cpus": os.cpu_count(),
         "cold_load_s": round(cold["load_s"], 2),

@@ -310,6 +310,22 @@ def _write_stl_atomically(entry: Path, points: np.ndarray, triangles: np.ndarray
         raise
 
 
+def _placeholder_mesh(hull_path: Path) -> Path:
+    """A 4-triangle STL next to a hull for Pinocchio to load: ``_convexify`` replaces it by the hull itself,
+    so Pinocchio never reads (nor builds a BVH of) a large mesh."""
+    path = hull_path.with_name(hull_path.stem + ".placeholder.stl")
+    if path.is_file():
+        return path
+    tetra = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]) * 1e-3
+    faces = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])
+    try:
+        _write_stl_atomically(path, tetra, faces)
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / path.name
+        _write_stl_atomically(path, tetra, faces)
+    return path
+
+
 def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[Path, np.ndarray, np.ndarray]:
     """(hull STL file, points (U, 3), triangles (F, 3)) of a mesh file's convex hull, in the file's units.
 
@@ -403,13 +419,14 @@ class RobotModel:
         self.name = root.get("name", "")
         self._urdf_root = root
         # Only collision meshes are needed, and only as convex hulls: each mesh is resolved, read and hulled
-        # here, one at a time (see mesh_hull), and Pinocchio loads the (small, cached) hull file instead.
+        # here, one at a time (see mesh_hull), and Pinocchio loads a 4-triangle placeholder in its place.
         self._hulls: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for mesh in root.findall("./link/collision/geometry/mesh"):
             path = resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)
             hull_path, points, triangles = mesh_hull(path, self._say)
-            self._hulls[str(hull_path)] = (points, triangles)
-            mesh.set("filename", str(hull_path))
+            placeholder = _placeholder_mesh(hull_path)
+            self._hulls[str(placeholder)] = (points, triangles)
+            mesh.set("filename", str(placeholder))
         for link in root.findall("link"):  # visual meshes may live in packages we do not have
             for visual in link.findall("visual"):
                 link.remove(visual)
@@ -568,7 +585,7 @@ class RobotModel:
             self._progress(message)
 
     def _convexify(self) -> None:
-        """Replace each mesh Pinocchio loaded (a hull file from mesh_hull) by a Coal convex of that hull."""
+        """Replace each mesh Pinocchio loaded (a placeholder, see __init__) by a Coal convex of its hull."""
         for g in self.geom_model.geometryObjects:
             if isinstance(g.geometry, coal.BVHModelBase):
                 points, triangles = self._hulls[str(g.meshPath)]
