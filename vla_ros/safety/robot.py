@@ -274,9 +274,18 @@ def _binary_stl(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     count = int.from_bytes(data[80:84], "little")
     if len(data) != 84 + STL_RECORD.itemsize * count:
         return None
-    corners = np.frombuffer(data, dtype=STL_RECORD, count=count, offset=84)["corners"].reshape(-1, 3)
-    vertices, index = np.unique(corners, axis=0, return_inverse=True)
-    return vertices.astype(np.float64), index.reshape(-1, 3)
+    corners = np.ascontiguousarray(np.frombuffer(data, dtype=STL_RECORD, count=count, offset=84)["corners"])
+    corners = corners.reshape(-1, 3)  # (3F, 3) float32, each vertex repeated in every triangle it is in
+    # merge equal vertices by their exact bits (np.unique(axis=0) sorts 12-byte records, ~4x slower)
+    bits = corners.view(np.uint32).astype(np.uint64)  # (3F, 3)
+    high, low = (bits[:, 0] << np.uint64(32)) | bits[:, 1], bits[:, 2]
+    order = np.lexsort((low, high))
+    high, low = high[order], low[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (high[1:] != high[:-1]) | (low[1:] != low[:-1])
+    index = np.empty(len(order), dtype=np.intp)
+    index[order] = np.cumsum(first) - 1
+    return corners[order[first]].astype(np.float64), index.reshape(-1, 3)
 
 
 def read_mesh_vertices(path: Path) -> np.ndarray:
