@@ -345,6 +345,7 @@ def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[P
     entry that fails is recomputed. Points are float32-exact (STL and assimp vertices are float32), so
     the stored hull is the checked one. Only one raw mesh is in memory at a time.
     """
+    say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): convex hull")
     key = hashlib.sha256(f"{_file_sha256(mesh_path)}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
     entry = hull_cache_dir() / f"{key}.stl"
     if entry.is_file():
@@ -359,7 +360,6 @@ def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[P
             return entry, points, triangles
         except (OSError, ValueError, RobotModelError) as err:
             log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
-    say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): reading, then its convex hull")
     vertices = read_mesh_vertices(mesh_path)
     say(f"collision mesh {mesh_path}: {len(vertices)} vertices, computing the convex hull")
     if len(vertices) < 4:
