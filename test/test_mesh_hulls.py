@@ -131,3 +131,16 @@ def test_hull_check_refuses_a_hull_that_misses_a_vertex_or_is_not_closed():
         verify_hull(vertices[keep], used, tris[:-1])
     with pytest.raises(RobotModelError, match="not distinct input vertices"):
         verify_hull(vertices[keep], np.append(used, len(keep)), tris)
+
+
+def test_other_mesh_formats_load_through_assimp_to_the_same_hull(tmp_path, hull_cache):
+    vertices, triangles = cube_sphere(8)
+    vertices = vertices.astype(np.float32).astype(np.float64)  # what the STL stores
+    stl, obj = tmp_path / "ball.stl", tmp_path / "ball.obj"
+    write_binary_stl(stl, vertices, triangles)
+    lines = [f"v {x!r} {y!r} {z!r}" for x, y, z in vertices.tolist()] + [f"f {a} {b} {c}" for a, b, c in triangles + 1]
+    obj.write_text("\n".join(lines) + "\n")
+    from_stl = hull_of(load_robot(URDF.format(name="stl", path=stl, scale="")))
+    from_obj = hull_of(load_robot(URDF.format(name="obj", path=obj, scale="")))
+    assert {tuple(p) for p in from_obj[0]} == {tuple(p) for p in from_stl[0]}
+    assert len(from_obj[1]) == len(from_stl[1])
