@@ -114,13 +114,13 @@ class Witness:
 
     def __init__(self) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, String
 
         from vla_ros.evaluation.live_eval import Driver
         from vla_ros.ros.publishers import with_info
+        from vla_ros.ros.qos import latched_qos
 
         self.driver = Driver()
         n = self.node = self.driver.node
@@ -136,9 +136,7 @@ class Witness:
             Float64MultiArray, "/forward_position_controller/commands", with_info(self._on_command), 500
         )
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 200)
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
+        latched = latched_qos()
         n.create_subscription(String, "/robot_description", lambda m: setattr(self, "urdf", m.data), latched)
         self.pub_state = n.create_publisher(JointState, "/joint_states", 10)
         self._JointState, self._Clock = JointState, Clock

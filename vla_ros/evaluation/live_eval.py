@@ -90,12 +90,12 @@ class Driver:
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
         from rclpy.parameter import Parameter
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from std_msgs.msg import Header, String
         from std_srvs.srv import Trigger
         from trajectory_msgs.msg import JointTrajectory
 
         from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos
+        from vla_ros.ros.qos import latched_qos
 
         self._rclpy = rclpy
         if not rclpy.ok():
@@ -104,9 +104,7 @@ class Driver:
         n = self.node
         self._executor = SingleThreadedExecutor()  # kept: rclpy.spin_once(node) rebuilds the wait set each call
         self._executor.add_node(n)
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
+        latched = latched_qos()
         self.status: dict | None = None
         self.first_status: dict[int, dict] = {}  # episode -> its first status (published by the reset itself)
         self.resets: dict[int, int] = {}  # episode -> announced start stamp (ns)

@@ -310,8 +310,7 @@ class ControllerNode(Node):
         group = self._state_sources.observe(gid, names, mono_ns)
         if len(group) < 2:
             return None
-        labels = ", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group)
-        self._hold_why = f"{len(group)} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"
+        self._hold_why = self._same_joints_text([group])
         return reasons.JOINT_STATE_CONFLICT, self._hold_why
 
     def _on_joint_state(self, msg: JointState, gid: str | None = None) -> None:
@@ -452,20 +451,18 @@ class ControllerNode(Node):
         self._state_publishers = graph_publishers(self, self._state_sub.topic_name)
         self._state_nodes = {e.gid: e.node for e in self._state_publishers}
 
+    def _same_joints_text(self, groups) -> str:
+        """What is wrong when each group of publisher gids names the same joints (per message and per check)."""
+        labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
+        return f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same joints"
+
     def _conflict(self, mono_ns: int) -> tuple[str, str]:
         """(hold code, what is wrong) while two sources feed one input, ("", "") otherwise."""
         problems = []
         # with trusted_state_publishers the trusted states are used and others refused per message: no hold
         groups = [] if self._trusted_states else self._state_sources.conflicts(mono_ns)
         if groups:
-            labels = "; ".join(", ".join(self._state_nodes.get(g) or f"gid {g}" for g in group) for group in groups)
-            problems.append(
-                (
-                    reasons.JOINT_STATE_CONFLICT,
-                    f"{sum(map(len, groups))} publishers on {self._state_sub.topic_name} ({labels}) name the same "
-                    "joints",
-                )
-            )
+            problems.append((reasons.JOINT_STATE_CONFLICT, self._same_joints_text(groups)))
         elif (
             not self._trusted_states
             and not self._per_message_sources

@@ -105,12 +105,12 @@ def _watch(args) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import Float64MultiArray, String
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
+    from vla_ros.ros.qos import latched_qos
     from vla_ros.ros.time import ns_from_time_msg
 
     rclpy.init()
@@ -155,7 +155,7 @@ def _watch(args) -> dict:
         if status["lifted"] == args.color and rec["lifted_at"] is None and rec["min_episode"] > 0:
             rec["lifted_at"] = status["time_s"]
 
-    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    latched = latched_qos()
     node.create_subscription(Image, "/camera/image_raw", on_image, 10)
     node.create_subscription(JointState, "/joint_states", on_joints, 100)
     node.create_subscription(String, "/vla/episode_status", on_status, latched)

@@ -78,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.serialization import deserialize_message
     from rclpy.signals import SignalHandlerOptions
     from std_msgs.msg import String
 
+    from vla_ros.ros.qos import latched_qos
     from vla_ros.ros.recorder import Recorder
 
     # Ctrl-C and SIGTERM end the loop below, which then closes the bag; rclpy's handlers would shut the
@@ -100,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 state["lifted_ns"] = now_ns
 
     if args.instruction:  # before the recorder looks for publishers, so it finds this one too
-        latched = QoSProfile(
-            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
-        )
+        latched = latched_qos()
         pub = node.create_publisher(String, "/vla/instruction", latched)
     # On simulated time nothing is subscribed before the first /clock: a message taken earlier would be
     # logged at time 0, seconds before the rest (latched topics arrive again once subscribed).

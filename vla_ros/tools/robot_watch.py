@@ -59,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, String
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
+    from vla_ros.ros.qos import latched_qos
     from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg
 
     rclpy.init()
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             elif node_name == "policy":
                 live["policy"] = short
 
-    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    latched = latched_qos()
     node.create_subscription(JointState, "/joint_states", on_joints, 100)
     node.create_subscription(Float64MultiArray, "/forward_position_controller/commands", on_command, 100)
     node.create_subscription(JointTrajectory, "/vla/safe_action_chunk", on_chunk("safe"), 10)
