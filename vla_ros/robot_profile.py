@@ -257,7 +257,7 @@ def _resolve(base: Path, text: str) -> Path:
     expanded = os.path.expandvars(text)
     unset = re.findall(r"\$\{?(\w+)", expanded)
     if unset:
-        raise ProfileError(f"robot profile in {base}: {text!r} needs the environment variable {unset[0]}, which is not set")
+        raise ProfileError(f"robot profile in {base}: {text!r} needs the environment variable {unset[0]} (not set)")
     path = Path(expanded).expanduser()
     return path if path.is_absolute() else (base / path)
 
@@ -298,7 +298,7 @@ def profile_from_dict(data, path: Path) -> RobotProfile:
         missing = [j for j in arm if j not in home]
         extra = sorted(set(home) - set(arm))
         if missing or extra:
-            raise ProfileError(f"{where}: home must give every arm joint and nothing else (missing {missing}, extra {extra})")
+            raise ProfileError(f"{where}: home must give every arm joint, no other (missing {missing}, extra {extra})")
         home_q = _numbers([home[j] for j in arm], len(arm), "home", where)
     else:
         home_q = _numbers(home, len(arm), "home", where)
@@ -341,7 +341,12 @@ def default_cameras(hand_link: str) -> tuple[CameraMount, ...]:
     if not hand_link:
         return (scene,)
     wrist = CameraMount(
-        name=WRIST_CAMERA, mount=hand_link, pos=(0.07, 0.0, 0.0), target=(0.0, 0.0, 0.16), fovy_deg=75.0, up=(1.0, 0.0, 0.0)
+        name=WRIST_CAMERA,
+        mount=hand_link,
+        pos=(0.07, 0.0, 0.0),
+        target=(0.0, 0.0, 0.16),
+        fovy_deg=75.0,
+        up=(1.0, 0.0, 0.0),
     )
     return (scene, wrist)
 
@@ -365,7 +370,7 @@ def check_against_urdf(profile: RobotProfile) -> list[str]:
         if joint is None:
             problems.append(f"joint {name!r} is not in {profile.urdf} (its joints: {sorted(joints)})")
         elif joint.get("type") in ("fixed", "floating", "planar"):
-            problems.append(f"joint {name!r} is {joint.get('type')}; a commanded joint is revolute, continuous or prismatic")
+            problems.append(f"joint {name!r} is {joint.get('type')}; commanded joints are revolute, continuous, prismatic")
         elif joint.find("mimic") is not None:
             problems.append(f"joint {name!r} mimics {joint.find('mimic').get('joint')}; command its leader instead")
     for field, link in (("tcp_link", profile.tcp_link), ("hand_link", profile.hand_link)):
