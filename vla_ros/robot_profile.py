@@ -370,7 +370,7 @@ def check_against_urdf(profile: RobotProfile) -> list[str]:
         if joint is None:
             problems.append(f"joint {name!r} is not in {profile.urdf} (its joints: {sorted(joints)})")
         elif joint.get("type") in ("fixed", "floating", "planar"):
-            problems.append(f"joint {name!r} is {joint.get('type')}; commanded joints are revolute, continuous, prismatic")
+            problems.append(f"joint {name!r} is {joint.get('type')}; commanded joints move (revolute, prismatic)")
         elif joint.find("mimic") is not None:
             problems.append(f"joint {name!r} mimics {joint.find('mimic').get('joint')}; command its leader instead")
     for field, link in (("tcp_link", profile.tcp_link), ("hand_link", profile.hand_link)):
