@@ -33,6 +33,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -155,12 +156,12 @@ def convex_hull(vertices: np.ndarray, chunk_entries: int = 1 << 22) -> tuple[np.
     return vertices[used], triangles
 
 
-def _qhull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _qhull(vertices: np.ndarray, options: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(used (U,) sorted input indices, triangles (F, 3) indexing ``used``, outward winding)."""
     from scipy.spatial import ConvexHull, QhullError
 
     try:
-        hull = ConvexHull(vertices)
+        hull = ConvexHull(vertices, qhull_options=options)
     except (QhullError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RobotModelError(
@@ -178,21 +179,43 @@ def _qhull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, chunk_entries: int = 1 << 22) -> None:
     """Raise RobotModelError unless ``vertices[used]`` with ``triangles`` is a convex polytope holding every vertex.
 
-    A closed surface of genus 0 that is convex at every edge bounds a convex body (it cannot wrap twice
-    around: the sphere is simply connected), so its own vertices lie inside every face plane. The other
-    input vertices are checked against every face plane, ``chunk_entries`` (vertex, face) products at a
-    time, after those inside the inscribed ball about the centroid are set aside. Cost O(F log F) plus
-    (vertices off the hull and near its surface) x faces; no (V, F) matrix is ever held.
+    ``used`` are distinct input indices (the hull's corners are input vertices); see ``check_polytope`` and
+    ``outside_distance`` for the two checks and their cost. No (V, F) matrix is ever held.
     """
     n_in = len(vertices)
-    if used.ndim != 1 or triangles.ndim != 2 or triangles.shape[1] != 3 or len(triangles) < 4:
-        raise RobotModelError(f"convex hull check failed: shapes used {used.shape}, triangles {triangles.shape}")
-    if used.size < 4 or used.min() < 0 or used.max() >= n_in or np.any(np.diff(used) <= 0):
+    if used.ndim != 1 or used.size < 4 or used.min() < 0 or used.max() >= n_in or np.any(np.diff(used) <= 0):
         raise RobotModelError("convex hull check failed: hull vertices are not distinct input vertices")
-    if triangles.min() < 0 or triangles.max() >= used.size or np.unique(triangles).size != used.size:
+    planes = check_polytope(vertices[used], triangles)
+    rest = np.ones(n_in, dtype=bool)
+    rest[used] = False
+    worst = outside_distance(vertices[rest], planes, chunk_entries)
+    if worst > planes.tol:
+        raise RobotModelError(f"convex hull check failed: a vertex lies {worst:.3g} m outside the hull")
+
+
+@dataclasses.dataclass(frozen=True)
+class HullPlanes:
+    """Face planes of a checked convex polytope: ``normals @ x <= offsets`` inside (unit normals)."""
+
+    normals: np.ndarray  # (F, 3)
+    offsets: np.ndarray  # (F,)
+    centre: np.ndarray  # (3,) centroid of the corners, strictly inside
+    inner_radius: float  # the ball of this radius about ``centre`` is inside
+    tol: float  # numerical tolerance for "on or below a plane", scaled to the polytope's size
+
+
+def check_polytope(points: np.ndarray, triangles: np.ndarray) -> HullPlanes:
+    """The face planes of ``points`` with ``triangles``; RobotModelError unless they bound a convex polytope.
+
+    A closed surface of genus 0 that is convex at every edge bounds a convex body (it cannot wrap twice
+    around: the sphere is simply connected), so its own corners lie inside every face plane. Cost O(F log F).
+    """
+    if triangles.ndim != 2 or triangles.shape[1] != 3 or len(triangles) < 4:
+        raise RobotModelError(f"convex hull check failed: triangles of shape {triangles.shape}")
+    n_points = len(points)
+    if triangles.min() < 0 or triangles.max() >= n_points or np.unique(triangles).size != n_points:
         raise RobotModelError("convex hull check failed: triangles do not use exactly the hull vertices")
-    points = vertices[used]
-    scale = float(np.abs(vertices).max()) or 1.0
+    scale = float(np.abs(points).max()) or 1.0
     tol = 1e-9 * scale
     # planes from the hull's own triangles (not qhull's equations), unit normals
     corners = points[triangles]  # (F, 3, 3)
@@ -205,7 +228,7 @@ def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, c
     offsets = np.einsum("fk,fk->f", normals, corners[:, 0])  # (F,)
     # closed 2-manifold with consistent winding: every directed edge once, and its reverse once
     directed = np.stack([triangles, np.roll(triangles, -1, axis=1)], axis=-1).reshape(-1, 2)  # (3F, 2)
-    n = np.int64(used.size)
+    n = np.int64(n_points)
     key = directed[:, 0] * n + directed[:, 1]
     rev = directed[:, 1] * n + directed[:, 0]
     order = np.argsort(key)
@@ -216,7 +239,7 @@ def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, c
     pos = np.minimum(pos, sorted_key.size - 1)
     if np.any(sorted_key[pos] != rev):
         raise RobotModelError("convex hull check failed: the surface is not closed")
-    if used.size - len(directed) // 2 + len(triangles) != 2:
+    if n_points - len(directed) // 2 + len(triangles) != 2:
         raise RobotModelError("convex hull check failed: the surface is not a sphere (Euler characteristic)")
     # convex at every edge: the neighbour's third corner is on or below this face's plane
     neighbour_face = order[pos] // 3  # (3F,) face across each directed edge
@@ -229,21 +252,137 @@ def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, c
     inner = offsets - normals @ centre  # (F,) distance of the centroid below each plane
     if inner.min() <= tol:
         raise RobotModelError("convex hull check failed: the hull is flat or turned inside out")
-    # the vertices qhull left inside: outside the inscribed ball, check against every plane in chunks
-    rest = np.ones(n_in, dtype=bool)
-    rest[used] = False
-    rest &= np.linalg.norm(vertices - centre, axis=1) > inner.min() - tol
-    others = vertices[rest]
-    rows = max(1, chunk_entries // len(triangles))
-    worst = -np.inf
-    for i in range(0, len(others), rows):
-        worst = max(worst, float((others[i : i + rows] @ normals.T - offsets).max()))
-    if worst > tol:
-        raise RobotModelError(f"convex hull check failed: a vertex lies {worst:.3g} m outside the hull")
+    return HullPlanes(normals, offsets, centre, float(inner.min()), tol)
+
+
+def plane_violations(vertices: np.ndarray, planes: HullPlanes, chunk_entries: int = 1 << 22) -> np.ndarray:
+    """(V,) how far each vertex lies above the polytope's highest face plane (<= 0: inside), ``chunk_entries``
+    (vertex, face) products at a time; the vertices inside the inscribed ball are not multiplied out."""
+    out = np.full(len(vertices), -np.inf)
+    far = np.flatnonzero(np.linalg.norm(vertices - planes.centre, axis=1) > planes.inner_radius - planes.tol)
+    rows = max(1, chunk_entries // len(planes.offsets))
+    for i in range(0, len(far), rows):
+        idx = far[i : i + rows]
+        out[idx] = (vertices[idx] @ planes.normals.T - planes.offsets).max(axis=1)
+    return out
+
+
+def outside_distance(vertices: np.ndarray, planes: HullPlanes, chunk_entries: int = 1 << 22) -> float:
+    """The largest face-plane violation of any vertex (<= tol: all inside); -inf for no vertices."""
+    return float(plane_violations(vertices, planes, chunk_entries).max(initial=-np.inf))
+
+
+# Meshes up to this many vertices get their exact hull, every vertex checked against it (well under a second).
+HULL_EXACT_MAX_VERTICES = 20_000
+# A larger mesh is sampled (this many vertices at a fixed stride, plus its extreme vertex in each of
+# HULL_DIRECTIONS directions). Where the sample's hull has at most HULL_MAX_CORNERS corners (a CAD part whose
+# hull has few corners, however finely its faces are tessellated) the mesh gets its exact hull; otherwise (a
+# finely tessellated curved surface, every vertex a corner: qhull takes seconds per 100k vertices and Coal's
+# checks slow down with the corner count) it gets the polytope bounded by its tangent planes in HULL_DIRECTIONS
+# directions, which holds every vertex by construction and exceeds the hull by the reported padding.
+HULL_SAMPLE = 20_000
+HULL_DIRECTIONS = 1024
+HULL_MAX_CORNERS = 2048
+HULL_CHECKED = 5_000  # of the sample, checked against the result of a large mesh (with the extreme vertices)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshHull:
+    """A collision mesh's convex polytope, in the mesh file's units: ``points`` (U, 3), ``triangles`` (F, 3)
+    with outward winding; ``padding`` is 0 for the exact hull, else at most how far it reaches beyond it."""
+
+    points: np.ndarray
+    triangles: np.ndarray
+    vertices: int  # the mesh's distinct vertices
+    padding: float = 0.0
+
+
+def fibonacci_directions(n: int) -> np.ndarray:
+    """(n, 3) unit vectors spread evenly over the sphere (a Fibonacci lattice)."""
+    i = np.arange(n) + 0.5
+    z = 1.0 - 2.0 * i / n
+    r = np.sqrt(1.0 - z * z)
+    phi = np.pi * (3.0 - np.sqrt(5.0)) * i
+    return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+
+
+def _support_indices(vertices: np.ndarray, directions: np.ndarray, chunk_entries: int = 1 << 22) -> np.ndarray:
+    """(K,) index of a vertex farthest along each direction, found in float32 (so within float32 rounding of
+    the farthest; callers allow for that)."""
+    v32, d32 = vertices.astype(np.float32).T.copy(), directions.astype(np.float32)
+    best = np.full(len(directions), -np.inf, dtype=np.float32)
+    index = np.zeros(len(directions), dtype=np.intp)
+    rows = max(1, chunk_entries // len(directions))
+    for i in range(0, v32.shape[1], rows):
+        dots = d32 @ v32[:, i : i + rows]  # (K, rows): the reduction runs along memory
+        arg = dots.argmax(axis=1)
+        top = dots[np.arange(len(directions)), arg]
+        better = top > best
+        best[better], index[better] = top[better], arg[better] + i
+    return index
+
+
+def _check_contains(vertices: np.ndarray, planes: HullPlanes, what: str) -> None:
+    worst = outside_distance(vertices, planes)
+    if worst > planes.tol:
+        raise RobotModelError(f"{what} check failed: a vertex lies {worst:.3g} outside it")
+
+
+def bounded_hull(vertices: np.ndarray) -> MeshHull:
+    """The mesh's exact convex hull where it has few corners or the mesh is small, else a circumscribed polytope
+    of bounded size (see HULL_SAMPLE). Work is linear in the mesh's vertices, and no (vertices x faces) product
+    is formed for a large mesh: every vertex of a small mesh is checked against the result, of a large mesh
+    the sample and the extreme vertices (the circumscribed polytope holds every vertex by construction)."""
+    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    if len(vertices) <= HULL_EXACT_MAX_VERTICES:
+        used, triangles = _qhull(vertices)
+        verify_hull(vertices, used, triangles)
+        return MeshHull(vertices[used], triangles, len(vertices))
+    units = fibonacci_directions(HULL_DIRECTIONS)
+    support = _support_indices(vertices, units)
+    stride = -(-len(vertices) // HULL_SAMPLE)
+    sample = np.union1d(np.arange(0, len(vertices), stride), support)
+    used, triangles = _qhull(vertices[sample])
+    inner = check_polytope(vertices[sample[used]], triangles)  # inside the exact hull: its corners are vertices
+    checked = np.union1d(sample[:: max(1, len(sample) // HULL_CHECKED)], support)
+    if len(used) <= HULL_MAX_CORNERS:
+        used, triangles = _qhull(vertices)
+        if len(used) <= HULL_MAX_CORNERS:
+            hull = check_polytope(vertices[used], triangles)
+            _check_contains(vertices[checked], hull, "convex hull")
+            return MeshHull(vertices[used], triangles, len(vertices))
+    heights = np.einsum("kd,kd->k", units, vertices[support])
+    return _circumscribed(vertices, checked, units, heights, inner)
+
+
+def _circumscribed(
+    vertices: np.ndarray, checked: np.ndarray, units: np.ndarray, heights: np.ndarray, inner: HullPlanes
+) -> MeshHull:
+    """The polytope ``units @ x <= heights + margin`` (``heights``: the mesh's extent along each unit vector, so
+    it holds the mesh), its corners snapped to a grid and rounded to float32 (the margin covers both and the
+    float32 search for the extremes). ``padding`` is how far it reaches beyond ``inner``, a polytope inside the
+    exact hull: at most that much larger than the exact hull anywhere."""
+    from scipy.spatial import HalfspaceIntersection, QhullError
+
+    scale = float(np.abs(vertices).max()) or 1.0
+    grid = 1e-6 * scale
+    margin = grid * np.sqrt(3.0) + 16.0 * float(np.finfo(np.float32).eps) * scale
+    halfspaces = np.hstack([units, -(heights + margin)[:, None]])  # A x + b <= 0
+    try:
+        corners = HalfspaceIntersection(halfspaces, inner.centre).intersections
+    except (QhullError, ValueError) as err:
+        raise RobotModelError(f"bounded hull failed: {str(err).strip().splitlines()[0]}") from None
+    # planes meeting at one point give corners a rounding error apart: one corner each
+    corners = np.unique((np.round(corners / grid) * grid).astype(np.float32), axis=0).astype(np.float64)
+    used, triangles = _qhull(corners, "QJ")  # joggled: simplicial facets, no zero-area triangles
+    hull = check_polytope(corners[used], triangles)
+    _check_contains(vertices[checked], hull, "bounded hull")
+    padding = max(0.0, outside_distance(corners[used], inner))
+    return MeshHull(corners[used], triangles, len(vertices), padding)
 
 
 # Bump when the stored hull format or the hull algorithm changes: old entries are then never read.
-HULL_CACHE_VERSION = 1
+HULL_CACHE_VERSION = 2
 # Hulls computed and hulls read from the disk cache in this process (tests count cache hits with it).
 HULL_STATS: collections.Counter[str] = collections.Counter()
 
@@ -301,10 +440,10 @@ def read_mesh_vertices(path: Path) -> np.ndarray:
     return np.array(bvh.vertices(), dtype=np.float64).reshape(-1, 3)
 
 
-def _write_stl_atomically(entry: Path, points: np.ndarray, triangles: np.ndarray) -> None:
+def _write_stl_atomically(entry: Path, points: np.ndarray, triangles: np.ndarray, header: bytes = b"") -> None:
     record = np.zeros(len(triangles), dtype=STL_RECORD)
     record["corners"] = points[triangles]
-    data = b"vla_ros convex hull".ljust(80, b"\0") + np.uint32(len(triangles)).tobytes() + record.tobytes()
+    data = header.ljust(80, b"\0")[:80] + np.uint32(len(triangles)).tobytes() + record.tobytes()
     tmp = ""
     try:  # a reader sees the whole entry or none
         entry.parent.mkdir(parents=True, exist_ok=True)
@@ -335,48 +474,89 @@ def _placeholder_mesh(hull_path: Path) -> Path:
     return path
 
 
-def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[Path, np.ndarray, np.ndarray]:
-    """(hull STL file, points (U, 3), triangles (F, 3)) of a mesh file's convex hull, in the file's units.
+HULL_HEADER = "vla_ros convex hull"
 
-    Cached on disk (``hull_cache_dir``) as a binary STL named by the mesh file's sha256: the URDF's
-    ``scale`` applies to the hull afterwards (the hull of scaled vertices is the scaled hull), so it is
-    not part of the key. A fresh hull is checked against every vertex of the mesh (``verify_hull``); a
-    cached one, written only after that check, is checked again for being closed and convex, and an
-    entry that fails is recomputed. Points are float32-exact (STL and assimp vertices are float32), so
-    the stored hull is the checked one. Only one raw mesh is in memory at a time.
+
+def _hull_header(hull: MeshHull) -> bytes:
+    """The cache entry's STL header: what the hull cannot say of itself (the mesh's size, the padding)."""
+    return f"{HULL_HEADER} vertices={hull.vertices} padding={hull.padding!r}".encode()
+
+
+def _read_hull_entry(entry: Path) -> MeshHull:
+    data = entry.read_bytes()
+    stored = _binary_stl(data)
+    if stored is None:
+        raise ValueError("not a binary STL")
+    head = data[:80].rstrip(b"\0").decode("ascii", "replace")
+    fields = dict(word.partition("=")[::2] for word in head.removeprefix(HULL_HEADER).split())
+    if not head.startswith(HULL_HEADER) or set(fields) != {"vertices", "padding"}:
+        raise ValueError(f"unknown header {head!r}")
+    vertices, padding = int(fields["vertices"]), float(fields["padding"])
+    if not (np.isfinite(padding) and padding >= 0.0 and vertices >= 4):
+        raise ValueError(f"header {head!r}")
+    points, triangles = stored
+    check_polytope(points, triangles)
+    return MeshHull(points, triangles, vertices, padding)
+
+
+def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[Path, MeshHull]:
+    """(hull STL file, MeshHull) of a mesh file's convex hull (``bounded_hull``), in the file's units.
+
+    Cached on disk (``hull_cache_dir``) as a binary STL named by the mesh file's sha256, the padding in its
+    header: the URDF's ``scale`` applies to the hull afterwards (the hull of scaled vertices is the scaled
+    hull), so it is not part of the key. A fresh hull is checked against every vertex of the mesh; a cached
+    one, written only after that check, is checked again for being closed and convex, and an entry that
+    fails is recomputed. Points are float32-exact, so the stored hull is the checked one. Only one raw mesh
+    is in memory at a time.
     """
     say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): convex hull")
     key = hashlib.sha256(f"{_file_sha256(mesh_path)}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
     entry = hull_cache_dir() / f"{key}.stl"
     if entry.is_file():
         try:
-            stored = _binary_stl(entry.read_bytes())
-            if stored is None:
-                raise ValueError("not a binary STL")
-            points, triangles = stored
-            verify_hull(points, np.arange(len(points)), triangles)
-            say(f"collision mesh {mesh_path}: convex hull of {len(points)} vertices from the cache")
+            hull = _read_hull_entry(entry)
+            say(f"collision mesh {mesh_path}: {_hull_words(hull)}, from the cache")
             HULL_STATS["cached"] += 1
-            return entry, points, triangles
+            return entry, hull
         except (OSError, ValueError, RobotModelError) as err:
             log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
     vertices = read_mesh_vertices(mesh_path)
     say(f"collision mesh {mesh_path}: {len(vertices)} vertices, computing the convex hull")
     if len(vertices) < 4:
         raise RobotModelError(f"mesh {mesh_path} has {len(vertices)} vertices; a solid needs at least 4")
-    used, triangles = _qhull(vertices)
-    verify_hull(vertices, used, triangles)
-    points = vertices[used]
+    hull = bounded_hull(vertices)
+    del vertices
     HULL_STATS["computed"] += 1
-    if np.any(points.astype(np.float32) != points):  # cannot happen for STL or assimp input
+    if np.any(hull.points.astype(np.float32) != hull.points):  # cannot happen for STL or assimp input
         raise RobotModelError(f"mesh {mesh_path}: hull vertices are not float32-exact")
+    say(f"collision mesh {mesh_path}: {_hull_words(hull)}")
     try:
-        _write_stl_atomically(entry, points, triangles)
+        _write_stl_atomically(entry, hull.points, hull.triangles, _hull_header(hull))
     except OSError as err:
         log.warning("cannot write hull cache entry %s (%s); using a temporary copy", entry, err)
         entry = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / f"{key}.stl"
-        _write_stl_atomically(entry, points, triangles)
-    return entry, points, triangles
+        _write_stl_atomically(entry, hull.points, hull.triangles, _hull_header(hull))
+    # the hull as the cache gives it back (its corners in the file's order), so every load uses the same one
+    return entry, _read_hull_entry(entry)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshReport:
+    """How one collision mesh was loaded (RobotModel.mesh_reports; ``vla-ros robot check`` prints them)."""
+
+    path: str
+    vertices: int  # the mesh's distinct vertices
+    hull_vertices: int
+    padding: float  # mesh units; 0 = the exact hull
+    seconds: float
+    cached: bool
+
+
+def _hull_words(hull: MeshHull) -> str:
+    words = f"convex hull of {len(hull.points)} vertices"
+    if hull.padding > 0.0:
+        words += f" padded by {hull.padding:.3g} (mesh units) to bound its size"
+    return words
 
 
 def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
@@ -430,11 +610,23 @@ class RobotModel:
         # Only collision meshes are needed, and only as convex hulls: each mesh is resolved, read and hulled
         # here, one at a time (see mesh_hull), and Pinocchio loads a 4-triangle placeholder in its place.
         self._hulls: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.mesh_reports: list[MeshReport] = []
         for mesh in root.findall("./link/collision/geometry/mesh"):
             path = resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)
-            hull_path, points, triangles = mesh_hull(path, self._say)
+            started, cached = time.perf_counter(), HULL_STATS["cached"]
+            hull_path, hull = mesh_hull(path, self._say)
+            self.mesh_reports.append(
+                MeshReport(
+                    str(path),
+                    hull.vertices,
+                    len(hull.points),
+                    hull.padding,
+                    time.perf_counter() - started,
+                    HULL_STATS["cached"] > cached,
+                )
+            )
             placeholder = _placeholder_mesh(hull_path)
-            self._hulls[str(placeholder)] = (points, triangles)
+            self._hulls[str(placeholder)] = (hull.points, hull.triangles)
             mesh.set("filename", str(placeholder))
         for link in root.findall("link"):  # visual meshes may live in packages we do not have
             for visual in link.findall("visual"):
