@@ -259,7 +259,7 @@ def _resolve(base: Path, text: str) -> Path:
     if unset:
         raise ProfileError(f"robot profile in {base}: {text!r} needs the environment variable {unset[0]} (not set)")
     path = Path(expanded).expanduser()
-    return path if path.is_absolute() else (base / path)
+    return Path(os.path.normpath(path if path.is_absolute() else base / path))
 
 
 def _package_path(base: Path, entry: str) -> str:

@@ -4,6 +4,7 @@ configuration they build. No rclpy import."""
 from __future__ import annotations
 
 from vla_ros.params import common
+from vla_ros.params.robot import ROBOT_PROFILE
 from vla_ros.params.spec import ParamSpec, build_config
 
 DEFAULT_MODEL = "vla_cups"
@@ -267,9 +268,11 @@ PARAMS = [
     ParamSpec(
         "robot_description_file",
         "",
-        "shape_chunks: URDF whose joint limits the filter uses; empty = the /robot_description topic (transient local)",
+        "shape_chunks: URDF whose joint limits the filter uses; empty = the robot profile's, else the "
+        "/robot_description topic (transient local)",
         read_only=True,
     ),
+    ROBOT_PROFILE,
     ParamSpec(
         "safety_params_file",
         "",

@@ -10,6 +10,7 @@ from typing import Any
 
 from vla_ros.params import common, limits
 from vla_ros.params.limits import check_lines, lines  # noqa: F401  (lines re-exported for the node)
+from vla_ros.params.robot import ROBOT_PROFILE
 from vla_ros.params.spec import ParamSpec, build_config
 from vla_ros.params.tightening import HIGHER, LOWER, ON, rules_from_specs
 from vla_ros.safety import ConfigError, Obstacle, SafetyConfig
@@ -59,13 +60,15 @@ PARAMS = [
     ParamSpec(
         "robot_description_file",
         "",
-        "URDF file to load; empty = the /robot_description topic (transient local)",
+        "URDF file to load; empty = the robot profile's, else the /robot_description topic (transient local)",
         read_only=True,
     ),
+    ROBOT_PROFILE,
     ParamSpec(
         "srdf_file",
         "",
-        "SRDF whose disable_collisions pairs are not checked; empty = adjacent and touching-at-reference pairs",
+        "SRDF whose disable_collisions pairs are not checked; empty = the robot profile's, else adjacent and "
+        "touching-at-reference pairs",
         read_only=True,
     ),
     ParamSpec(
