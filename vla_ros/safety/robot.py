@@ -33,6 +33,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -248,6 +249,21 @@ HULL_CACHE_VERSION = 1
 HULL_STATS: collections.Counter[str] = collections.Counter()
 
 
+@dataclasses.dataclass(frozen=True)
+class MeshLoad:
+    """One collision mesh as ``mesh_hull`` got its hull (``vla-ros robot check`` reports these)."""
+
+    file: Path
+    vertices: int | None  # distinct vertices of the mesh; None when the hull came from the cache (mesh not read)
+    hull_vertices: int
+    seconds: float  # wall time in mesh_hull: hashing, reading, hulling and checking, or reading the cache
+    cached: bool
+
+
+# The latest meshes ``mesh_hull`` returned in this process, oldest first (bounded: nodes may reload descriptions).
+MESH_LOADS: collections.deque[MeshLoad] = collections.deque(maxlen=256)
+
+
 def hull_cache_dir() -> Path:
     """$VLA_ROS_HULL_CACHE, else $XDG_CACHE_HOME/vla_ros/hulls (~/.cache/vla_ros/hulls); safe to delete."""
     if os.environ.get("VLA_ROS_HULL_CACHE"):
@@ -345,6 +361,7 @@ def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[P
     entry that fails is recomputed. Points are float32-exact (STL and assimp vertices are float32), so
     the stored hull is the checked one. Only one raw mesh is in memory at a time.
     """
+    started = time.perf_counter()
     say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): convex hull")
     key = hashlib.sha256(f"{_file_sha256(mesh_path)}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
     entry = hull_cache_dir() / f"{key}.stl"
@@ -357,6 +374,7 @@ def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[P
             verify_hull(points, np.arange(len(points)), triangles)
             say(f"collision mesh {mesh_path}: convex hull of {len(points)} vertices from the cache")
             HULL_STATS["cached"] += 1
+            MESH_LOADS.append(MeshLoad(mesh_path, None, len(points), time.perf_counter() - started, True))
             return entry, points, triangles
         except (OSError, ValueError, RobotModelError) as err:
             log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
@@ -376,6 +394,7 @@ def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[P
         log.warning("cannot write hull cache entry %s (%s); using a temporary copy", entry, err)
         entry = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / f"{key}.stl"
         _write_stl_atomically(entry, points, triangles)
+    MESH_LOADS.append(MeshLoad(mesh_path, len(vertices), len(points), time.perf_counter() - started, False))
     return entry, points, triangles
 
 
