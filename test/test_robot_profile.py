@@ -171,3 +171,22 @@ def test_the_controller_runs_the_fr3_from_its_profile_or_its_urdf_alone(fr3_env)
     assert from_profile.position_upper[-1] == pytest.approx(0.04)  # the finger's limit, from the FR3 URDF
     from_urdf = config_from_params(controller_params(robot_description_file=str(FR3_DIR / "fr3.urdf")))
     assert from_urdf.joint_names == from_profile.joint_names  # the finger's mimic is left out
+
+
+def test_the_safety_filter_takes_its_joints_from_the_profile_as_the_controller_does(tmp_path):
+    from vla_ros.params import safety_filter
+
+    # A profile commanding five of the bundled arm's six revolute joints (the wrist roll stays where it is).
+    path = tmp_path / "five.yaml"
+    five = dataclasses.replace(
+        load_profile(), arm_joints=COMMANDED_JOINTS[:5], home=(0.0, 0.25, 1.82, 0.0, 1.07), source=path
+    )
+    path.write_text(five.to_yaml())
+    assert check_against_urdf(load_profile(path)) == []
+    filter_params = {**{s.name: s.default for s in safety_filter.PARAMS}, "robot_profile": str(path)}
+    expected = load_profile(path).commanded_joints
+    assert safety_filter.config_from_params(filter_params).joints == expected
+    assert config_from_params(controller_params(robot_profile=str(path))).joint_names == expected
+    named = safety_filter.config_from_params({**filter_params, "joints": ["shoulder_pan_joint"]})
+    assert named.joints == ("shoulder_pan_joint",)  # named joints win
+    assert safety_filter.config_from_params({**filter_params, "robot_profile": ""}).joints == ()  # the URDF's all

@@ -10,7 +10,7 @@ from typing import Any
 
 from vla_ros.params import common, limits
 from vla_ros.params.limits import check_lines, lines  # noqa: F401  (lines re-exported for the node)
-from vla_ros.params.robot import ROBOT_PROFILE
+from vla_ros.params.robot import ROBOT_PROFILE, robot_files
 from vla_ros.params.spec import ParamSpec, build_config
 from vla_ros.params.tightening import HIGHER, LOWER, ON, rules_from_specs
 from vla_ros.safety import ConfigError, Obstacle, SafetyConfig
@@ -81,7 +81,8 @@ PARAMS = [
     ParamSpec(
         "joints",
         [""],
-        "joints a chunk must command; empty = every actuated (non-mimic) joint of the URDF",
+        "joints a chunk must command; empty = the robot profile's (arm, then gripper), else every actuated (non-mimic) "
+        "joint of the URDF",
         read_only=True,
         field=True,
         to_field=lines,
@@ -369,6 +370,9 @@ def tightening_rules(robot=None) -> dict:
 
 
 def config_from_params(p: dict[str, Any]) -> SafetyConfig:
-    """The core configuration from parameter values (raises ConfigError naming the field)."""
+    """The core configuration from parameter values (raises ConfigError naming the field; ValueError for a robot
+    profile that does not load). Without ``joints`` a chunk commands the robot profile's joints, as the
+    controller's do; without either, every actuated joint of the URDF."""
     box = {} if p["workspace_enabled"] else {"workspace_min_m": None, "workspace_max_m": None}
-    return build_config(SafetyConfig, PARAMS, p, **box)
+    joints = lines(p["joints"]) or robot_files(p).joints
+    return build_config(SafetyConfig, PARAMS, p, joints=tuple(joints), **box)
