@@ -190,3 +190,14 @@ def test_the_safety_filter_takes_its_joints_from_the_profile_as_the_controller_d
     named = safety_filter.config_from_params({**filter_params, "joints": ["shoulder_pan_joint"]})
     assert named.joints == ("shoulder_pan_joint",)  # named joints win
     assert safety_filter.config_from_params({**filter_params, "robot_profile": ""}).joints == ()  # the URDF's all
+
+
+@needs_fr3
+def test_the_policys_table_lift_finds_the_profiles_meshes(fr3_env):
+    from vla_ros.params import policy
+    from vla_ros.params.spec import default_values
+
+    fr3 = load_profile("fr3")  # its meshes are package://fr3/..., found through the profile's package_paths
+    p = {**default_values(policy.PARAMS), "robot_profile": "fr3", "shaping_table_lift": True}
+    limits = policy.shaping_limits_from_params(p, fr3.urdf, fr3.commanded_joints, share_dir=REPO, base_dir=FR3_DIR)
+    assert limits.joint_names == fr3.commanded_joints and limits.table_lift is not None
