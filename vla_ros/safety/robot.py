@@ -7,8 +7,9 @@ Loaded once per robot description and shared read-only; every filter owns its ow
   plain ``/dir`` entries are searched for ``/dir/name``), then through the ament index
   (``AMENT_PREFIX_PATH``); ``file://`` URIs and paths relative to the URDF file work too. Only collision
   geometry is read.
-* Meshes are replaced by their convex hulls (qhull through scipy, then verified to contain every vertex,
-  in memory linear in the mesh; cached on disk by the mesh file's sha256 and scale, see ``mesh_hull``).
+* Meshes are replaced by their convex hulls (qhull through scipy; a mesh of more than 20k vertices whose
+  hull has many corners by a circumscribed polytope of bounded size, see ``bounded_hull``; time and memory
+  linear in the mesh; cached on disk by the mesh file's sha256, see ``mesh_hull``).
   A hull contains the mesh, so distances to it are never larger than distances to the mesh:
   conservative, and GJK on a convex shape is exact and fast.
 * Joint names come from the URDF; position and velocity limits through ``vla_ros.urdf_limits``, the reader
