@@ -275,16 +275,16 @@ def outside_distance(vertices: np.ndarray, planes: HullPlanes, chunk_entries: in
 
 # Meshes up to this many vertices get their exact hull, every vertex checked against it (well under a second).
 HULL_EXACT_MAX_VERTICES = 20_000
-# A larger mesh is sampled (this many vertices at a fixed stride, plus its extreme vertex in each of
-# HULL_DIRECTIONS directions). Where the sample's hull has at most HULL_MAX_CORNERS corners (a CAD part whose
-# hull has few corners, however finely its faces are tessellated) the mesh gets its exact hull; otherwise (a
-# finely tessellated curved surface, every vertex a corner: qhull takes seconds per 100k vertices and Coal's
-# checks slow down with the corner count) it gets the polytope bounded by its tangent planes in HULL_DIRECTIONS
-# directions, which holds every vertex by construction and exceeds the hull by the reported padding.
-HULL_SAMPLE = 20_000
+# A larger mesh is sampled (HULL_SAMPLE vertices at a fixed stride). Where the sample's hull has at most
+# HULL_MAX_CORNERS corners (a CAD part whose hull has few corners, however finely its faces are tessellated), the
+# mesh gets its exact hull if that has few corners too. Otherwise (a finely tessellated curved surface, every
+# vertex a corner: qhull takes seconds per 100k vertices and Coal's checks slow down with the corner count) it
+# gets the polytope bounded by its tangent planes in HULL_DIRECTIONS directions, which holds every vertex by
+# construction and reaches beyond the exact hull by at most the reported padding.
+HULL_SAMPLE = 5_000
 HULL_DIRECTIONS = 1024
 HULL_MAX_CORNERS = 2048
-HULL_CHECKED = 5_000  # of the sample, checked against the result of a large mesh (with the extreme vertices)
+HULL_CHECKED = 2_000  # of the sample, checked against the result of a large mesh (with the extreme vertices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,17 +307,22 @@ def fibonacci_directions(n: int) -> np.ndarray:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
 
 
-def _support_indices(vertices: np.ndarray, directions: np.ndarray, chunk_entries: int = 1 << 22) -> np.ndarray:
+def _support_indices(vertices: np.ndarray, directions: np.ndarray, rows: int = 4096) -> np.ndarray:
     """(K,) index of a vertex farthest along each direction, found in float32 (so within float32 rounding of
-    the farthest; callers allow for that)."""
-    v32, d32 = vertices.astype(np.float32).T.copy(), directions.astype(np.float32)
+    the farthest; callers allow for that). Products are laid out (directions, vertices) so the search runs
+    along memory: the other way round it is several times slower."""
+    v32 = vertices.astype(np.float32).T.copy()  # (3, V)
+    d32 = directions.astype(np.float32)
     best = np.full(len(directions), -np.inf, dtype=np.float32)
     index = np.zeros(len(directions), dtype=np.intp)
-    rows = max(1, chunk_entries // len(directions))
+    every = np.arange(len(directions))
     for i in range(0, v32.shape[1], rows):
-        dots = d32 @ v32[:, i : i + rows]  # (K, rows): the reduction runs along memory
+        block = v32[:, i : i + rows]
+        dots = d32[:, 0:1] * block[0]  # (K, rows), three broadcasts: no BLAS threads for a product of depth 3
+        dots += d32[:, 1:2] * block[1]
+        dots += d32[:, 2:3] * block[2]
         arg = dots.argmax(axis=1)
-        top = dots[np.arange(len(directions)), arg]
+        top = dots[every, arg]
         better = top > best
         best[better], index[better] = top[better], arg[better] + i
     return index
@@ -333,27 +338,27 @@ def bounded_hull(vertices: np.ndarray) -> MeshHull:
     """The mesh's exact convex hull where it has few corners or the mesh is small, else a circumscribed polytope
     of bounded size (see HULL_SAMPLE). Work is linear in the mesh's vertices, and no (vertices x faces) product
     is formed for a large mesh: every vertex of a small mesh is checked against the result, of a large mesh
-    the sample and the extreme vertices (the circumscribed polytope holds every vertex by construction)."""
+    a sample (the circumscribed polytope holds every vertex by construction)."""
     vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
     if len(vertices) <= HULL_EXACT_MAX_VERTICES:
         used, triangles = _qhull(vertices)
         verify_hull(vertices, used, triangles)
         return MeshHull(vertices[used], triangles, len(vertices))
-    units = fibonacci_directions(HULL_DIRECTIONS)
-    support = _support_indices(vertices, units)
-    stride = -(-len(vertices) // HULL_SAMPLE)
-    sample = np.union1d(np.arange(0, len(vertices), stride), support)
+    sample = np.arange(0, len(vertices), -(-len(vertices) // HULL_SAMPLE))
+    checked = sample[:: max(1, len(sample) // HULL_CHECKED)]
     used, triangles = _qhull(vertices[sample])
-    inner = check_polytope(vertices[sample[used]], triangles)  # inside the exact hull: its corners are vertices
-    checked = np.union1d(sample[:: max(1, len(sample) // HULL_CHECKED)], support)
-    if len(used) <= HULL_MAX_CORNERS:
+    if len(used) <= HULL_MAX_CORNERS:  # few corners: qhull of the whole mesh is fast
         used, triangles = _qhull(vertices)
         if len(used) <= HULL_MAX_CORNERS:
             hull = check_polytope(vertices[used], triangles)
             _check_contains(vertices[checked], hull, "convex hull")
             return MeshHull(vertices[used], triangles, len(vertices))
-    heights = np.einsum("kd,kd->k", units, vertices[support])
-    return _circumscribed(vertices, checked, units, heights, inner)
+    units = fibonacci_directions(HULL_DIRECTIONS)
+    support = np.unique(_support_indices(vertices, units))
+    heights = (units @ vertices[support].T).max(axis=1)  # the mesh's extent along each direction
+    used, triangles = _qhull(vertices[support])
+    inner = check_polytope(vertices[support[used]], triangles)  # inside the exact hull: its corners are vertices
+    return _circumscribed(vertices, np.union1d(checked, support), units, heights, inner)
 
 
 def _circumscribed(
