@@ -356,8 +356,9 @@ def bounded_hull(vertices: np.ndarray) -> MeshHull:
     units = fibonacci_directions(HULL_DIRECTIONS)
     support = np.unique(_support_indices(vertices, units))
     heights = (units @ vertices[support].T).max(axis=1)  # the mesh's extent along each direction
-    used, triangles = _qhull(vertices[support])
-    inner = check_polytope(vertices[support[used]], triangles)  # inside the exact hull: its corners are vertices
+    known = np.union1d(sample, support)
+    used, triangles = _qhull(vertices[known])
+    inner = check_polytope(vertices[known[used]], triangles)  # inside the exact hull: its corners are vertices
     return _circumscribed(vertices, np.union1d(checked, support), units, heights, inner)
 
 
