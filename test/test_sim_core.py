@@ -267,8 +267,9 @@ def test_config_errors_quote_the_values(kwargs, fragment):
 
 
 def test_missing_urdf_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="robot description not found"):
-        ArmSim(urdf_path=tmp_path / "nope.urdf")
+    with pytest.warns(DeprecationWarning, match="pass profile="):
+        with pytest.raises(FileNotFoundError, match="robot description not found"):
+            ArmSim(urdf_path=tmp_path / "nope.urdf")
 
 
 def test_monotonic_reset_starts_the_new_episode_strictly_after_every_old_sample(sim):

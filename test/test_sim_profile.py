@@ -9,6 +9,7 @@ Regenerate the golden copy only when the bundled scene changes on purpose (and t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -17,12 +18,16 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 GOLDEN = Path(__file__).parent / "data" / "bundled_scene.npz"
 FR3_DIR = Path(os.environ.get("VLA_ROS_FR3_DIR", Path(__file__).resolve().parents[2] / "shared" / "robots" / "fr3"))
 needs_fr3 = pytest.mark.skipif(
     not (FR3_DIR / "fr3.urdf").is_file(), reason=f"the FR3 description is not at {FR3_DIR} (set VLA_ROS_FR3_DIR)"
 )
+# The expert's workspace: the cups' region (SimConfig.cup_region_m) from the grasp height to the lift height.
+WORKSPACE = {"x": (0.30, 0.55), "y": (-0.22, 0.22), "z": (0.05, 0.20), "roll": (-1.5, 1.5)}
 
 
 def scene_fingerprint(sim) -> dict[str, np.ndarray]:
@@ -151,6 +156,99 @@ def test_the_fr3_cameras_see_the_arm_and_the_cups(fr3_sim):
     rows, cols = np.nonzero(arm_pixels[cameras.FRONT])
     u, v = sim.project(sim.tcp_position())[0]
     assert cols.min() <= u <= cols.max() and rows.min() <= v <= rows.max()  # the hand among the arm's pixels
+
+
+def _ik_case(ik, sim, target, roll):
+    """Solve from home, then check the pose in MuJoCo (an independent forward kinematics)."""
+    result = ik.solve(target, roll, ik.home)
+    assert np.all(result.q >= ik.lower) and np.all(result.q <= ik.upper)
+    sim.place_arm(np.append(result.q, sim.profile.gripper_open))
+    tcp = sim.tcp_position()
+    rotation = sim.data.xmat[sim.model.body(sim.robot.tcp_body).id].reshape(3, 3)
+    assert np.linalg.norm(tcp - target) < 1e-3, (target, tcp)
+    assert rotation[:, 2] @ np.array([0.0, 0.0, -1.0]) > np.cos(0.01)  # the tool points straight down
+    want = ik.orientation(target, roll)
+    assert np.arccos(np.clip((np.trace(want.T @ rotation) - 1) / 2, -1, 1)) < 0.01  # and is turned by the roll
+    return result
+
+
+_targets = st.tuples(*(st.floats(*WORKSPACE[k]) for k in ("x", "y", "z", "roll")))
+
+
+@pytest.fixture(scope="module")
+def bundled_sim():
+    from vla_ros.sim import ArmSim
+
+    sim = ArmSim(seed=0)
+    yield sim
+    sim.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=_targets)
+def test_the_generic_ik_reaches_top_down_poses_of_the_bundled_arm_as_its_closed_form_does(bundled_sim, case):
+    from vla_ros.sim.ik import TopDownIK
+    from vla_ros.sim.scripted import top_down_ik
+
+    x, y, z, roll = case
+    ik = TopDownIK(bundled_sim.profile)
+    result = _ik_case(ik, bundled_sim, np.array([x, y, z]), roll)
+    # the closed form's own solution (the bundled arm's fast path until now): the same joints
+    np.testing.assert_allclose(result.q, top_down_ik([x, y, z], roll), atol=2e-3)
+
+
+@needs_fr3
+@settings(max_examples=25, deadline=None)
+@given(case=_targets)
+def test_the_generic_ik_reaches_top_down_poses_of_the_fr3(fr3_sim, case):
+    from vla_ros.sim.ik import TopDownIK
+
+    x, y, z, roll = case
+    _ik_case(TopDownIK(fr3_sim.profile), fr3_sim, np.array([x, y, z]), roll)
+
+
+def test_the_generic_ik_says_when_a_pose_is_out_of_reach(bundled_sim):
+    from vla_ros.sim.ik import TopDownIK, UnreachableError
+
+    ik = TopDownIK(bundled_sim.profile)
+    with pytest.raises(UnreachableError, match=r"out of reach of vla_arm: the closest pose found misses it by"):
+        ik.solve([1.5, 0.0, 0.1], 0.0, ik.home)
+
+
+@needs_fr3
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_expert_lifts_the_named_cup_with_the_fr3(fr3_sim, seed):
+    from vla_ros.sim.expert import PickExpert
+    from vla_ros.sim.tasks import episode_task
+
+    sim = fr3_sim
+    color, _ = episode_task(seed)
+    sim.reset(seed, arm_noise_rad=0.15)
+    expert = PickExpert(profile=sim.profile)
+    while sim.time_s < 8.0 and not (sim.lifted_cup() is not None and expert.phase == "hold"):
+        if sim.is_joint_state_step():
+            q = expert.command(sim.time_s, sim.tcp_position(), sim.cup_positions()[color], sim.joint_positions())
+            assert q.shape == (8,)
+            sim.command_positions(None, q)
+        sim.step()
+    assert sim.lifted_cup() == color, (seed, color, expert.phase)
+    assert sim.robot_table_contacts() == 0
+
+
+@needs_fr3
+def test_collect_records_fr3_demonstrations_with_its_joint_names(tmp_path, capsys, fr3):
+    from vla_ros.data.mcap_io import read_messages
+    from vla_ros.tools import collect
+
+    assert collect.main(["--robot", "fr3", "--episodes", "1", "--seed-start", "4", "--out", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["robot"] == "fr3" and result["successes"] == 1
+    path = tmp_path / "episode_0000004.mcap"
+    states = [m.message for m in read_messages(path, ["/joint_states"])]
+    commands = [m.message for m in read_messages(path, ["/forward_position_controller/commands"])]
+    assert len(states) > 100 and all(list(s.name) == list(fr3.commanded_joints) + ["fr3_finger_joint2"] for s in states)
+    assert len(commands) > 100 and all(len(c.data) == len(fr3.commanded_joints) for c in commands)
+    assert min(c.data[-1] for c in commands) == pytest.approx(fr3.gripper_closed[0])
 
 
 def test_a_profile_the_sim_cannot_build_is_refused_with_the_reason(tmp_path):
