@@ -47,6 +47,11 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
     assert set(resolve("sim.launch.xml", "policy:=none")) == {"sim_node"}
 
 
+def test_sim_launch_passes_the_robot_profile_to_the_sim():
+    for args, profile in (((), ""), (("robot_profile:=fr3",), "fr3")):  # "": the bundled arm
+        assert resolve("sim.launch.xml", "policy:=none", *args)["sim_node"]["params"]["robot_profile"] == profile
+
+
 def test_robot_launch_remaps_topics_and_selects_the_output_interface():
     nodes = resolve(
         "robot.launch.xml",

@@ -20,6 +20,8 @@ A profile (paths relative to the profile file; ``package://`` URIs resolve as in
     table_height_m: 0.0                 # the table top's height in the base frame
     cameras:                            # optional; default: the scene camera and a wrist camera
       - {name: scene_camera, mount: world, pos: [1.1, 0, 0.8], target: [0.3, 0, 0.14], fovy_deg: 58}
+    sim_position_kp: {fr3_joint1: 2000, ...}  # optional: the sim's servo stiffness per commanded joint
+                                        # (N m/rad, N/m); default: vla_ros.sim.scene.generic_position_kp
 
 Where a profile is asked for by name (``--robot fr3``), it is looked up as ``NAME.yaml`` in
 ``$VLA_ROS_ROBOT_PATH`` (colon-separated folders), then in the package's ``description/`` folder.
@@ -78,6 +80,7 @@ class RobotProfile:
     package_paths: tuple[str, ...] = ()
     table_height_m: float = 0.0
     cameras: tuple[CameraMount, ...] = ()
+    sim_position_kp: tuple[float, ...] = ()  # commanded joints' order; empty: the sim's generic rule
     source: Path | None = None  # the YAML file it was read from
 
     @property
@@ -148,6 +151,8 @@ class RobotProfile:
                 for c in self.cameras
             ],
         }
+        if self.sim_position_kp:
+            data["sim_position_kp"] = {j: float(k) for j, k in zip(self.commanded_joints, self.sim_position_kp)}
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
         return "# vla_ros robot profile (docs/your_robot.md explains every field)\n" + text
 
@@ -246,6 +251,7 @@ PROFILE_FIELDS = (
     "home",
     "table_height_m",
     "cameras",
+    "sim_position_kp",
 )
 
 
@@ -316,6 +322,7 @@ def profile_from_dict(data, path: Path) -> RobotProfile:
     if isinstance(package_paths, str) or not isinstance(package_paths, Sequence):
         raise ProfileError(f"{where}: package_paths must be a list of folders, got {package_paths!r}")
     table = _numbers(data.get("table_height_m", 0.0), 1, "table_height_m", where)[0]
+    kp = _position_kp(data.get("sim_position_kp"), arm + g_joints, where)
     return RobotProfile(
         name=str(data.get("name") or path.stem),
         urdf=urdf,
@@ -330,8 +337,27 @@ def profile_from_dict(data, path: Path) -> RobotProfile:
         home=home_q,
         table_height_m=table,
         cameras=cams,
+        sim_position_kp=kp,
         source=path,
     )
+
+
+def _position_kp(value, joints: tuple[str, ...], where: str) -> tuple[float, ...]:
+    """``sim_position_kp``: a gain for every commanded joint, by name (empty when the field is absent)."""
+    if value in (None, "", {}):
+        return ()
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"{where}: sim_position_kp must map every commanded joint to a gain, got {value!r}")
+    missing = [j for j in joints if j not in value]
+    extra = sorted(set(value) - set(joints))
+    if missing or extra:
+        raise ProfileError(
+            f"{where}: sim_position_kp must give every commanded joint, no other (missing {missing}, extra {extra})"
+        )
+    kp = _numbers([value[j] for j in joints], len(joints), "sim_position_kp", where)
+    if not all(k > 0 for k in kp):
+        raise ProfileError(f"{where}: sim_position_kp gains must be > 0, got {dict(zip(joints, kp))}")
+    return kp
 
 
 def default_cameras(hand_link: str) -> tuple[CameraMount, ...]:

@@ -137,7 +137,6 @@ class ClosedLoop:
         from vla_ros.policy import PolicySession
         from vla_ros.safety import SafetyFilter, load_robot
         from vla_ros.sim import ArmSim, SimConfig
-        from vla_ros.sim.scene import FINGER_JOINT
 
         self.config = config or EvalConfig()
         share = Path(share_dir) if share_dir else find_package_share("vla_ros")
@@ -183,7 +182,8 @@ class ClosedLoop:
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
         # a close: the gripper command falling through half open (the grasp records and the aim tool use it)
-        self.gripper_index = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
+        finger = self.sim.profile.gripper_joints[0]
+        self.gripper_index = names.index(finger) if finger in names else None
         self.half_open = (
             None
             if self.gripper_index is None
