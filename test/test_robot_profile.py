@@ -201,3 +201,18 @@ def test_the_policys_table_lift_finds_the_profiles_meshes(fr3_env):
     p = {**default_values(policy.PARAMS), "robot_profile": "fr3", "shaping_table_lift": True}
     limits = policy.shaping_limits_from_params(p, fr3.urdf, fr3.commanded_joints, share_dir=REPO, base_dir=FR3_DIR)
     assert limits.joint_names == fr3.commanded_joints and limits.table_lift is not None
+
+
+def test_the_filter_keeps_clear_of_the_table_where_the_profile_puts_it(tmp_path):
+    from vla_ros.params.safety_filter import PARAMS as FILTER_PARAMS
+    from vla_ros.params.safety_filter import config_from_params as filter_config
+
+    data = bundled_dict()
+    data["table_height_m"] = -0.05
+    data["urdf"] = str(load_profile().urdf)
+    path = tmp_path / "low_table.yaml"
+    path.write_text(yaml.safe_dump(data))
+    defaults = {s.name: s.default for s in FILTER_PARAMS}
+    assert filter_config(defaults).table_height_m == 0.0
+    config = filter_config({**defaults, "robot_profile": str(path), "table_height_m": 0.3})
+    assert config.table_height_m == -0.05 and config.joints == COMMANDED_JOINTS

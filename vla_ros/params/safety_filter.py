@@ -267,7 +267,7 @@ PARAMS = [
     ParamSpec(
         "table_height_m",
         0.0,
-        "table top height in the base frame",
+        "table top height in the base frame; with a robot_profile, the profile's table_height_m instead",
         min_value=-10.0,
         max_value=10.0,
         field=True,
@@ -374,5 +374,8 @@ def config_from_params(p: dict[str, Any]) -> SafetyConfig:
     profile that does not load). Without ``joints`` a chunk commands the robot profile's joints, as the
     controller's do; without either, every actuated joint of the URDF."""
     box = {} if p["workspace_enabled"] else {"workspace_min_m": None, "workspace_max_m": None}
-    joints = lines(p["joints"]) or robot_files(p).joints
+    files = robot_files(p)
+    joints = lines(p["joints"]) or files.joints
+    if files.profile is not None:  # the table is where the robot profile says (the sim puts it there too)
+        p = {**p, "table_height_m": files.profile.table_height_m}
     return build_config(SafetyConfig, PARAMS, p, joints=tuple(joints), **box)
