@@ -200,6 +200,7 @@ def test_a_profile_naming_joints_the_urdf_lacks_is_a_blocker(tmp_path, capsys):
     data["urdf"] = str(bundled_profile_path().parent / "vla_arm.urdf")
     data["arm_joints"] = [*VLA_ARM_ARM[:-1], "wrist_yaw_joint"]
     data["home"] = {j: 0.0 for j in data["arm_joints"]}
+    data.pop("sim_position_kp")  # the sim's gains name the joints too
     (tmp_path / "wrong.yaml").write_text(yaml.safe_dump(data))
     status, report, _ = run_json(capsys, tmp_path / "wrong.yaml")
     assert status == 1 and codes(report) == ["profile_mismatch"]
