@@ -53,7 +53,8 @@ class TrainConfig:
     span_s / context_s / chunks: sequence shape (see training.data).
     lr / weight_decay / warmup_steps: AdamW (matrices only, see ``param_groups``) with linear warm-up
         and cosine decay to lr/10.
-    val_fraction: share of episodes held out for the validation loss.
+    val_fraction: share of episodes held out for the validation loss, in whole episodes (``validation_split``:
+        one at least where there are two or more, one at least left to train on).
     threads: torch CPU threads (0 = torch's default). Runs repeat bit for bit with the same seed, data
         and thread count on one machine.
     state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
@@ -273,7 +274,9 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     training = task.training(
         tc.task_options, config, _tokenizer(config), tc.seed, init is not None, tc.lr, tc.weight_decay
     )
-    train_eps, val_eps, data_summary = _load_data(data_dir, tc, config, task, training, selection, rng, progress)
+    train_eps, val_eps, data_summary, val_note = _load_data(
+        data_dir, tc, config, task, training, selection, rng, progress
+    )
     dev = resolve_device(device)
     model, config = _place_model(model, config, train_eps, tc, dev)
     tool = tool_points(tc, config)
@@ -307,7 +310,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         _warn_stopped(tc, warmup_run, training.warmup_planned, loop.step)
     finals = _final_validation(validation, model, loop.average)
     platform = {"device": str(dev), "threads": torch.get_num_threads(), "torch": torch.__version__}
-    split = (len(train_eps), len(val_eps))
+    split = (len(train_eps), len(val_eps), val_note)
     report = _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform)
     _save(loop.saved(), Path(out), report, history, provenance, task.loss_labels)
     return report
@@ -325,11 +328,11 @@ def _warn_stopped(tc: TrainConfig, warmup_run: int, warmup_planned: int, steps: 
     )
 
 
-def _final_validation(validation, model, average) -> tuple[float, float | None]:
+def _final_validation(validation, model, average) -> tuple[float | None, float | None]:
     """The saved model's validation loss and, with an average, the last trained weights' too: what the average
-    changed, on the same sequences."""
+    changed, on the same sequences. None without validation episodes (the report's val_note says why)."""
     if not validation.batches:
-        return float("nan"), None
+        return None, None
     return validation(model), (validation(model, model, record=False) if average is not None else None)
 
 
@@ -386,8 +389,38 @@ def _load_data(data_dir, tc: TrainConfig, config, task, training, selection, rng
     )
     episodes = training.episodes(episodes, summary)
     order = rng.permutation(len(episodes))
-    n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
-    return [episodes[i] for i in order[n_val:]], [episodes[i] for i in order[:n_val]], summary
+    n_val, note = validation_split(len(episodes), tc.val_fraction)
+    if note and tc.val_fraction > 0:  # asked for a split it could not have as asked
+        log.warning("%s", note)
+    return [episodes[i] for i in order[n_val:]], [episodes[i] for i in order[:n_val]], summary, note
+
+
+def validation_split(episodes: int, fraction: float) -> tuple[int, str | None]:
+    """How many of ``episodes`` to hold out for the validation loss at ``val_fraction`` ``fraction``, and why
+    that differs from the share asked for (None when it does not).
+
+    The share rounds to whole episodes. Where it rounds to none, one episode is held out all the same (a
+    run with a validation loss beats one without, even on a few episodes), unless there is a single one;
+    at least one is always left to train on."""
+    share = round(fraction * episodes)
+    n_val = min(max(share, 1), episodes - 1) if episodes > 1 and fraction > 0 else 0
+    if fraction == 0:
+        return 0, "val_fraction is 0: no episode held out, so no validation loss"
+    asked = f"a validation split of {100 * fraction:g}%"
+    if episodes < 2:
+        alone = "training on it alone" if episodes == 1 else "nothing to train on"
+        count = f"{episodes} episode{'s' * (episodes != 1)}"
+        return 0, f"{count}: too few for {asked} (needs >= 2); {alone}, no validation loss"
+    if share == 0:
+        ratio = 0.5 / fraction  # a share rounds to one episode from just past this many episodes
+        needed = f">= {max(2, math.floor(ratio) + 1)}" if ratio < 1e9 else f"> {ratio:.3g}"
+        return n_val, (
+            f"{episodes} episodes: too few for {asked} (needs {needed}); holding out 1 episode for the "
+            f"validation loss and training on {episodes - 1}"
+        )
+    if share > n_val:
+        return n_val, f"{episodes} episodes: {asked} would leave none to train on; holding out {n_val}, training on 1"
+    return n_val, None
 
 
 def _place_model(model, config, train_eps, tc: TrainConfig, dev):
@@ -554,7 +587,7 @@ class MainLoop:
                 val = (
                     history["val_loss"][-1]
                     if history["val_step"][-1:] == [step]
-                    else validation(self.model, record=False)
+                    else (validation(self.model, record=False) if validation.batches else None)
                 )
                 self.checkpoints.append(out / CHECKPOINTS_DIR / f"step_{step:05d}")
                 minutes = (time.monotonic() - t_start) / 60.0
@@ -600,6 +633,7 @@ def _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, fi
         "final_train_loss_smoothed": loop.smooth,
         "final_val_loss": final_val,
         "final_val_loss_last_weights": final_val_raw,
+        "val_note": split[2],  # why the split is not the share asked for, or why there is no validation loss
         **{f"final_val_{n}": history[f"val_{n}"][-1] if history[f"val_{n}"] else None for n in model.task.loss_names},
         "final_val_tool_loss": history["val_tool_loss"][-1]
         if loop.tool is not None and history["val_tool_loss"]
@@ -635,7 +669,7 @@ CHECKPOINTS_DIR = "checkpoints"
 
 
 def save_checkpoint(
-    net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float, provenance: dict
+    net, folder: Path, step: int, tc: TrainConfig, val_loss: float | None, minutes: float, provenance: dict
 ) -> None:
     """Write a copy of ``net`` as a complete model folder (weights, ONNX) with a report of its step.
 
@@ -660,7 +694,8 @@ def save_checkpoint(
         "train_config": dataclasses.asdict(tc),
     }
     (folder / "train_report.json").write_text(json.dumps(report, indent=1))
-    log.info("checkpoint at step %d: %s (validation loss %.4f)", step, folder, val_loss)
+    val = f"validation loss {val_loss:.4f}" if val_loss is not None else "no validation episodes"
+    log.info("checkpoint at step %d: %s (%s)", step, folder, val)
 
 
 def tool_points(tc: TrainConfig, config):
@@ -1007,15 +1042,21 @@ def main(argv: list[str] | None = None) -> int:
     except (BagError, NoUsableEpisodes) as exc:  # the data: a bad path, a broken file, nothing usable
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
+    print(json.dumps(summary(report, args.out)))
+    return 0
+
+
+def summary(report: dict, out) -> dict:
+    """What ``vla-ros train`` prints of its report: the run, the saved model's validation losses (the action
+    loss and the task's; null without validation episodes, and ``val_note`` says why), its size."""
     shown = ("task", "steps", "steps_planned", "stopped_by_time_limit", "steps_per_s", "duration_min")
-    # the validation losses of the saved model: the action loss and the task's
     finals = [
         k
         for k in report
         if k.startswith("final_val_") and k not in ("final_val_loss_last_weights", "final_val_tool_loss")
     ]
-    print(json.dumps({k: report[k] for k in (*shown, *finals, "final_mae_rad", "parameters")} | {"out": args.out}))
-    return 0
+    note = ("val_note",) if report["val_note"] else ()
+    return {k: report[k] for k in (*shown, *finals, *note, "final_mae_rad", "parameters")} | {"out": out}
 
 
 if __name__ == "__main__":
