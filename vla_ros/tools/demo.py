@@ -282,8 +282,9 @@ def _write_outputs(rec: dict, out: Path, args, profile) -> dict:
         fig, axes = plt.subplots(rows, 2, figsize=(11, 2.25 * rows), sharex=True, squeeze=False)
         traj = rec["traj"]
         cmd = np.asarray(rec["cmd"]) if rec["cmd"] else None
-        for ax in axes.flat[len(names) :]:
-            ax.set_visible(False)
+        if len(names) % 2:  # an odd count: the last row's right plot is empty, the one above it shows the time
+            axes[-1, 1].set_visible(False)
+            axes[-2, 1].tick_params(labelbottom=True)
         for i, name in enumerate(names):
             ax = axes.flat[i]
             ax.plot(t, q[:, i], label="measured")
