@@ -425,3 +425,85 @@ def check_against_urdf(profile: RobotProfile) -> list[str]:
             if not lo - 1e-9 <= v <= hi + 1e-9:
                 problems.append(f"{what} of {name} is {v:g}, outside its URDF limits [{lo:g}, {hi:g}]")
     return problems
+
+
+# A trained model folder records the robot it was trained for in its config.json metadata (``vla-ros train
+# --robot``): the profile's name, and the profile as it was asked for (a name, looked up again where the model
+# is used; a file, by its absolute path). ``eval``, ``select``, ``demo`` and ``collect --policy`` default to it.
+MODEL_ROBOT_KEY = "robot"
+MODEL_PROFILE_KEY = "robot_profile"
+
+
+def profile_reference(name_or_path: str | os.PathLike | None) -> str:
+    """How a model folder records the profile ``name_or_path`` asked for: a name as it is, a file by its absolute
+    path, nothing (the bundled arm) by the bundled profile's name."""
+    text = str(name_or_path or "").strip()
+    if not text:
+        return BUNDLED_PROFILE
+    if find_profile(text) == Path(text).expanduser():  # given as a file
+        return str(Path(text).expanduser().resolve())
+    return text
+
+
+def model_metadata(name_or_path: str | os.PathLike | None, profile: RobotProfile) -> dict[str, str]:
+    """The metadata entries of a model trained for ``profile`` (asked for as ``name_or_path``)."""
+    return {MODEL_ROBOT_KEY: profile.name, MODEL_PROFILE_KEY: profile_reference(name_or_path)}
+
+
+def _model_fields(model_dir: str | os.PathLike) -> tuple[tuple[str, ...], dict]:
+    """(joint_names, metadata) of a model folder's config.json (read as JSON: no torch). FileNotFoundError where the
+    folder or the file is missing, as ``vla_ros.model.io`` says it."""
+    import json
+
+    path = Path(model_dir) / "config.json"
+    if not Path(model_dir).is_dir():
+        raise FileNotFoundError(f"model folder not found: {model_dir} (expected {path})")
+    if not path.is_file():
+        raise FileNotFoundError(f"model config not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ProfileError(f"model {model_dir}: cannot read {path}: {err}") from None
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"model {model_dir}: {path} is not a JSON object")
+    metadata = data.get("metadata")
+    return tuple(data.get("joint_names") or ()), dict(metadata) if isinstance(metadata, Mapping) else {}
+
+
+def profile_for_model(model_dir: str | os.PathLike, robot: str | os.PathLike | None = None) -> RobotProfile:
+    """The robot a model drives in the sim: ``robot`` (a profile's name or file) where given, else the one its folder
+    records (``vla-ros train --robot``), else the bundled arm. Raises ProfileError where the profile does not load
+    or its commanded joints are not the model's, naming both lists; FileNotFoundError without the model's
+    config.json."""
+    joints, metadata = _model_fields(model_dir)
+    recorded = str(metadata.get(MODEL_PROFILE_KEY) or "")
+    recorded_name = str(metadata.get(MODEL_ROBOT_KEY) or "")
+    if str(robot or "").strip():
+        profile = load_profile(robot)
+        asked = f"--robot {robot}"
+    elif recorded or recorded_name:
+        errors = []
+        # as it was asked for in training; then by its name (a profile file that moved)
+        for ref in dict.fromkeys(r for r in (recorded, recorded_name) if r):
+            try:
+                profile = load_profile(ref)
+                break
+            except ProfileError as err:
+                errors.append(str(err))
+        else:
+            raise ProfileError(
+                f"model {model_dir} was trained for robot {recorded_name or recorded!r}, whose profile does not load "
+                f"here: {errors[0]}; pass the robot's profile (--robot NAME|FILE)"
+            )
+        asked = f"the robot its folder records ({recorded_name or recorded})"
+    else:
+        profile = load_profile(None)
+        asked = f"the bundled arm ({profile.name}; the model records no robot)"
+    if joints and tuple(joints) != profile.commanded_joints:
+        trained = f" (trained for {recorded_name})" if recorded_name else ""
+        raise ProfileError(
+            f"model {model_dir}{trained} commands joints {list(joints)}, but {asked} commands "
+            f"{list(profile.commanded_joints)}: run it on the robot it was trained for"
+            + (f" (--robot {recorded_name})" if recorded_name and recorded_name != profile.name else "")
+        )
+    return profile

@@ -415,9 +415,15 @@ class ExpertTakeover:
 
 
 def collect_rollouts(
-    model: str, seeds: range, out: Path, config: TakeoverConfig = TakeoverConfig(), progress: bool = True
+    model: str,
+    seeds: range,
+    out: Path,
+    config: TakeoverConfig = TakeoverConfig(),
+    progress: bool = True,
+    robot: str | None = None,
 ) -> list[dict]:
-    """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover)."""
+    """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover). ``robot``: a robot
+    profile's name or file (None: the one the model folder records, else the bundled arm)."""
     from tqdm import tqdm
 
     from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
@@ -428,6 +434,7 @@ def collect_rollouts(
         model,
         config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s),
         threads=1,
+        robot=robot,
     )
     summaries = []
     bar = tqdm(seeds, desc="rollouts", unit="ep", disable=not progress)
@@ -444,6 +451,7 @@ def collect_rollouts(
             "expert_segments": hook.expert_segments,
             "wrong_cup": r.lifted not in (None, color),
             "policy": str(model),
+            "robot": loop.sim.profile.name,
             "takeover_offset_m": hook.takeover,
             "takeover_closing": hook.takeover_closing,
         }
@@ -462,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         "--robot",
         default="",
         metavar="PROFILE",
-        help="robot profile: a name (fr3) or a YAML file (default: the bundled arm); docs/your_robot.md",
+        help="robot profile: a name (fr3) or a YAML file (default: the bundled arm; with --policy, the robot the model "
+        "folder records); docs/your_robot.md",
     )
     parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
     parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
@@ -541,21 +550,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.grasp_pause <= 5.0:
         print(f"--grasp-pause must be within [0, 5] s, got {args.grasp_pause}", file=sys.stderr)
         return 2
-    if args.robot and args.policy:
-        print(
-            "--robot is for expert episodes; --policy rollouts run the robot the model was trained for", file=sys.stderr
-        )
-        return 2
     from tqdm import tqdm
 
-    from vla_ros.robot_profile import ProfileError, load_profile
+    from vla_ros.model.io import resolve_model_dir
+    from vla_ros.robot_profile import ProfileError, load_profile, profile_for_model
     from vla_ros.sim import ArmSim, SimConfig
     from vla_ros.sim.tasks import EVAL_SEED_START, TRAIN_SEED_START
 
-    try:
-        profile = load_profile(args.robot or None)
-    except ProfileError as err:
-        print(f"--robot: {err}", file=sys.stderr)
+    try:  # --policy: the robot the model drives (default: the one its folder records), with the model's joints
+        profile = profile_for_model(resolve_model_dir(args.policy), args.robot) if args.policy else None
+        profile = profile or load_profile(args.robot or None)
+    except (ProfileError, FileNotFoundError) as err:
+        print(f"vla-ros collect: {err}", file=sys.stderr)
         return 2
 
     seed_start = TRAIN_SEED_START if args.seed_start is None else args.seed_start
@@ -587,8 +593,6 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.policy:
-        from vla_ros.model.io import resolve_model_dir
-
         summaries = collect_rollouts(
             str(resolve_model_dir(args.policy)),
             range(seed_start, seed_start + args.episodes),
@@ -600,11 +604,12 @@ def main(argv: list[str] | None = None) -> int:
                 hold_after_lift_s=args.hold_after_lift,
                 still_hold=args.still_hold,
             ),
+            robot=str(profile.source),
         )
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
-        return _finish(out, summaries, seed_start, args.episodes, t0)
+        return _finish(out, summaries, seed_start, args.episodes, t0, robot=profile.name)
     summaries = []
     bar = tqdm(range(seed_start, seed_start + args.episodes), desc=f"episodes ({profile.name})", unit="ep")
     for seed in bar:
