@@ -13,6 +13,8 @@ import logging
 import coal
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vla_ros.bench.mesh_bench import cube_sphere, write_binary_stl
 from vla_ros.safety.robot import (
@@ -177,3 +179,32 @@ def test_other_mesh_formats_load_through_assimp_to_the_same_hull(tmp_path, hull_
     from_obj = hull_of(load_robot(URDF.format(name="obj", path=obj, scale="")))
     assert {tuple(p) for p in from_obj[0]} == {tuple(p) for p in from_stl[0]}
     assert len(from_obj[1]) == len(from_stl[1])
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(radius=st.floats(0.01, 0.5), turn=st.floats(0.0, 3.1), stretch=st.floats(0.3, 1.0))
+def test_a_bounded_hull_holds_every_vertex_and_reads_back_from_the_cache(tmp_path_factory, radius, turn, stretch):
+    """Any size, orientation and aspect: the circumscribed polytope (its corners rounded to a grid and to float32,
+    its faces flat only to that grid: a run of six spheres once failed the exact-hull flatness check) passes its
+    own checks, holds every vertex, and comes back from the cache the same."""
+    import os
+
+    from vla_ros.safety.robot import mesh_hull
+
+    vertices, triangles = cube_sphere(70, radius_m=radius)  # 28,568 vertices: above the exact-hull limit
+    c, s = np.cos(turn), np.sin(turn)
+    vertices = vertices @ np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]) * [1.0, stretch, 1.0]
+    folder = tmp_path_factory.mktemp("bounded")
+    path = folder / "ball.stl"
+    write_binary_stl(path, vertices, triangles)
+    os.environ["VLA_ROS_HULL_CACHE"] = str(folder / "hulls")
+    try:
+        _, fresh = mesh_hull(path, lambda _: None)
+        _, cached = mesh_hull(path, lambda _: None)
+    finally:
+        del os.environ["VLA_ROS_HULL_CACHE"]
+    stored = vertices.astype(np.float32).astype(np.float64)
+    assert 0.0 < fresh.padding <= 0.02 * radius and len(fresh.points) <= 2 * HULL_DIRECTIONS + 8
+    assert outside_m(fresh.points, fresh.triangles, stored).max() <= 1e-12
+    np.testing.assert_array_equal(cached.points, fresh.points)
+    assert cached.padding == fresh.padding and cached.vertices == fresh.vertices == len(stored)

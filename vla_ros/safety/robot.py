@@ -205,7 +205,12 @@ class HullPlanes:
     tol: float  # numerical tolerance for "on or below a plane", scaled to the polytope's size
 
 
-def check_polytope(points: np.ndarray, triangles: np.ndarray) -> HullPlanes:
+# Relative tolerance of a circumscribed polytope's checks: its corners are computed, then rounded to a grid and to
+# float32, so its faces of four or more corners are flat only to about the grid (1e-6 of its size).
+GRID_TOLERANCE = 1e-5
+
+
+def check_polytope(points: np.ndarray, triangles: np.ndarray, relative_tol: float = 1e-9) -> HullPlanes:
     """The face planes of ``points`` with ``triangles``; RobotModelError unless they bound a convex polytope.
 
     A closed surface of genus 0 that is convex at every edge bounds a convex body (it cannot wrap twice
@@ -217,7 +222,7 @@ def check_polytope(points: np.ndarray, triangles: np.ndarray) -> HullPlanes:
     if triangles.min() < 0 or triangles.max() >= n_points or np.unique(triangles).size != n_points:
         raise RobotModelError("convex hull check failed: triangles do not use exactly the hull vertices")
     scale = float(np.abs(points).max()) or 1.0
-    tol = 1e-9 * scale
+    tol = relative_tol * scale
     # planes from the hull's own triangles (not qhull's equations), unit normals
     corners = points[triangles]  # (F, 3, 3)
     normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])  # (F, 3)
@@ -328,9 +333,9 @@ def _support_indices(vertices: np.ndarray, directions: np.ndarray, rows: int = 4
     return index
 
 
-def _check_contains(vertices: np.ndarray, planes: HullPlanes, what: str) -> None:
+def _check_contains(vertices: np.ndarray, planes: HullPlanes, what: str, tol: float | None = None) -> None:
     worst = outside_distance(vertices, planes)
-    if worst > planes.tol:
+    if worst > (planes.tol if tol is None else tol):
         raise RobotModelError(f"{what} check failed: a vertex lies {worst:.3g} outside it")
 
 
@@ -373,7 +378,8 @@ def _circumscribed(
 
     scale = float(np.abs(vertices).max()) or 1.0
     grid = 1e-6 * scale
-    margin = grid * np.sqrt(3.0) + 16.0 * float(np.finfo(np.float32).eps) * scale
+    # room for the snap, float32 rounding and the checks' tolerance: no vertex ends up outside by any of them
+    margin = grid * np.sqrt(3.0) + 16.0 * float(np.finfo(np.float32).eps) * scale + GRID_TOLERANCE * scale
     halfspaces = np.hstack([units, -(heights + margin)[:, None]])  # A x + b <= 0
     try:
         corners = HalfspaceIntersection(halfspaces, inner.centre).intersections
@@ -382,8 +388,8 @@ def _circumscribed(
     # planes meeting at one point give corners a rounding error apart: one corner each
     corners = np.unique((np.round(corners / grid) * grid).astype(np.float32), axis=0).astype(np.float64)
     used, triangles = _qhull(corners, "QJ")  # joggled: simplicial facets, no zero-area triangles
-    hull = check_polytope(corners[used], triangles)
-    _check_contains(vertices[checked], hull, "bounded hull")
+    hull = check_polytope(corners[used], triangles, GRID_TOLERANCE)
+    _check_contains(vertices[checked], hull, "bounded hull", 1e-9 * scale)  # inside, not just within the tolerance
     padding = max(0.0, outside_distance(corners[used], inner))
     return MeshHull(corners[used], triangles, len(vertices), padding)
 
@@ -502,7 +508,7 @@ def _read_hull_entry(entry: Path) -> MeshHull:
     if not (np.isfinite(padding) and padding >= 0.0 and vertices >= 4):
         raise ValueError(f"header {head!r}")
     points, triangles = stored
-    check_polytope(points, triangles)
+    check_polytope(points, triangles, GRID_TOLERANCE if padding > 0.0 else 1e-9)
     return MeshHull(points, triangles, vertices, padding)
 
 
