@@ -234,3 +234,50 @@ def test_a_new_urdf_goes_through_robot_check_to_a_running_robot_launch(tmp_path)
     finally:
         probe.close()
     assert "safety filter up: robot 'fr3'" in log.read_text()
+
+
+def test_a_policy_for_another_arm_is_refused_at_load_with_both_joint_lists(tmp_path, monkeypatch):
+    """policy_node with robot_profile:=fr3 and a model of the bundled arm: no chunk, an ERROR naming both joint
+    lists (not a stream of chunks the filter would refuse one by one)."""
+    import os
+
+    import torch
+    from ros_helpers import node_cmd, start_process, stop_cleanly
+
+    from vla_ros.model.config import tiny_config
+    from vla_ros.model.io import save_model
+    from vla_ros.model.model import VLATransformer
+
+    torch.manual_seed(0)
+    save_model(VLATransformer(tiny_config()), tmp_path / "bundled_tiny")
+    env = dict(os.environ, VLA_ROS_FR3_DIR=str(FR3_DIR))
+    log = tmp_path / "policy.log"
+    args = ["-r", "__node:=other_arm_policy", "-r", "/vla/action_chunk:=/other_arm/action_chunk"]
+    for param in ("backend:=torch", f"model:={tmp_path / 'bundled_tiny'}", "robot_profile:=fr3", "instruction:=lift"):
+        args += ["-p", param]
+    proc = start_process(node_cmd("policy_node", *args), log, env=env)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("other_arm_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    statuses, chunks = [], []
+    node.create_subscription(
+        DiagnosticArray,
+        "/diagnostics",
+        lambda m: statuses.extend(s for s in m.status if s.name == "other_arm_policy: policy"),
+        50,
+    )
+    node.create_subscription(JointTrajectory, "/other_arm/action_chunk", chunks.append, 10)
+    try:
+        refused = lambda: [s for s in statuses if s.level == DiagnosticStatus.ERROR and "commands joints" in s.message]  # noqa: E731
+        assert spin_until(refused, 300, lambda t: executor.spin_once(timeout_sec=t)), log.read_text()[-3000:]
+        message = refused()[-1].message
+        assert "shoulder_pan_joint" in message and "fr3_joint1" in message, message
+        assert chunks == [] and proc.poll() is None  # it runs on, saying why
+    finally:
+        problem = stop_cleanly(proc, log)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    assert problem == "", problem

@@ -49,6 +49,7 @@ from vla_ros.params.robot import robot_files
 from vla_ros.params.tightening import ParamChange
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.reasons import INSTRUCTION_TOO_LONG, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT, TICK_ERROR
+from vla_ros.robot_profile import profile_for_model
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -197,6 +198,8 @@ class PolicyNode(Node):
         folder = resolve_model_dir(model)
         p = self._p
         try:
+            if p["robot_profile"].strip():  # a model for another arm: refused here, not chunk by chunk at the filter
+                profile_for_model(folder, p["robot_profile"])
             session = PolicySession.from_pretrained(
                 folder,
                 backend=p["backend"],
