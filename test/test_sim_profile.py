@@ -101,6 +101,7 @@ def fr3_sim(fr3):
 @needs_fr3
 def test_the_fr3_scene_commands_the_profiles_joints_and_its_mimic_finger_follows(fr3, fr3_sim):
     sim = fr3_sim
+    sim.reset(0)  # the module's other tests move the shared sim's arm, in any order
     assert sim.command_joint_names == list(fr3.commanded_joints)
     assert sim.joint_names == list(fr3.commanded_joints) + ["fr3_finger_joint2"]
     assert [sim.model.actuator(i).name for i in range(sim.model.nu)] == [f"{j}_position" for j in fr3.commanded_joints]
@@ -110,7 +111,6 @@ def test_the_fr3_scene_commands_the_profiles_joints_and_its_mimic_finger_follows
     kp = sim.model.actuator_gainprm[:, 0]
     assert np.all(kp > 0) and kp[1] == kp.max() and kp[-1] < kp[:4].min()
     # the fingers close to 1 cm: the mimic finger goes along, and both stay put within a tenth of a millimetre
-    sim.reset(0)
     target = sim.commanded_positions()
     target[-1] = 0.01
     sim.command_positions(None, target)
