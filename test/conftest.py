@@ -28,6 +28,8 @@ sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
 _TMP_DIR = tempfile.mkdtemp(prefix="vla_ros-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _TMP_DIR
+# Convex hulls of collision meshes are cached on disk (vla_ros.safety.robot.mesh_hull): not in ~/.cache.
+os.environ.setdefault("VLA_ROS_HULL_CACHE", str(Path(_TMP_DIR) / "hulls"))
 
 # Hypothesis keeps an example database and a cache of constants under ./.hypothesis by default: send its
 # storage to a temporary folder (read when first used, so before any test runs) and keep no database.

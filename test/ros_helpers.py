@@ -91,14 +91,19 @@ def override_params(path: Path, node: str, **params) -> str:
 
 def controller_trusts(inputs: list[dict], node: str, since: int = 0) -> bool:
     """Whether a "controller: inputs" report (value dicts, oldest first) after index ``since`` names ``node``
-    among the chunk topic's publishers with nobody in quarantine: its chunks are then admitted.
+    among the chunk topic's publishers, with no unnamed publisher beside it and nobody in quarantine: its
+    chunks are then admitted.
 
     DDS discovery lets a new publisher's messages through before the ROS graph knows its node's name, and
-    the controller's source gate refuses chunks from an unnamed publisher, then everyone's for 1 s of
-    steady time (``control.sources``). On a loaded machine the name can take seconds to arrive, so a test
-    that sends chunks straight to the controller waits for this first; counting refusals would not do."""
+    the controller's source gate refuses chunks while an unnamed publisher is there (it is not reported as
+    untrusted until it has been unnamed for a while: ``control.sources``). On a loaded machine the name can
+    take seconds to arrive, so a test that sends chunks straight to the controller waits for this first;
+    counting refusals would not do."""
     return any(
-        node in v.get("chunk_publishers", "").split() and "untrusted_publishers" not in v for v in inputs[since:]
+        node in v.get("chunk_publishers", "").split()
+        and "an unnamed node" not in v.get("chunk_publishers", "")
+        and "untrusted_publishers" not in v
+        for v in inputs[since:]
     )
 
 

@@ -47,6 +47,15 @@ def test_sim_launch_runs_the_learned_pipeline_on_sim_time_by_default():
     assert set(resolve("sim.launch.xml", "policy:=none")) == {"sim_node"}
 
 
+def test_sim_launch_passes_the_robot_profile_to_the_sim_and_the_pipeline_it_includes():
+    for args, profile in (((), ""), (("robot_profile:=fr3",), "fr3")):  # "": the bundled arm
+        assert resolve("sim.launch.xml", "policy:=none", *args)["sim_node"]["params"]["robot_profile"] == profile
+        nodes = resolve("sim.launch.xml", *args)  # policy:=vla: robot.launch.xml's three nodes on the same robot
+        assert {exe: n["params"]["robot_profile"] for exe, n in nodes.items()} == {
+            exe: profile for exe in ("sim_node", "policy_node", "safety_filter_node", "controller_node")
+        }
+
+
 def test_robot_launch_remaps_topics_and_selects_the_output_interface():
     nodes = resolve(
         "robot.launch.xml",

@@ -209,6 +209,8 @@ def test_the_filter_node_loads_a_package_uri_description_from_the_ament_index(tm
         assert statuses and statuses[-1][1].get("robot") == "meshbot", (statuses[-1:], log.read_text()[-2000:])
         assert "no joint state" in statuses[-1][0]  # the model is in; only the joint state is missing
         assert "cannot use /robot_description" not in log.read_text()
+        mesh = (root / "share" / "meshbot_description" / "meshes" / "link.stl").resolve()
+        assert f"collision mesh {mesh}" in log.read_text()  # the node logs a line before each mesh
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

@@ -163,9 +163,13 @@ def test_the_controlled_stop_brakes_within_the_limits_along_a_parabola():
 
 
 def test_the_shipped_controller_file_matches_the_controller_nodes_joints_and_the_docs():
-    ours = yaml.safe_load((REPO / "config" / "controller.yaml").read_text())["/**/controller"]["ros__parameters"][
-        "joints"
-    ]
+    from vla_ros.params import controller
+    from vla_ros.params.spec import values_from_yaml
+
+    # the joints controller_node runs with from its shipped file (empty there: the bundled arm's, from its URDF)
+    values = values_from_yaml(controller.PARAMS, [REPO / "config" / "controller.yaml"], "controller")
+    ours = list(controller.config_from_params(values).joint_names)
+    assert ours == list(COMMANDED_JOINTS)
     shipped = ros2_controllers_yaml()
     assert shipped["forward_position_controller"]["ros__parameters"]["joints"] == ours  # by index: same order
     jtc = shipped["joint_trajectory_controller"]["ros__parameters"]

@@ -7,7 +7,7 @@ import pytest
 from image_checks import assert_cups_visible
 
 from vla_ros.sim import CUP_COLORS, HOME_Q, ArmSim, CommandError, PositionTrajectory, SimConfig
-from vla_ros.sim.scene import CUP_RADIUS_M, HAND_BODY, SceneConfig
+from vla_ros.sim.scene import CUP_RADIUS_M, SceneConfig
 from vla_ros.sim.scripted import pick_plan, top_down_ik
 
 
@@ -220,7 +220,7 @@ def test_a_cup_grasped_off_the_pads_centre_along_them_stays_up_a_second_after_th
     reach = np.array([cup[0], cup[1], 0.0]) / np.hypot(cup[0], cup[1])
     run(s, start_scripted_pick(s, cup + offset_m * reach) + 1.0)
     assert s.lifted_cup() == "red"
-    hand_x = s.data.xmat[s.model.body(HAND_BODY).id].reshape(3, 3)[:, 0]
+    hand_x = s.data.xmat[s.model.body(s.robot.hand_body).id].reshape(3, 3)[:, 0]
     assert abs(float(hand_x @ reach)) > 0.95  # the pads do lie along the reach
     along = float((s.cup_positions()["red"] - s.tcp_position()) @ reach)
     assert 0.008 < abs(along) < 0.015 and np.sign(along) == -np.sign(offset_m), along  # still off centre, on the pads
@@ -267,8 +267,9 @@ def test_config_errors_quote_the_values(kwargs, fragment):
 
 
 def test_missing_urdf_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="robot description not found"):
-        ArmSim(urdf_path=tmp_path / "nope.urdf")
+    with pytest.warns(DeprecationWarning, match="pass profile="):
+        with pytest.raises(FileNotFoundError, match="robot description not found"):
+            ArmSim(urdf_path=tmp_path / "nope.urdf")
 
 
 def test_monotonic_reset_starts_the_new_episode_strictly_after_every_old_sample(sim):

@@ -4,10 +4,15 @@ named cup is (a claim tested at the shipped size, where it holds with margin on 
 runs repeat bit for bit; training is task-agnostic unless told ``task="cups"``."""
 
 import json
+import logging
+import math
+import shutil
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch_threads import one_torch_thread  # noqa: F401  (module-wide fixture: train() sets threads=1 too)
 
 from vla_ros.data.dataset import Topics
@@ -44,8 +49,10 @@ from vla_ros.training.train import (
     main,
     param_groups,
     subnormals_flushed,
+    summary,
     task_model_config,
     train,
+    validation_split,
 )
 
 CUPS = get_task("cups")
@@ -515,6 +522,59 @@ def test_training_is_task_agnostic_by_default_and_minutes_only_stop_it(demos, tm
     assert json.loads(saved["metadata"]["training"])["stopped_by_time_limit"] is True
     cups = task_model_config("cups")
     assert cups.aux_dim == AUX_DIM and cups.frame_aux_loss_weight > 0 and cups.crop[0] > 0
+
+
+def test_too_few_episodes_for_the_validation_split_are_said_and_nothing_reports_nan(demos, tmp_path, caplog):
+    """Issue 46: five short bags gave "final_val_loss": NaN with "val_episodes": 0 and no word why (10% of
+    five rounds to none). Now one episode is held out all the same, and a warning says so; a single episode
+    is trained on alone, with final_val_loss null and a val_note saying why, wherever the loss is written."""
+    tc = TrainConfig(steps=2, warmup_steps=1, checkpoint_steps=(1,), **{**SMALL, "val_fraction": 0.1, "val_every": 1})
+    config = tiny_config(chunk_length=4, chunk_rate_hz=10.0)
+    with caplog.at_level(logging.WARNING, logger="vla_ros.training.train"):
+        report = train(demos, tmp_path / "few", tc, model_config=config, device="cpu", progress=False)
+    n = report["data"]["train_episodes"] + report["data"]["val_episodes"]
+    assert 2 <= n < 6 and report["data"]["val_episodes"] == 1
+    note = (
+        f"{n} episodes: too few for a validation split of 10% (needs >= 6); holding out 1 episode for the "
+        f"validation loss and training on {n - 1}"
+    )
+    assert note in caplog.text and report["val_note"] == note
+    assert math.isfinite(report["final_val_loss"]) and summary(report, "few")["val_note"] == note
+
+    one = tmp_path / "one"
+    one.mkdir()
+    bag = sorted(demos.glob("*.mcap"))[0]
+    shutil.copy(bag, one / bag.name)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vla_ros.training.train"):
+        report = train(one, tmp_path / "single", tc, model_config=config, device="cpu", progress=False)
+    note = "1 episode: too few for a validation split of 10% (needs >= 2); training on it alone, no validation loss"
+    assert note in caplog.text
+    assert report["data"]["train_episodes"] == 1 and report["data"]["val_episodes"] == 0
+    assert report["final_val_loss"] is None and report["best_val_loss"] is None and report["val_note"] == note
+    printed = json.dumps(summary(report, "single"))  # what vla-ros train prints
+    assert "NaN" not in printed and json.loads(printed)["final_val_loss"] is None
+    assert json.loads(printed)["val_note"] == note
+    out = tmp_path / "single"
+    for written in (out / "train_report.json", out / "checkpoints" / "step_00001" / "train_report.json"):
+        written = json.loads(written.read_text())
+        written.pop("history", None)  # per-step curves mark a loss a step did not have as NaN
+        assert "NaN" not in json.dumps(written) and written["final_val_loss"] is None
+    saved = json.loads((out / "config.json").read_text())
+    assert json.loads(saved["metadata"]["training"])["final_val_loss"] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 60), st.floats(0.0, 0.99))
+def test_the_validation_split_keeps_one_to_train_on_and_holds_one_out_where_it_can(episodes, fraction):
+    n_val, note = validation_split(episodes, fraction)
+    assert 0 <= n_val <= max(episodes - 1, 0)
+    if episodes >= 2 and fraction > 0:
+        assert n_val >= 1
+    if 1 <= round(fraction * episodes) <= episodes - 1:
+        assert n_val == round(fraction * episodes) and note is None  # as asked: no word
+    else:
+        assert note  # anything else is said
 
 
 def test_the_learning_rate_is_a_function_of_the_step():

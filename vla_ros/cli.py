@@ -3,7 +3,8 @@
 Verbs: ``launch`` (run a ROS 2 XML launch file without ros2 launch), ``demo`` (the simulated demo),
 ``demo-two-hosts`` (the demo split over two simulated computers),
 ``record``/``bag``/``collect``/``train``/``eval``/``select``
-(data and training), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README).
+(data and training), ``bench`` (benchmarks), ``params`` (parameter tables of every node, as in the README),
+``robot check`` (will a URDF or robot profile run, and what to fix).
 Each verb's ``--help`` ends with a runnable example.
 """
 
@@ -19,6 +20,7 @@ BENCHMARKS = {
     "tokens": "vla_ros.bench.tokens_bench",
     "policy": "vla_ros.bench.policy_bench",
     "safety": "vla_ros.bench.safety_bench",
+    "mesh": "vla_ros.bench.mesh_bench",
     "controller": "vla_ros.bench.controller_bench",
     "faults": "vla_ros.bench.faults",
 }
@@ -59,6 +61,22 @@ def _bench(argv: list[str]) -> int:
             argv,
         )
     return _run_module(BENCHMARKS[argv[0]])(argv[1:])
+
+
+# Each robot tool is a module with ``main(argv) -> int`` and its own argument parser.
+ROBOT_TOOLS = {"check": "vla_ros.tools.robot_check"}
+
+
+def _robot(argv: list[str]) -> int:
+    if not argv or argv[0] not in ROBOT_TOOLS:
+        return _usage(
+            "usage: vla-ros robot check URDF|PROFILE [--json] [--srdf FILE] [--package-path [NAME=]FOLDER]\n"
+            "                         [--write-profile FILE] [--write-controller-config FILE]\n"
+            "Check a robot description or profile as the nodes load it; write a starter profile.\n"
+            "example: vla-ros robot check fr3.urdf --srdf fr3.srdf --package-path fr3=. --write-profile fr3.yaml",
+            argv,
+        )
+    return _run_module(ROBOT_TOOLS[argv[0]])(argv[1:])
 
 
 def _params(argv: list[str]) -> int:
@@ -121,7 +139,11 @@ VERBS = {
         _run_module("vla_ros.model.export_onnx"),
         "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups",
     ),
-    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, controller, faults): vla-ros bench sim --json"),
+    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, mesh, controller, faults): vla-ros bench sim --json"),
+    "robot": (
+        _robot,
+        "check a URDF or robot profile, write a starter profile: vla-ros robot check my.urdf --write-profile my.yaml",
+    ),
     "params": (_params, "node parameter tables (docs/parameters.md): vla-ros params --write"),
 }
 

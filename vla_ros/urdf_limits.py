@@ -93,6 +93,12 @@ def read_joint_limits(urdf: str | Path | ET.Element) -> dict[str, JointLimit]:
     return out
 
 
+def commanded_joints_of(urdf: str | Path | ET.Element) -> tuple[str, ...]:
+    """The joints a controller commands when nobody names them: the movable joints that mimic none, in the
+    description's order (a mimic joint follows its leader)."""
+    return tuple(name for name, lim in read_joint_limits(urdf).items() if lim.mimic is None)
+
+
 def limits_for(urdf: str | Path | ET.Element, joints: Sequence[str]) -> UrdfJointLimits:
     """Limits of ``joints`` in that order. Raises ValueError naming a joint that is missing, not movable or
     without a velocity limit."""

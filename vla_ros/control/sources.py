@@ -10,7 +10,7 @@ graph who publishes on its input right now, and ``SourceGate`` admits the messag
 come from anyone untrusted:
 
 - every publisher on the topic is a trusted node (an endpoint whose node the graph does not know yet, as
-  happens for a moment after discovery, is not trusted);
+  happens after discovery, is not trusted);
 - no untrusted publisher was seen in the last ``quarantine_s`` (one that published and left may still have
   a message in the queue; the node also looks at the graph on a timer, so short-lived publishers are seen);
 - at least one trusted publisher is present (otherwise the message came from a publisher that is gone).
@@ -20,6 +20,13 @@ tell them apart, so it fails safe (the arm holds) and says which node is in the 
 mistakes: a misrouted remapping, a test script, ``ros2 topic pub`` or a bag replayed on the wrong topic. It
 does not protect against a hostile host on the DDS domain, which can claim any node name: that is what
 DDS Security (SROS2, ``config/sros2/policy.xml``) is for.
+
+Reports (the log, diagnostics) name a stranger at once, with one exception: a publisher whose node the graph
+has not named yet. ROS names arrive after DDS discovery, a moment later as a rule, but seconds later on a
+busy machine, and the safety filter's own publisher is such an endpoint while it starts (it loads its URDF
+after creating its publisher). Such an endpoint is reported only once it has stayed unnamed for
+``UNNAMED_GRACE_S`` (a DDS writer outside ROS never gets a name). Its messages are refused all the same,
+and each refused message is reported as it comes.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from collections.abc import Iterable, Sequence
 # What rmw reports for an endpoint whose node's ROS name has not arrived yet (ros_discovery_info lags DDS
 # discovery by a moment).
 UNKNOWN_NODE_NAME = "_NODE_NAME_UNKNOWN_"
+# How long a publisher may stay unnamed before it is reported as a stranger: longer than a filter loading a large
+# URDF on a busy machine (10-20 s were seen while the name did not arrive).
+UNNAMED_GRACE_S = 30.0
 NS = 1_000_000_000
 
 
@@ -74,14 +84,19 @@ class SourceGate:
     Args:
         trusted: fully qualified names of the nodes allowed to publish on the topic.
         quarantine_s: how long after an untrusted publisher was last seen messages are still refused.
+        unnamed_grace_s: how long a publisher whose node the graph does not name is not reported (see above).
     """
 
-    def __init__(self, trusted: Sequence[str], quarantine_s: float = 1.0) -> None:
+    def __init__(
+        self, trusted: Sequence[str], quarantine_s: float = 1.0, unnamed_grace_s: float = UNNAMED_GRACE_S
+    ) -> None:
         if not trusted:
             raise ValueError("trusted_publishers is empty: the controller would execute no chunk at all")
         self.trusted = tuple(trusted)
         self.quarantine_ns = int(quarantine_s * NS)
+        self.unnamed_grace_ns = int(unnamed_grace_s * NS)
         self.untrusted_seen: dict[str, tuple[str, int]] = {}  # endpoint gid -> (label, when last seen, steady ns)
+        self.unnamed_since: dict[str, int] = {}  # endpoint gid -> when first seen, while seen without a node name
         self.present: tuple[Endpoint, ...] = ()
 
     def observe(self, endpoints: Sequence[Endpoint], now_ns: int) -> list[Endpoint]:
@@ -93,14 +108,32 @@ class SourceGate:
                 # An endpoint seen for a moment without its node's name (ROS names arrive after DDS
                 # discovery) that turns out to be a trusted node's was never a stranger.
                 self.untrusted_seen.pop(e.gid, None)
+                self.unnamed_since.pop(e.gid, None)
             else:
                 foreign.append(e)
                 self.untrusted_seen[e.gid] = (e.label, now_ns)
+                if e.node:
+                    self.unnamed_since.pop(e.gid, None)
+                else:
+                    self.unnamed_since.setdefault(e.gid, now_ns)
         return foreign
 
-    def recent_untrusted(self, now_ns: int) -> list[str]:
-        """Untrusted publishers seen within the quarantine, newest first."""
-        recent = [(t, label) for label, t in self.untrusted_seen.values() if now_ns - t <= self.quarantine_ns]
+    def awaiting_name(self, gid: str) -> bool:
+        """True for a publisher the graph has not named since it was first seen, less than the grace ago."""
+        since = self.unnamed_since.get(gid)
+        return since is not None and self.untrusted_seen[gid][1] - since < self.unnamed_grace_ns
+
+    def to_report(self, foreign: Sequence[Endpoint]) -> list[Endpoint]:
+        """The untrusted publishers (``observe``'s) to report now: all but those awaiting their name."""
+        return [e for e in foreign if not self.awaiting_name(e.gid)]
+
+    def recent_untrusted(self, now_ns: int, reported_only: bool = False) -> list[str]:
+        """Untrusted publishers seen within the quarantine, newest first; ``reported_only``: those to report."""
+        recent = [
+            (t, label)
+            for gid, (label, t) in self.untrusted_seen.items()
+            if now_ns - t <= self.quarantine_ns and not (reported_only and self.awaiting_name(gid))
+        ]
         return list(dict.fromkeys(label for _, label in sorted(recent, reverse=True)))
 
     def admit(self, endpoints: Sequence[Endpoint], now_ns: int) -> str | None:

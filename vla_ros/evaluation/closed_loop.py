@@ -15,7 +15,10 @@ simulation's clock so a run is deterministic per seed and independent of the mac
 ``vla-ros eval --live`` measures the same episodes through the launched processes instead (``live_eval``).
 Success: the named cup's bottom is 5 cm above the table. Lifting another cup ends the episode as a failure.
 Parameters come from the same YAML files the nodes load (``config/policy.yaml``, ``config/safety_filter.yaml``,
-``config/controller.yaml``, ``config/limits.yaml``), so evaluation runs the shipped configuration.
+``config/controller.yaml``, ``config/limits.yaml``), so evaluation runs the shipped configuration. The robot is a
+profile (``vla_ros.robot_profile``): the one asked for, else the one the model folder records (``vla-ros train
+--robot``), else the bundled arm; the sim, the filter (URDF, SRDF, joints) and the controller are built from it,
+as ``robot_profile:=`` builds the nodes.
 """
 
 from __future__ import annotations
@@ -119,7 +122,10 @@ def hand_speed(history: list[tuple[float, np.ndarray]]) -> dict:
 
 
 class ClosedLoop:
-    """Builds the cores once; ``run_episode(seed, instruction, color)`` runs one episode."""
+    """Builds the cores once; ``run_episode(seed, instruction, color)`` runs one episode.
+
+    ``robot``: a robot profile's name or file (None: the model's recorded robot, else the bundled arm); raises
+    ProfileError (a ValueError) where it does not load or does not command the model's joints."""
 
     def __init__(
         self,
@@ -129,20 +135,28 @@ class ClosedLoop:
         config: EvalConfig | None = None,
         share_dir: Path | None = None,
         threads: int | None = None,
+        robot: str | None = None,
     ) -> None:
         from vla_ros.control import ChunkExecutor
         from vla_ros.launch_runner.packages import find_package_share
         from vla_ros.params import controller, policy, safety_filter
+        from vla_ros.params.robot import robot_files
         from vla_ros.params.spec import values_from_yaml
         from vla_ros.policy import PolicySession
-        from vla_ros.safety import SafetyFilter, load_robot
+        from vla_ros.robot_profile import profile_for_model
+        from vla_ros.safety import SafetyFilter
+        from vla_ros.safety.robot import load_robot_files
         from vla_ros.sim import ArmSim, SimConfig
-        from vla_ros.sim.scene import FINGER_JOINT
 
         self.config = config or EvalConfig()
         share = Path(share_dir) if share_dir else find_package_share("vla_ros")
-        self.sim = ArmSim(SimConfig(image_width=self.config.image_width, image_height=self.config.image_height))
-        policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy")
+        profile = profile_for_model(model_dir, robot)
+        self.sim = ArmSim(
+            SimConfig(image_width=self.config.image_width, image_height=self.config.image_height), profile=profile
+        )
+        # every node's robot_profile parameter, as robot.launch.xml robot_profile:= sets it
+        robot_param = {"robot_profile": str(profile.source)}
+        policy_p = values_from_yaml(policy.PARAMS, share / "config" / "policy.yaml", "policy") | robot_param
         if self.config.chunk_smoothing_degree is not None:
             policy_p["chunk_smoothing_degree"] = self.config.chunk_smoothing_degree
         if self.config.shape_chunks is not None:
@@ -158,6 +172,7 @@ class ClosedLoop:
         safety_p = values_from_yaml(
             safety_filter.PARAMS, [share / "config" / "safety_filter.yaml", limits_yaml], "safety_filter"
         )
+        safety_p |= robot_param
         safety_config = safety_filter.config_from_params(safety_p)
         policy_p["safety_params_file"] = str(share / "config" / "safety_filter.yaml")  # the filter it runs with here
         policy_p["limits_file"] = str(limits_yaml)
@@ -166,7 +181,9 @@ class ClosedLoop:
             from vla_ros.model.io import load_config
 
             names = load_config(model_dir).joint_names
-            limits = policy.shaping_limits_from_params(policy_p, self.sim.urdf_xml, names)
+            limits = policy.shaping_limits_from_params(
+                policy_p, self.sim.urdf_xml, names, base_dir=self.sim.urdf_path.parent
+            )
         self.session = PolicySession.from_pretrained(
             model_dir,
             backend=backend,
@@ -174,16 +191,19 @@ class ClosedLoop:
             threads=threads,
             config=policy.session_config_from_params(policy_p, limits),
         )
-        self.safety = SafetyFilter(load_robot(self.sim.urdf_xml), safety_config)
-        control_p = values_from_yaml(
-            controller.PARAMS, [share / "config" / "controller.yaml", limits_yaml], "controller"
+        files = robot_files(safety_p)  # the profile's URDF, SRDF and package paths, as the filter node loads them
+        self.safety = SafetyFilter(load_robot_files(files.urdf, files.srdf or None, files.package_paths), safety_config)
+        control_p = (
+            values_from_yaml(controller.PARAMS, [share / "config" / "controller.yaml", limits_yaml], "controller")
+            | robot_param
         )
         self.controller_config = controller.config_from_params(control_p)
         self._executor_cls = ChunkExecutor
         names = list(self.sim.command_joint_names)
         self._to_sim = np.array([list(self.controller_config.joint_names).index(n) for n in names])
         # a close: the gripper command falling through half open (the grasp records and the aim tool use it)
-        self.gripper_index = names.index(FINGER_JOINT) if FINGER_JOINT in names else None
+        finger = self.sim.profile.gripper_joints[0]
+        self.gripper_index = names.index(finger) if finger in names else None
         self.half_open = (
             None
             if self.gripper_index is None

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.seeds < 1 or not abs(args.roll) <= WRIST_ROLL_LIMIT_RAD:
         print(
-            f"--seeds must be >= 1 and --roll within +-{WRIST_ROLL_LIMIT_RAD} rad, got {args.seeds} and {args.roll}",
+            f"--seeds must be >= 1 and --roll within +-{WRIST_ROLL_LIMIT_RAD:.4g} rad, got {args.seeds}, {args.roll}",
             file=sys.stderr,
         )
         return 2

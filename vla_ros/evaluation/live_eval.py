@@ -33,17 +33,23 @@ from pathlib import Path
 import numpy as np
 
 from vla_ros.cameras import sim_launch_args
-from vla_ros.evaluation.tables import success_breakdown, verdict_shares
+from vla_ros.evaluation.tables import robot_fields, success_breakdown, verdict_shares
 
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
 
-def vla_launch_args(model: str | Path) -> list[str]:
+def vla_launch_args(model: str | Path, robot: str | None = None) -> list[str]:
     """``sim.launch.xml`` arguments for the learned policy on ``model`` (a folder or a name under models/),
-    with what the simulation needs for that model (its cameras)."""
+    with what the simulation needs for that model: its cameras, and its robot (``robot``: a profile's name or
+    file; None: the one the model folder records, else the bundled arm), which every node of the graph is
+    given as ``robot_profile``. Raises ProfileError (a ValueError) where the robot's profile does not load or does
+    not command the model's joints."""
     from vla_ros.model.io import resolve_model_dir
+    from vla_ros.robot_profile import profile_for_model
 
-    return ["policy:=vla", f"model:={model}", *sim_launch_args(resolve_model_dir(model))]
+    folder = resolve_model_dir(model)
+    profile = profile_for_model(folder, robot)
+    return ["policy:=vla", f"model:={model}", f"robot_profile:={profile.source}", *sim_launch_args(folder)]
 
 
 class LiveGraph:
@@ -321,9 +327,14 @@ def evaluate_live(
     progress: bool = True,
     startup_timeout_s: float = 240.0,
     extra_launch_args: tuple[str, ...] = (),
+    robot: str | None = None,
 ) -> dict:
-    """Run ``episodes`` through the launched graph; the summary dict (see the module docstring)."""
+    """Run ``episodes`` through the launched graph; the summary dict (see the module docstring). ``robot``: as
+    for ``vla_launch_args``."""
+    from vla_ros.robot_profile import profile_for_model
     from vla_ros.sim.tasks import eval_episodes
+
+    profile = profile_for_model(model, robot)
 
     jobs = [(ep_seed, instruction, color) for ep_seed, color, instruction in eval_episodes(episodes, seed, templates)]
     if out is not None:
@@ -331,7 +342,7 @@ def evaluate_live(
     load_start = os.getloadavg()
     t0 = time.time()
     args = [
-        *vla_launch_args(model),
+        *vla_launch_args(model, str(profile.source)),
         f"backend:={backend}",
         f"real_time_factor:={real_time_factor}",
         f"seed:={jobs[0][0] if jobs else 0}",
@@ -366,6 +377,7 @@ def evaluate_live(
         wall_s=time.time() - t0,
         load=(load_start, os.getloadavg()),
         out=out,
+        robot=profile,
     )
 
 
@@ -382,6 +394,7 @@ def summarize(
     wall_s: float,
     load,
     out: Path | None,
+    robot=None,
 ) -> dict:
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
@@ -410,6 +423,7 @@ def summarize(
         "episodes": len(results),
         "seeds": list(seeds),
         "model": str(model),
+        **robot_fields(robot),
         "backend": backend,
         "mode": "live",
         "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from vla_ros.cli import print_result
-from vla_ros.evaluation.tables import outcome_summary
+from vla_ros.evaluation.tables import outcome_summary, robot_fields
 
 EXAMPLE = (
     "examples: vla-ros eval --model models/vla_cups --episodes 50 --seed 0 --json\n"
+    "          vla-ros eval --model runs/fr3_cups --robot fr3 --episodes 50 --seed 0 --json   # another arm\n"
     "          vla-ros eval --live --episodes 20 --seed 0 --json\n"
     "          vla-ros eval --model runs/a --episodes 100 --seed 1000000 --instructions train --json   # choose "
     "between runs"
@@ -56,14 +57,16 @@ _LOOP = None  # one ClosedLoop per worker process (built once, reused for every 
 _INIT_ERROR: BaseException | None = None  # why this worker could not build it
 
 
-def _init_worker(model, backend, device, config, share_dir, threads, in_pool: bool = False) -> None:
+def _init_worker(model, backend, device, config, share_dir, robot, threads, in_pool: bool = False) -> None:
     global _LOOP, _INIT_ERROR
     from vla_ros.evaluation.closed_loop import ClosedLoop
 
     # A pool initializer that raises kills its worker and the pool starts another, forever: keep the error
     # and raise it from the first episode instead, which ends the pool and reaches the caller.
     try:
-        _LOOP = ClosedLoop(model, backend=backend, device=device, config=config, share_dir=share_dir, threads=threads)
+        _LOOP = ClosedLoop(
+            model, backend=backend, device=device, config=config, share_dir=share_dir, threads=threads, robot=robot
+        )
     except Exception as exc:  # noqa: BLE001 (re-raised by _run_one)
         if not in_pool:
             raise
@@ -95,17 +98,22 @@ def evaluate(
     config=None,
     share_dir=None,
     workers: int = 1,
+    robot: str | None = None,
 ) -> dict:
     """Run the episodes; with ``workers`` > 1 they are spread over processes (one torch thread each).
 
     Every episode starts from its own seed with a reset sim and policy, so the results do not depend on
-    which worker runs it or in what order.
+    which worker runs it or in what order. ``robot``: a robot profile's name or file (None: the model's
+    recorded robot, else the bundled arm); ProfileError (a ValueError) where it does not fit the model.
     """
     import multiprocessing as mp
 
     from tqdm import tqdm
 
+    from vla_ros.robot_profile import profile_for_model
     from vla_ros.sim.tasks import eval_episodes
+
+    profile = profile_for_model(model, robot)  # before any worker starts; they all get this one file
 
     load_start = os.getloadavg()
     jobs = [
@@ -121,7 +129,7 @@ def evaluate(
         bar.update(1)
         bar.set_postfix(success=f"{np.mean([x.success for x in results]):.0%}")
 
-    init = (model, backend, device, config, share_dir)
+    init = (model, backend, device, config, share_dir, str(profile.source))
     if workers <= 1:
         _init_worker(*init, None)
         for job in jobs:
@@ -137,6 +145,7 @@ def evaluate(
     summary = {
         **outcome_summary([r.__dict__ for r in results]),
         "model": str(model),
+        **robot_fields(profile),
         "backend": backend,
         "mode": "in_process",
         "workers": max(1, workers),
@@ -179,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
+    parser.add_argument(
+        "--robot",
+        default="",
+        metavar="PROFILE",
+        help="robot profile to simulate: a name (fr3) or a YAML file (docs/your_robot.md); default: the robot the "
+        "model folder records (vla-ros train --robot), else the bundled arm. Its commanded joints must be the model's",
+    )
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0, help="offset into the evaluation seed range")
     parser.add_argument(
@@ -270,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     from vla_ros.evaluation.select_run import check_run
     from vla_ros.model.io import resolve_model_dir
 
-    problem = check_run(resolve_model_dir(args.model), args.backend)  # before any worker or graph starts
+    # before any worker or graph starts: the model's files, and the robot it runs on
+    problem = check_run(resolve_model_dir(args.model), args.backend, args.robot or None)
     if problem:
         print(f"vla-ros eval: {problem}", file=sys.stderr)
         return 2
@@ -290,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             out,
             progress=not args.json,
             startup_timeout_s=args.startup_timeout,
+            robot=args.robot or None,
         )
         print_result(summary, args.json, 28)
         return 0
@@ -312,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             hold_after_success_s=args.hold,
         ),
         workers=args.workers,
+        robot=args.robot or None,
     )
     print_result(summary, args.json, 24)
     return 0

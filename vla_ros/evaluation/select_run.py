@@ -59,9 +59,12 @@ def check_out_folder(out: Path, runs: list[Path]) -> str | None:
     return None
 
 
-def check_run(run: Path, backend: str) -> str | None:
-    """Why ``run`` cannot be evaluated (None when it can), before any episode starts."""
+def check_run(run: Path, backend: str, robot: str | None = None) -> str | None:
+    """Why ``run`` cannot be evaluated (None when it can), before any episode starts: its files, and its robot
+    (``robot``, a profile's name or file; None: the one it records, else the bundled arm) loading and commanding its
+    joints."""
     from vla_ros.model.io import check_onnx, load_model
+    from vla_ros.robot_profile import ProfileError, profile_for_model
 
     try:
         load_model(run)
@@ -69,6 +72,10 @@ def check_run(run: Path, backend: str) -> str | None:
             check_onnx(run)
     except (FileNotFoundError, ValueError) as exc:
         return f"{run}: {exc}"
+    try:
+        profile_for_model(run, robot)
+    except ProfileError as exc:  # it names the model
+        return str(exc)
     return None
 
 
@@ -183,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         help="phrasings, as for vla-ros eval (default train: the held-out ones stay for the final figure)",
     )
     parser.add_argument("--backend", default="onnx", choices=("torch", "onnx"))
+    parser.add_argument(
+        "--robot",
+        default="",
+        metavar="PROFILE",
+        help="robot profile to simulate (a name or a YAML file); default: the one each run records, else the bundled "
+        "arm",
+    )
     parser.add_argument("--max-episode-s", type=float, default=15.0)
     parser.add_argument("--workers", type=int, default=1, help="episodes run in this many processes at once")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = check_out_folder(out, runs)
     pool, same_weights = candidates(runs, args.checkpoints) if not reason else (runs, {})
     for run in pool:
-        reason = reason or check_run(run, args.backend)
+        reason = reason or check_run(run, args.backend, args.robot or None)
     if reason:
         parser.error(reason)
     from vla_ros.evaluation.closed_loop import EvalConfig
@@ -240,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not args.json,
                 config=EvalConfig(max_episode_s=args.max_episode_s),
                 workers=args.workers,
+                robot=args.robot or None,
             )
         return figures
 

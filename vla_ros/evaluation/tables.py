@@ -1,5 +1,6 @@
 """The breakdowns both evaluations report (in process and live): success by colour and by phrasing, and
-what the safety filter did to the policy's chunks, in shares. Plain functions over per-episode rows."""
+what the safety filter did to the policy's chunks, in shares; the robot they ran. Plain functions over
+per-episode rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from collections import Counter
 import numpy as np
 
 COLORS = ("red", "green", "blue")
+
+
+def robot_fields(profile) -> dict:
+    """An evaluation summary's robot: the profile's name and the joints the model commanded (arm, then gripper);
+    nothing without a profile."""
+    return {} if profile is None else {"robot": profile.name, "joint_names": list(profile.commanded_joints)}
 
 
 def phrasing(instruction: str, color: str) -> str:

@@ -142,7 +142,6 @@ class ControllerNode(Node):
         self.gate = SourceGate(resolve_trusted(p["trusted_publishers"], self.get_namespace()))  # ValueError -> exit 2
         self._chunks_deserialized = 0
         self._foreign_reported = False
-        self._unnamed_before: set[str] = set()
         # joint states: the checks every node makes, with a jump bounded by the robot's own (URDF) velocity limits
         self._state_check = JointStateCheck(self._joints, list(self.core.config.urdf_velocity_limits))
         # Who publishes the joint states: per message where rclpy says it (StateSources), else from the graph.
@@ -417,17 +416,20 @@ class ControllerNode(Node):
         chunks is still seen) and at the inputs' liveness (simulated time advancing counts as /clock);
         publishes diagnostics at once when an input stops or comes back, or a stranger appears."""
         mono, ros = time.monotonic_ns(), self.get_clock().now().nanoseconds
-        foreign = self.gate.observe(graph_publishers(self, self._chunk_sub.topic_name), mono)
-        # An endpoint is unnamed for a moment after discovery (the filter's too, at start-up): the gate
-        # refuses its chunks meanwhile, but it is reported only if it stays unnamed for two checks.
-        unnamed = {e.gid for e in foreign if not e.node}
-        foreign = [e for e in foreign if e.node or e.gid in self._unnamed_before]
-        self._unnamed_before = unnamed
+        # A publisher the graph has not named yet (the filter's, while it starts) is refused but not reported
+        # until the grace is over: SourceGate.to_report.
+        foreign = self.gate.to_report(self.gate.observe(graph_publishers(self, self._chunk_sub.topic_name), mono))
         if foreign:
             names = ", ".join(e.label for e in foreign)
+            unnamed = (
+                f" (the ROS graph has not named its node in {self.gate.unnamed_grace_ns / 1e9:g} s: a DDS writer "
+                "outside ROS, or a node whose discovery information does not arrive?)"
+                if any(not e.node for e in foreign)
+                else ""
+            )
             self.rejections.log(
-                f"{names} publishes on {self._chunk_sub.topic_name}: only {', '.join(self.gate.trusted)} may; "
-                "chunks are refused while it is there",
+                f"{names} publishes on {self._chunk_sub.topic_name}{unnamed}: only {', '.join(self.gate.trusted)} "
+                "may; chunks are refused while it is there",
                 "source.untrusted",
             )
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
@@ -512,7 +514,7 @@ class ControllerNode(Node):
         refused = self._refused_states()
         if refused:
             problems.append((WARN, f"joint states refused: {'; '.join(refused[code] for code in sorted(refused))}"))
-        recent = self.gate.recent_untrusted(mono)
+        recent = self.gate.recent_untrusted(mono, reported_only=True)
         if recent:
             values["untrusted_publishers"] = " ".join(recent)
             problems.append(

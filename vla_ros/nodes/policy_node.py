@@ -45,9 +45,11 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
+from vla_ros.params.robot import robot_files
 from vla_ros.params.tightening import ParamChange
 from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.reasons import INSTRUCTION_TOO_LONG, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT, TICK_ERROR
+from vla_ros.robot_profile import profile_for_model
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
@@ -133,10 +135,14 @@ class PolicyNode(Node):
         self._urdf_dir: Path | None = None  # relative mesh paths of robot_description_file resolve here
         self._shaping_cache: dict[tuple[str, ...], tuple[object, str]] = {}
         self._shaping_problem = "waiting for /robot_description"
-        if p["robot_description_file"]:
+        try:
+            urdf_file = robot_files(p).urdf
+        except ValueError as err:  # a profile that does not load: shaping says why, the node runs on
+            urdf_file, self._shaping_problem = "", str(err)
+        if urdf_file:
             try:
-                self._urdf = Path(p["robot_description_file"]).read_text(encoding="utf-8")
-                self._urdf_dir = Path(p["robot_description_file"]).parent
+                self._urdf = Path(urdf_file).read_text(encoding="utf-8")
+                self._urdf_dir = Path(urdf_file).parent
             except OSError as err:
                 self._shaping_problem = f"cannot read robot_description_file: {err}"
         self.session = self._load(p["model"], raise_on_error=False)
@@ -162,7 +168,7 @@ class PolicyNode(Node):
         )
         self.create_subscription(String, "/vla/instruction", self._on_instruction, latched_qos())
         self.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_episode_reset, episode_reset_qos())
-        if not p["robot_description_file"]:
+        if self._urdf is None and self._shaping_problem == "waiting for /robot_description":
             self.create_subscription(String, "/robot_description", self._on_description, latched_qos())
 
         self._due = threading.Event()  # a tick is due
@@ -192,6 +198,8 @@ class PolicyNode(Node):
         folder = resolve_model_dir(model)
         p = self._p
         try:
+            if p["robot_profile"].strip():  # a model for another arm: refused here, not chunk by chunk at the filter
+                profile_for_model(folder, p["robot_profile"])
             session = PolicySession.from_pretrained(
                 folder,
                 backend=p["backend"],

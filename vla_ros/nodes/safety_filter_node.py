@@ -45,6 +45,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
+from vla_ros.params.robot import robot_files
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
@@ -104,11 +105,10 @@ class SafetyFilterNode(Node):
 
         latched = latched_qos()
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
-        if self._params["robot_description_file"]:
+        files = robot_files(self._params)  # ValueError (a bad profile): the node does not start
+        if files.urdf:
             robot = load_robot_files(
-                self._params["robot_description_file"],
-                self._params["srdf_file"] or None,
-                lines(self._params["package_paths"]),
+                files.urdf, files.srdf or None, files.package_paths, progress=self.get_logger().info
             )
             self._use_robot(robot)
             if self.filter is None:
@@ -186,7 +186,9 @@ class SafetyFilterNode(Node):
 
     def _on_description(self, msg: String) -> None:
         try:
-            robot = load_robot(msg.data, self._srdf_text(), lines(self._params["package_paths"]))
+            robot = load_robot(
+                msg.data, self._srdf_text(), lines(self._params["package_paths"]), progress=self.get_logger().info
+            )
         except (RobotModelError, OSError) as err:
             self.filter, self.robot = None, None
             self._problem = f"cannot use /robot_description: {err}"

@@ -60,6 +60,7 @@ class SimNode(Node):
             ),
             urdf_path=p["robot_description_file"] or None,
             seed=p["seed"],
+            profile=p["robot_profile"] or None,
         )
         self._rtf = p["real_time_factor"]  # as requested; the physics thread applies it through _pacing
         self._pacing = Pacing(self._rtf)
@@ -111,7 +112,8 @@ class SimNode(Node):
         self._thread = threading.Thread(target=self._run, name="physics", daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"simulating {len(self.sim.command_joint_names)} joints, {' + '.join(c[0] for c in self._cameras)} "
+            f"simulating {self.sim.profile.name}: {len(self.sim.command_joint_names)} joints, "
+            f"{' + '.join(c[0] for c in self._cameras)} "
             f"{p['image_width']}x{p['image_height']} "
             f"@ {p['camera_rate_hz']} Hz, real_time_factor {self._rtf}, seed {self.sim.seed}"
         )

@@ -6,11 +6,13 @@ filter."""
 
 from __future__ import annotations
 
-from vla_ros.chunks import COMMANDED_JOINTS
 from vla_ros.control import BLEND_MODES, ControllerConfig, bundled_urdf_path
 from vla_ros.params import common, limits
+from vla_ros.params.limits import lines
+from vla_ros.params.robot import ROBOT_PROFILE, robot_files
 from vla_ros.params.spec import ParamSpec, build_config, with_old_names
 from vla_ros.params.tightening import LOWER, LOWER_NONZERO, OFF, rules_from_specs
+from vla_ros.urdf_limits import commanded_joints_of
 
 OUTPUT_INTERFACES = ("forward_position", "joint_trajectory", "isaac")
 LOOP_MODES = ("auto", "inline", "thread", "timer")
@@ -42,8 +44,7 @@ def _check_trusted(names) -> str | None:
 
 
 def _check_joints(names) -> str | None:
-    if len(names) == 0:
-        return "joints must name at least one joint"
+    names = lines(names)
     if len(set(names)) != len(names):
         return f"joints repeat: {list(names)}"
     return None
@@ -62,12 +63,13 @@ PARAMS = [
     ),
     ParamSpec(
         "joints",
-        list(COMMANDED_JOINTS),
+        [""],
         "controlled joints in output order (the forward controller's array order); chunks and joint states are matched "
-        "by name",
+        "by name; empty = the robot profile's (arm, then gripper), else the URDF's moving joints that mimic none",
         read_only=True,
         check=_check_joints,
     ),
+    ROBOT_PROFILE,
     ParamSpec(
         "output_interface",
         "forward_position",
@@ -104,7 +106,7 @@ PARAMS = [
     ParamSpec(
         "robot_description_file",
         "",
-        "URDF giving position and velocity limits; empty = the bundled vla_arm.urdf",
+        "URDF giving position and velocity limits; empty = the robot profile's, else the bundled vla_arm.urdf",
         read_only=True,
     ),
     *(with_old_names(s, *_OLD_LIMIT_NAMES.get(s.name, ())) for s in limits.PARAMS),
@@ -327,5 +329,7 @@ TIGHTENING_RULES = rules_from_specs(PARAMS)
 def config_from_params(p: dict) -> ControllerConfig:
     """ControllerConfig from parameter values (limits from the URDF, tightened by the joint limits' settings).
     Raises ValueError with the reason."""
-    urdf = p["robot_description_file"] or bundled_urdf_path()
-    return build_config(ControllerConfig.from_urdf, PARAMS, p, urdf, list(p["joints"]))
+    files = robot_files(p)
+    urdf = files.urdf or bundled_urdf_path()
+    joints = lines(p["joints"]) or files.joints or commanded_joints_of(urdf)
+    return build_config(ControllerConfig.from_urdf, PARAMS, p, urdf, list(joints))

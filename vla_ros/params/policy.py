@@ -4,6 +4,7 @@ configuration they build. No rclpy import."""
 from __future__ import annotations
 
 from vla_ros.params import common
+from vla_ros.params.robot import ROBOT_PROFILE, robot_files
 from vla_ros.params.spec import ParamSpec, build_config
 
 DEFAULT_MODEL = "vla_cups"
@@ -267,9 +268,11 @@ PARAMS = [
     ParamSpec(
         "robot_description_file",
         "",
-        "shape_chunks: URDF whose joint limits the filter uses; empty = the /robot_description topic (transient local)",
+        "shape_chunks: URDF whose joint limits the filter uses; empty = the robot profile's, else the "
+        "/robot_description topic (transient local)",
         read_only=True,
     ),
+    ROBOT_PROFILE,
     ParamSpec(
         "safety_params_file",
         "",
@@ -300,7 +303,8 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_
     path, XML text or element), resolved with the joint limits' file the filter reads too (``limits_file``, else
     ``share_dir``/config/limits.yaml) and the filter's parameter file (``safety_params_file``, else
     ``share_dir``/config/safety_filter.yaml), in the order robot.launch.xml gives the filter them (its own file,
-    then the limits); relative mesh paths resolve against ``base_dir``. Raises ValueError (a file that cannot be read,
+    then the limits); ``package://`` meshes resolve through that file's ``package_paths``, else the robot profile's
+    (as the filter's do), relative ones against ``base_dir``. Raises ValueError (a file that cannot be read,
     limits that do not fit) saying what is wrong."""
     from pathlib import Path
 
@@ -335,6 +339,6 @@ def shaping_limits_from_params(p: dict, urdf, joint_names, share_dir=None, base_
         reach=bool(p["shaping_reach"]),
         retime=bool(p["shaping_retime"]),
         table_margin_m=margin,
-        package_paths=safety_filter.lines(values["package_paths"]),
+        package_paths=safety_filter.lines(values["package_paths"]) or robot_files(p).package_paths,
         base_dir=base_dir,
     )

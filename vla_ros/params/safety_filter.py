@@ -10,6 +10,7 @@ from typing import Any
 
 from vla_ros.params import common, limits
 from vla_ros.params.limits import check_lines, lines  # noqa: F401  (lines re-exported for the node)
+from vla_ros.params.robot import ROBOT_PROFILE, robot_files
 from vla_ros.params.spec import ParamSpec, build_config
 from vla_ros.params.tightening import HIGHER, LOWER, ON, rules_from_specs
 from vla_ros.safety import ConfigError, Obstacle, SafetyConfig
@@ -59,13 +60,15 @@ PARAMS = [
     ParamSpec(
         "robot_description_file",
         "",
-        "URDF file to load; empty = the /robot_description topic (transient local)",
+        "URDF file to load; empty = the robot profile's, else the /robot_description topic (transient local)",
         read_only=True,
     ),
+    ROBOT_PROFILE,
     ParamSpec(
         "srdf_file",
         "",
-        "SRDF whose disable_collisions pairs are not checked; empty = adjacent and touching-at-reference pairs",
+        "SRDF whose disable_collisions pairs are not checked; empty = the robot profile's, else adjacent and "
+        "touching-at-reference pairs",
         read_only=True,
     ),
     ParamSpec(
@@ -78,7 +81,8 @@ PARAMS = [
     ParamSpec(
         "joints",
         [""],
-        "joints a chunk must command; empty = every actuated (non-mimic) joint of the URDF",
+        "joints a chunk must command; empty = the robot profile's (arm, then gripper), else every actuated (non-mimic) "
+        "joint of the URDF",
         read_only=True,
         field=True,
         to_field=lines,
@@ -263,7 +267,7 @@ PARAMS = [
     ParamSpec(
         "table_height_m",
         0.0,
-        "table top height in the base frame",
+        "table top height in the base frame; with a robot_profile, the profile's table_height_m instead",
         min_value=-10.0,
         max_value=10.0,
         field=True,
@@ -366,6 +370,12 @@ def tightening_rules(robot=None) -> dict:
 
 
 def config_from_params(p: dict[str, Any]) -> SafetyConfig:
-    """The core configuration from parameter values (raises ConfigError naming the field)."""
+    """The core configuration from parameter values (raises ConfigError naming the field; ValueError for a robot
+    profile that does not load). Without ``joints`` a chunk commands the robot profile's joints, as the
+    controller's do; without either, every actuated joint of the URDF."""
     box = {} if p["workspace_enabled"] else {"workspace_min_m": None, "workspace_max_m": None}
-    return build_config(SafetyConfig, PARAMS, p, **box)
+    files = robot_files(p)
+    joints = lines(p["joints"]) or files.joints
+    if files.profile is not None:  # the table is where the robot profile says (the sim puts it there too)
+        p = {**p, "table_height_m": files.profile.table_height_m}
+    return build_config(SafetyConfig, PARAMS, p, joints=tuple(joints), **box)

@@ -7,7 +7,18 @@ from vla_ros.params.spec import ParamSpec
 _DIVIDES = "a rate is a positive divisor of physics_rate_hz"
 
 PARAMS = [
-    ParamSpec("robot_description_file", "", "URDF to simulate; empty = the bundled vla_arm.urdf", read_only=True),
+    ParamSpec(
+        "robot_profile",
+        "",
+        "robot to simulate: a robot profile's name (fr3) or YAML file (docs/your_robot.md); empty = the bundled arm",
+        read_only=True,
+    ),
+    ParamSpec(
+        "robot_description_file",
+        "",
+        "deprecated: a URDF to simulate with the bundled arm's profile (its joints, TCP, cameras); use robot_profile",
+        read_only=True,
+    ),
     ParamSpec(
         "seed",
         0,

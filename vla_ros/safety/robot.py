@@ -7,9 +7,11 @@ Loaded once per robot description and shared read-only; every filter owns its ow
   plain ``/dir`` entries are searched for ``/dir/name``), then through the ament index
   (``AMENT_PREFIX_PATH``); ``file://`` URIs and paths relative to the URDF file work too. Only collision
   geometry is read.
-* Meshes are replaced by their convex hulls (computed with the qhull bundled in MuJoCo, then verified to
-  contain every vertex). A hull contains the mesh, so distances to it are never larger than distances to
-  the mesh: conservative, and GJK on a convex shape is exact and fast.
+* Meshes are replaced by their convex hulls (qhull through scipy; a mesh of more than 20k vertices whose
+  hull has many corners by a circumscribed polytope of bounded size, see ``bounded_hull``; time and memory
+  linear in the mesh; cached on disk by the mesh file's sha256, see ``mesh_hull``).
+  A hull contains the mesh, so distances to it are never larger than distances to the mesh:
+  conservative, and GJK on a convex shape is exact and fast.
 * Joint names come from the URDF; position and velocity limits through ``vla_ros.urdf_limits``, the reader
   the controller uses too. Mimic joints (``<mimic>``) are
   filled from their leaders, so a chunk commands only the actuated joints.
@@ -25,13 +27,16 @@ Loaded once per robot description and shared read-only; every filter owns its ow
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import logging
 import os
+import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -140,53 +145,443 @@ def _srdf_disabled_pairs(srdf_xml: str) -> set[frozenset[str]]:
     return pairs
 
 
-def convex_hull(vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def convex_hull(vertices: np.ndarray, chunk_entries: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """(points (V, 3), triangles (F, 3) with outward winding) of the convex hull of ``vertices``.
 
-    Uses the qhull inside MuJoCo (a project dependency; Coal's own hull needs a qhull build it lacks).
-    MuJoCo moves a mesh to its inertial frame, so hull vertices are mapped back to the nearest input
-    vertex, and the result is verified: every input vertex must lie inside every face plane.
+    The points are rows of ``vertices`` (qhull through scipy, which returns input indices). The result
+    is verified by ``verify_hull``; memory stays O(vertices + faces + chunk_entries).
     """
-    import mujoco
-
     vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
-    spec = mujoco.MjSpec()
-    mesh = spec.add_mesh(name="hull")
-    mesh.uservert = vertices.reshape(-1).tolist()
-    spec.worldbody.add_body(name="b").add_geom(type=mujoco.mjtGeom.mjGEOM_MESH, meshname="hull")
-    model = spec.compile()
-    start, count = int(model.mesh_vertadr[0]), int(model.mesh_vertnum[0])
-    rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, model.mesh_quat[0])
-    moved = model.mesh_vert[start : start + count].astype(np.float64) @ rot.reshape(3, 3).T + model.mesh_pos[0]
-    graph = model.mesh_graph[model.mesh_graphadr[0] :]
-    # mesh_graph layout: numvert, numface, vert_edgeadr[numvert], vert_globalid[numvert],
-    # edge_localid[numvert + 3 numface], face_globalid[3 numface]
-    nv, nf = int(graph[0]), int(graph[1])
-    faces = np.asarray(graph[2 + 3 * nv + 3 * nf : 2 + 3 * nv + 6 * nf]).reshape(nf, 3)
-    nearest = np.linalg.norm(moved[:, None, :] - vertices[None, :, :], axis=2).argmin(axis=1)  # (count,)
-    used = np.unique(faces)
-    remap = np.full(count, -1)
-    remap[used] = np.arange(used.size)
-    points, triangles = vertices[nearest[used]], remap[faces]
-    corners = points[triangles]  # (F, 3 corners, 3)
+    used, triangles = _qhull(vertices)
+    verify_hull(vertices, used, triangles, chunk_entries)
+    return vertices[used], triangles
+
+
+def _qhull(vertices: np.ndarray, options: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(used (U,) sorted input indices, triangles (F, 3) indexing ``used``, outward winding)."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(vertices, qhull_options=options)
+    except (QhullError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RobotModelError(
+            f"convex hull of {len(vertices)} vertices failed (flat or degenerate?): {first}"
+        ) from None
+    used = np.unique(hull.simplices)
+    triangles = np.searchsorted(used, hull.simplices)  # (F, 3) into used
+    corners = vertices[used][triangles]  # (F, 3 corners, 3)
     normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
-    outside = vertices @ normals.T - np.einsum("fk,fk->f", normals, corners[:, 0])  # (V, F)
+    flip = np.einsum("fk,fk->f", normals, hull.equations[:, :3]) < 0  # qhull's facet normals point outward
+    triangles[flip] = triangles[flip][:, ::-1]
+    return used, np.ascontiguousarray(triangles)
+
+
+def verify_hull(vertices: np.ndarray, used: np.ndarray, triangles: np.ndarray, chunk_entries: int = 1 << 22) -> None:
+    """Raise RobotModelError unless ``vertices[used]`` with ``triangles`` is a convex polytope holding every vertex.
+
+    ``used`` are distinct input indices (the hull's corners are input vertices); see ``check_polytope`` and
+    ``outside_distance`` for the two checks and their cost. No (V, F) matrix is ever held.
+    """
+    n_in = len(vertices)
+    if used.ndim != 1 or used.size < 4 or used.min() < 0 or used.max() >= n_in or np.any(np.diff(used) <= 0):
+        raise RobotModelError("convex hull check failed: hull vertices are not distinct input vertices")
+    planes = check_polytope(vertices[used], triangles)
+    rest = np.ones(n_in, dtype=bool)
+    rest[used] = False
+    worst = outside_distance(vertices[rest], planes, chunk_entries)
+    if worst > planes.tol:
+        raise RobotModelError(f"convex hull check failed: a vertex lies {worst:.3g} m outside the hull")
+
+
+@dataclasses.dataclass(frozen=True)
+class HullPlanes:
+    """Face planes of a checked convex polytope: ``normals @ x <= offsets`` inside (unit normals)."""
+
+    normals: np.ndarray  # (F, 3)
+    offsets: np.ndarray  # (F,)
+    centre: np.ndarray  # (3,) centroid of the corners, strictly inside
+    inner_radius: float  # the ball of this radius about ``centre`` is inside
+    tol: float  # numerical tolerance for "on or below a plane", scaled to the polytope's size
+
+
+# Relative tolerance of a circumscribed polytope's checks: its corners are computed, then rounded to a grid and to
+# float32, so its faces of four or more corners are flat only to about the grid (1e-6 of its size).
+GRID_TOLERANCE = 1e-5
+
+
+def check_polytope(points: np.ndarray, triangles: np.ndarray, relative_tol: float = 1e-9) -> HullPlanes:
+    """The face planes of ``points`` with ``triangles``; RobotModelError unless they bound a convex polytope.
+
+    A closed surface of genus 0 that is convex at every edge bounds a convex body (it cannot wrap twice
+    around: the sphere is simply connected), so its own corners lie inside every face plane. Cost O(F log F).
+    """
+    if triangles.ndim != 2 or triangles.shape[1] != 3 or len(triangles) < 4:
+        raise RobotModelError(f"convex hull check failed: triangles of shape {triangles.shape}")
+    n_points = len(points)
+    if triangles.min() < 0 or triangles.max() >= n_points or np.unique(triangles).size != n_points:
+        raise RobotModelError("convex hull check failed: triangles do not use exactly the hull vertices")
+    scale = float(np.abs(points).max()) or 1.0
+    tol = relative_tol * scale
+    # planes from the hull's own triangles (not qhull's equations), unit normals
+    corners = points[triangles]  # (F, 3, 3)
+    normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])  # (F, 3)
+    length = np.linalg.norm(normals, axis=1)
+    degenerate = int(np.count_nonzero(length <= 1e-12 * scale * scale))
+    if degenerate:  # a zero-area triangle has no plane to check against
+        raise RobotModelError(f"convex hull check failed: {degenerate} zero-area triangles")
+    normals /= length[:, None]
+    offsets = np.einsum("fk,fk->f", normals, corners[:, 0])  # (F,)
+    # closed 2-manifold with consistent winding: every directed edge once, and its reverse once
+    directed = np.stack([triangles, np.roll(triangles, -1, axis=1)], axis=-1).reshape(-1, 2)  # (3F, 2)
+    n = np.int64(n_points)
+    key = directed[:, 0] * n + directed[:, 1]
+    rev = directed[:, 1] * n + directed[:, 0]
+    order = np.argsort(key)
+    sorted_key = key[order]
+    if np.any(sorted_key[1:] == sorted_key[:-1]):
+        raise RobotModelError("convex hull check failed: an edge is used twice in the same direction")
+    pos = np.searchsorted(sorted_key, rev)
+    pos = np.minimum(pos, sorted_key.size - 1)
+    if np.any(sorted_key[pos] != rev):
+        raise RobotModelError("convex hull check failed: the surface is not closed")
+    if n_points - len(directed) // 2 + len(triangles) != 2:
+        raise RobotModelError("convex hull check failed: the surface is not a sphere (Euler characteristic)")
+    # convex at every edge: the neighbour's third corner is on or below this face's plane
+    neighbour_face = order[pos] // 3  # (3F,) face across each directed edge
+    third = triangles[neighbour_face, (order[pos] % 3 + 2) % 3]  # corner of the neighbour opposite the edge
+    edge_face = np.repeat(np.arange(len(triangles)), 3)
+    bend = np.einsum("ek,ek->e", normals[edge_face], points[third]) - offsets[edge_face]
+    if bend.max() > tol:
+        raise RobotModelError(f"convex hull check failed: not convex at an edge ({bend.max():.3g} m)")
+    centre = points.mean(axis=0)
+    inner = offsets - normals @ centre  # (F,) distance of the centroid below each plane
+    if inner.min() <= tol:
+        raise RobotModelError("convex hull check failed: the hull is flat or turned inside out")
+    return HullPlanes(normals, offsets, centre, float(inner.min()), tol)
+
+
+def plane_violations(vertices: np.ndarray, planes: HullPlanes, chunk_entries: int = 1 << 22) -> np.ndarray:
+    """(V,) how far each vertex lies above the polytope's highest face plane (<= 0: inside), ``chunk_entries``
+    (vertex, face) products at a time; the vertices inside the inscribed ball are not multiplied out."""
+    out = np.full(len(vertices), -np.inf)
+    far = np.flatnonzero(np.linalg.norm(vertices - planes.centre, axis=1) > planes.inner_radius - planes.tol)
+    rows = max(1, chunk_entries // len(planes.offsets))
+    for i in range(0, len(far), rows):
+        idx = far[i : i + rows]
+        out[idx] = (vertices[idx] @ planes.normals.T - planes.offsets).max(axis=1)
+    return out
+
+
+def outside_distance(vertices: np.ndarray, planes: HullPlanes, chunk_entries: int = 1 << 22) -> float:
+    """The largest face-plane violation of any vertex (<= tol: all inside); -inf for no vertices."""
+    return float(plane_violations(vertices, planes, chunk_entries).max(initial=-np.inf))
+
+
+# Meshes up to this many vertices get their exact hull, every vertex checked against it (well under a second).
+HULL_EXACT_MAX_VERTICES = 20_000
+# A larger mesh is sampled (HULL_SAMPLE vertices at a fixed stride). Where the sample's hull has at most
+# HULL_MAX_CORNERS corners (a CAD part whose hull has few corners, however finely its faces are tessellated), the
+# mesh gets its exact hull if that has few corners too. Otherwise (a finely tessellated curved surface, every
+# vertex a corner: qhull takes seconds per 100k vertices and Coal's checks slow down with the corner count) it
+# gets the polytope bounded by its tangent planes in HULL_DIRECTIONS directions, which holds every vertex by
+# construction and reaches beyond the exact hull by at most the reported padding.
+HULL_SAMPLE = 5_000
+HULL_DIRECTIONS = 1024
+HULL_MAX_CORNERS = 2048
+HULL_CHECKED = 2_000  # of the sample, checked against the result of a large mesh (with the extreme vertices)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshHull:
+    """A collision mesh's convex polytope, in the mesh file's units: ``points`` (U, 3), ``triangles`` (F, 3)
+    with outward winding; ``padding`` is 0 for the exact hull, else at most how far it reaches beyond it."""
+
+    points: np.ndarray
+    triangles: np.ndarray
+    vertices: int  # the mesh's distinct vertices
+    padding: float = 0.0
+
+
+def fibonacci_directions(n: int) -> np.ndarray:
+    """(n, 3) unit vectors spread evenly over the sphere (a Fibonacci lattice)."""
+    i = np.arange(n) + 0.5
+    z = 1.0 - 2.0 * i / n
+    r = np.sqrt(1.0 - z * z)
+    phi = np.pi * (3.0 - np.sqrt(5.0)) * i
+    return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+
+
+def _support_indices(vertices: np.ndarray, directions: np.ndarray, rows: int = 4096) -> np.ndarray:
+    """(K,) index of a vertex farthest along each direction, found in float32 (so within float32 rounding of
+    the farthest; callers allow for that). Products are laid out (directions, vertices) so the search runs
+    along memory: the other way round it is several times slower."""
+    v32 = vertices.astype(np.float32).T.copy()  # (3, V)
+    d32 = directions.astype(np.float32)
+    best = np.full(len(directions), -np.inf, dtype=np.float32)
+    index = np.zeros(len(directions), dtype=np.intp)
+    every = np.arange(len(directions))
+    for i in range(0, v32.shape[1], rows):
+        block = v32[:, i : i + rows]
+        dots = d32[:, 0:1] * block[0]  # (K, rows), three broadcasts: no BLAS threads for a product of depth 3
+        dots += d32[:, 1:2] * block[1]
+        dots += d32[:, 2:3] * block[2]
+        arg = dots.argmax(axis=1)
+        top = dots[every, arg]
+        better = top > best
+        best[better], index[better] = top[better], arg[better] + i
+    return index
+
+
+def _check_contains(vertices: np.ndarray, planes: HullPlanes, what: str, tol: float | None = None) -> None:
+    worst = outside_distance(vertices, planes)
+    if worst > (planes.tol if tol is None else tol):
+        raise RobotModelError(f"{what} check failed: a vertex lies {worst:.3g} outside it")
+
+
+def bounded_hull(vertices: np.ndarray) -> MeshHull:
+    """The mesh's exact convex hull where it has few corners or the mesh is small, else a circumscribed polytope
+    of bounded size (see HULL_SAMPLE). Work is linear in the mesh's vertices, and no (vertices x faces) product
+    is formed for a large mesh: every vertex of a small mesh is checked against the result, of a large mesh
+    a sample (the circumscribed polytope holds every vertex by construction)."""
+    vertices = np.asarray(vertices, dtype=np.float64).reshape(-1, 3)
+    if len(vertices) <= HULL_EXACT_MAX_VERTICES:
+        used, triangles = _qhull(vertices)
+        verify_hull(vertices, used, triangles)
+        return MeshHull(vertices[used], triangles, len(vertices))
+    sample = np.arange(0, len(vertices), -(-len(vertices) // HULL_SAMPLE))
+    checked = sample[:: max(1, len(sample) // HULL_CHECKED)]
+    used, triangles = _qhull(vertices[sample])
+    if len(used) <= HULL_MAX_CORNERS:  # few corners: qhull of the whole mesh is fast
+        used, triangles = _qhull(vertices)
+        if len(used) <= HULL_MAX_CORNERS:
+            hull = check_polytope(vertices[used], triangles)
+            _check_contains(vertices[checked], hull, "convex hull")
+            return MeshHull(vertices[used], triangles, len(vertices))
+    units = fibonacci_directions(HULL_DIRECTIONS)
+    support = np.unique(_support_indices(vertices, units))
+    heights = (units @ vertices[support].T).max(axis=1)  # the mesh's extent along each direction
+    known = np.union1d(sample, support)
+    used, triangles = _qhull(vertices[known])
+    inner = check_polytope(vertices[known[used]], triangles)  # inside the exact hull: its corners are vertices
+    return _circumscribed(vertices, np.union1d(checked, support), units, heights, inner)
+
+
+def _circumscribed(
+    vertices: np.ndarray, checked: np.ndarray, units: np.ndarray, heights: np.ndarray, inner: HullPlanes
+) -> MeshHull:
+    """The polytope ``units @ x <= heights + margin`` (``heights``: the mesh's extent along each unit vector, so
+    it holds the mesh), its corners snapped to a grid and rounded to float32 (the margin covers both and the
+    float32 search for the extremes). ``padding`` is how far it reaches beyond ``inner``, a polytope inside the
+    exact hull: at most that much larger than the exact hull anywhere."""
+    from scipy.spatial import HalfspaceIntersection, QhullError
+
     scale = float(np.abs(vertices).max()) or 1.0
-    if outside.max() > 1e-9 * scale:
-        raise RobotModelError(f"convex hull check failed: a vertex lies {outside.max():.3g} m outside the hull")
-    return points, triangles
+    grid = 1e-6 * scale
+    # room for the snap, float32 rounding and the checks' tolerance: no vertex ends up outside by any of them
+    margin = grid * np.sqrt(3.0) + 16.0 * float(np.finfo(np.float32).eps) * scale + GRID_TOLERANCE * scale
+    halfspaces = np.hstack([units, -(heights + margin)[:, None]])  # A x + b <= 0
+    try:
+        corners = HalfspaceIntersection(halfspaces, inner.centre).intersections
+    except (QhullError, ValueError) as err:
+        raise RobotModelError(f"bounded hull failed: {str(err).strip().splitlines()[0]}") from None
+    # planes meeting at one point give corners a rounding error apart: one corner each
+    corners = np.unique((np.round(corners / grid) * grid).astype(np.float32), axis=0).astype(np.float64)
+    used, triangles = _qhull(corners, "QJ")  # joggled: simplicial facets, no zero-area triangles
+    hull = check_polytope(corners[used], triangles, GRID_TOLERANCE)
+    _check_contains(vertices[checked], hull, "bounded hull", 1e-9 * scale)  # inside, not just within the tolerance
+    padding = max(0.0, outside_distance(corners[used], inner))
+    return MeshHull(corners[used], triangles, len(vertices), padding)
+
+
+# Bump when the stored hull format or the hull algorithm changes: old entries are then never read.
+HULL_CACHE_VERSION = 2
+# Hulls computed and hulls read from the disk cache in this process (tests count cache hits with it).
+HULL_STATS: collections.Counter[str] = collections.Counter()
+
+
+def hull_cache_dir() -> Path:
+    """$VLA_ROS_HULL_CACHE, else $XDG_CACHE_HOME/vla_ros/hulls (~/.cache/vla_ros/hulls); safe to delete."""
+    if os.environ.get("VLA_ROS_HULL_CACHE"):
+        return Path(os.environ["VLA_ROS_HULL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vla_ros" / "hulls"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+STL_RECORD = np.dtype([("normal", "<f4", 3), ("corners", "<f4", (3, 3)), ("attr", "<u2")])
+
+
+def _binary_stl(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct vertices (V, 3), triangles (F, 3)) of a binary STL, or None when ``data`` is not one."""
+    if len(data) < 84:
+        return None
+    count = int.from_bytes(data[80:84], "little")
+    if len(data) != 84 + STL_RECORD.itemsize * count:
+        return None
+    corners = np.ascontiguousarray(np.frombuffer(data, dtype=STL_RECORD, count=count, offset=84)["corners"])
+    corners = corners.reshape(-1, 3)  # (3F, 3) float32, each vertex repeated in every triangle it is in
+    # merge equal vertices by their exact bits (np.unique(axis=0) sorts 12-byte records, ~4x slower)
+    bits = corners.view(np.uint32).astype(np.uint64)  # (3F, 3)
+    high, low = (bits[:, 0] << np.uint64(32)) | bits[:, 1], bits[:, 2]
+    order = np.lexsort((low, high))
+    high, low = high[order], low[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (high[1:] != high[:-1]) | (low[1:] != low[:-1])
+    index = np.empty(len(order), dtype=np.intp)
+    index[order] = np.cumsum(first) - 1
+    return corners[order[first]].astype(np.float64), index.reshape(-1, 3)
+
+
+def read_mesh_vertices(path: Path) -> np.ndarray:
+    """(V, 3) vertices of a mesh file in its own units: binary STL read here, other formats through Coal (assimp)."""
+    data = path.read_bytes()
+    stl = _binary_stl(data) if path.suffix.lower() == ".stl" else None
+    if stl is not None:
+        return stl[0]
+    try:
+        bvh = coal.MeshLoader().load(str(path), np.ones(3))
+    except (RuntimeError, ValueError) as err:
+        raise RobotModelError(f"cannot read mesh {path}: {str(err).strip().splitlines()[-1]}") from None
+    return np.array(bvh.vertices(), dtype=np.float64).reshape(-1, 3)
+
+
+def _write_stl_atomically(entry: Path, points: np.ndarray, triangles: np.ndarray, header: bytes = b"") -> None:
+    record = np.zeros(len(triangles), dtype=STL_RECORD)
+    record["corners"] = points[triangles]
+    data = header.ljust(80, b"\0")[:80] + np.uint32(len(triangles)).tobytes() + record.tobytes()
+    tmp = ""
+    try:  # a reader sees the whole entry or none
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".tmp-", suffix=".stl", delete=False) as f:
+            tmp = f.name
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _placeholder_mesh(hull_path: Path) -> Path:
+    """A 4-triangle STL next to a hull for Pinocchio to load: ``_convexify`` replaces it by the hull itself,
+    so Pinocchio never reads (nor builds a BVH of) a large mesh."""
+    path = hull_path.with_name(hull_path.stem + ".placeholder.stl")
+    if path.is_file():
+        return path
+    tetra = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]) * 1e-3
+    faces = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])
+    try:
+        _write_stl_atomically(path, tetra, faces)
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / path.name
+        _write_stl_atomically(path, tetra, faces)
+    return path
+
+
+HULL_HEADER = "vla_ros convex hull"
+
+
+def _hull_header(hull: MeshHull) -> bytes:
+    """The cache entry's STL header: what the hull cannot say of itself (the mesh's size, the padding)."""
+    return f"{HULL_HEADER} vertices={hull.vertices} padding={hull.padding!r}".encode()
+
+
+def _read_hull_entry(entry: Path) -> MeshHull:
+    data = entry.read_bytes()
+    stored = _binary_stl(data)
+    if stored is None:
+        raise ValueError("not a binary STL")
+    head = data[:80].rstrip(b"\0").decode("ascii", "replace")
+    fields = dict(word.partition("=")[::2] for word in head.removeprefix(HULL_HEADER).split())
+    if not head.startswith(HULL_HEADER) or set(fields) != {"vertices", "padding"}:
+        raise ValueError(f"unknown header {head!r}")
+    vertices, padding = int(fields["vertices"]), float(fields["padding"])
+    if not (np.isfinite(padding) and padding >= 0.0 and vertices >= 4):
+        raise ValueError(f"header {head!r}")
+    points, triangles = stored
+    check_polytope(points, triangles, GRID_TOLERANCE if padding > 0.0 else 1e-9)
+    return MeshHull(points, triangles, vertices, padding)
+
+
+def mesh_hull(mesh_path: Path, say: Callable[[str], None] = log.info) -> tuple[Path, MeshHull]:
+    """(hull STL file, MeshHull) of a mesh file's convex hull (``bounded_hull``), in the file's units.
+
+    Cached on disk (``hull_cache_dir``) as a binary STL named by the mesh file's sha256, the padding in its
+    header: the URDF's ``scale`` applies to the hull afterwards (the hull of scaled vertices is the scaled
+    hull), so it is not part of the key. A fresh hull is checked against every vertex of the mesh; a cached
+    one, written only after that check, is checked again for being closed and convex, and an entry that
+    fails is recomputed. Points are float32-exact, so the stored hull is the checked one. Only one raw mesh
+    is in memory at a time.
+    """
+    say(f"collision mesh {mesh_path} ({mesh_path.stat().st_size / 1e6:.1f} MB): convex hull")
+    key = hashlib.sha256(f"{_file_sha256(mesh_path)}|v{HULL_CACHE_VERSION}".encode()).hexdigest()
+    entry = hull_cache_dir() / f"{key}.stl"
+    if entry.is_file():
+        try:
+            hull = _read_hull_entry(entry)
+            say(f"collision mesh {mesh_path}: {_hull_words(hull)}, from the cache")
+            HULL_STATS["cached"] += 1
+            return entry, hull
+        except (OSError, ValueError, RobotModelError) as err:
+            log.warning("hull cache entry %s unusable (%s); recomputing", entry, err)
+    vertices = read_mesh_vertices(mesh_path)
+    say(f"collision mesh {mesh_path}: {len(vertices)} vertices, computing the convex hull")
+    if len(vertices) < 4:
+        raise RobotModelError(f"mesh {mesh_path} has {len(vertices)} vertices; a solid needs at least 4")
+    hull = bounded_hull(vertices)
+    del vertices
+    HULL_STATS["computed"] += 1
+    if np.any(hull.points.astype(np.float32) != hull.points):  # cannot happen for STL or assimp input
+        raise RobotModelError(f"mesh {mesh_path}: hull vertices are not float32-exact")
+    say(f"collision mesh {mesh_path}: {_hull_words(hull)}")
+    try:
+        _write_stl_atomically(entry, hull.points, hull.triangles, _hull_header(hull))
+    except OSError as err:
+        log.warning("cannot write hull cache entry %s (%s); using a temporary copy", entry, err)
+        entry = Path(tempfile.mkdtemp(prefix="vla_ros-hull-")) / f"{key}.stl"
+        _write_stl_atomically(entry, hull.points, hull.triangles, _hull_header(hull))
+    # the hull as the cache gives it back (its corners in the file's order), so every load uses the same one
+    return entry, _read_hull_entry(entry)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshReport:
+    """How one collision mesh was loaded (RobotModel.mesh_reports; ``vla-ros robot check`` prints them)."""
+
+    path: str
+    vertices: int  # the mesh's distinct vertices
+    hull_vertices: int
+    padding: float  # mesh units; 0 = the exact hull
+    seconds: float
+    cached: bool
+
+
+def _hull_words(hull: MeshHull) -> str:
+    words = f"convex hull of {len(hull.points)} vertices"
+    if hull.padding > 0.0:
+        words += f" padded by {hull.padding:.3g} (mesh units) to bound its size"
+    return words
 
 
 def _coal_convex(points: np.ndarray, triangles: np.ndarray) -> coal.Convex:
     verts = coal.StdVec_Vec3s()
-    for p in points:
-        verts.append(np.asarray(p, dtype=np.float64))
+    verts.extend(list(np.asarray(points, dtype=np.float64)))
     tris = coal.StdVec_Triangle()
-    for a, b, c in triangles:
-        tris.append(coal.Triangle(int(a), int(b), int(c)))
-    return coal.Convex(verts, tris)
+    tris.extend(map(coal.Triangle, *np.asarray(triangles).T.tolist()))  # ~2x a list comprehension
+    try:
+        return coal.Convex(verts, tris)
+    except RuntimeError as err:  # e.g. a hull vertex with more than 255 edges (the apex of a fine cone)
+        message = str(err).strip().splitlines()[-1]
+        raise RobotModelError(f"Coal cannot use the convex hull ({len(points)} vertices): {message}") from None
 
 
 # ---- the model ---------------------------------------------------------------------------------------
@@ -216,16 +611,36 @@ class RobotModel:
         package_paths: Sequence[str] = (),
         base_dir: Path | None = None,
         digest: str = "",
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.digest = digest
+        self._progress = progress
         root = _parse_xml(urdf_xml, "URDF")
         if root.tag != "robot":
             raise RobotModelError(f"URDF root element must be <robot>, got <{root.tag}>")
         self.name = root.get("name", "")
         self._urdf_root = root
-        # Only collision meshes are needed; resolve them to absolute paths so Pinocchio never guesses.
+        # Only collision meshes are needed, and only as convex hulls: each mesh is resolved, read and hulled
+        # here, one at a time (see mesh_hull), and Pinocchio loads a 4-triangle placeholder in its place.
+        self._hulls: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.mesh_reports: list[MeshReport] = []
         for mesh in root.findall("./link/collision/geometry/mesh"):
-            mesh.set("filename", str(resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)))
+            path = resolve_package_uri(mesh.get("filename", ""), package_paths, base_dir)
+            started, cached = time.perf_counter(), HULL_STATS["cached"]
+            hull_path, hull = mesh_hull(path, self._say)
+            self.mesh_reports.append(
+                MeshReport(
+                    str(path),
+                    hull.vertices,
+                    len(hull.points),
+                    hull.padding,
+                    time.perf_counter() - started,
+                    HULL_STATS["cached"] > cached,
+                )
+            )
+            placeholder = _placeholder_mesh(hull_path)
+            self._hulls[str(placeholder)] = (hull.points, hull.triangles)
+            mesh.set("filename", str(placeholder))
         for link in root.findall("link"):  # visual meshes may live in packages we do not have
             for visual in link.findall("visual"):
                 link.remove(visual)
@@ -378,16 +793,22 @@ class RobotModel:
         return out
 
     # -- geometry --
+    def _say(self, message: str) -> None:
+        log.info(message)
+        if self._progress is not None:
+            self._progress(message)
+
     def _convexify(self) -> None:
+        """Replace each mesh Pinocchio loaded (a placeholder, see __init__) by a Coal convex of its hull."""
         for g in self.geom_model.geometryObjects:
             if isinstance(g.geometry, coal.BVHModelBase):
-                vertices = np.array(g.geometry.vertices())
-                if vertices.shape[0] < 4:
-                    raise RobotModelError(
-                        f"mesh of {g.name} has {vertices.shape[0]} vertices; a solid needs at least 4"
-                    )
-                points, triangles = convex_hull(vertices)
-                g.geometry = _coal_convex(points, triangles)
+                points, triangles = self._hulls[str(g.meshPath)]
+                scale = np.asarray(g.meshScale, dtype=np.float64)
+                if np.any(scale == 0.0):
+                    raise RobotModelError(f"mesh of {g.name} has a zero scale {scale.tolist()}")
+                if np.prod(np.sign(scale)) < 0:  # a mirroring scale turns the winding inside out
+                    triangles = triangles[:, ::-1]
+                g.geometry = _coal_convex(points * scale, triangles)
             g.geometry.computeLocalAABB()
 
     def _joint_extent(self, j: int) -> float:
@@ -591,15 +1012,22 @@ def _digest(urdf_xml: str, srdf_xml: str | None, package_paths: Sequence[str], b
 
 
 def load_robot(
-    urdf_xml: str, srdf_xml: str | None = None, package_paths: Sequence[str] = (), base_dir: Path | str | None = None
+    urdf_xml: str,
+    srdf_xml: str | None = None,
+    package_paths: Sequence[str] = (),
+    base_dir: Path | str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> RobotModel:
-    """The model for a description, built once per content (URDF, SRDF and mesh files) and cached."""
+    """The model for a description, built once per content (URDF, SRDF and mesh files) and cached.
+
+    ``progress`` (e.g. a node logger's ``info``) gets a line before each collision mesh is read and hulled.
+    """
     base = Path(base_dir) if base_dir else None
     key = _digest(urdf_xml, srdf_xml, tuple(package_paths), base)
     with _CACHE_LOCK:
         robot = _CACHE.get(key)
         if robot is None:
-            robot = RobotModel(urdf_xml, srdf_xml, tuple(package_paths), base, digest=key)
+            robot = RobotModel(urdf_xml, srdf_xml, tuple(package_paths), base, digest=key, progress=progress)
             if len(_CACHE) >= _CACHE_SIZE:
                 _CACHE.pop(next(iter(_CACHE)))
             _CACHE[key] = robot
@@ -607,7 +1035,10 @@ def load_robot(
 
 
 def load_robot_files(
-    urdf_path: Path | str, srdf_path: Path | str | None = None, package_paths: Sequence[str] = ()
+    urdf_path: Path | str,
+    srdf_path: Path | str | None = None,
+    package_paths: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> RobotModel:
     urdf_path = Path(urdf_path).expanduser()
     if not urdf_path.is_file():
@@ -618,4 +1049,4 @@ def load_robot_files(
         if not srdf_path.is_file():
             raise FileNotFoundError(f"SRDF not found: {srdf_path}")
         srdf = srdf_path.read_text()
-    return load_robot(urdf_path.read_text(), srdf, package_paths, base_dir=urdf_path.parent)
+    return load_robot(urdf_path.read_text(), srdf, package_paths, base_dir=urdf_path.parent, progress=progress)

@@ -1,4 +1,4 @@
-"""MuJoCo simulation of the arm, table and cups (the embedded default robot). No rclpy import."""
+"""MuJoCo simulation of a robot profile's arm (the bundled arm by default), the table and the cups. No rclpy import."""
 
 from vla_ros.sim.arm_sim import HOME_Q, LIFT_HEIGHT_M, ArmSim, CameraIntrinsics, SimConfig
 from vla_ros.sim.commands import CommandError, JointLimits

@@ -1,5 +1,8 @@
 """The simulated arm: MuJoCo physics, cups, camera and episode bookkeeping, with no ROS in sight.
 
+Any arm a robot profile describes (``vla_ros.robot_profile``; the bundled arm by default): its joints,
+gripper, TCP, home pose, cameras and table height come from the profile.
+
 ``ArmSim`` follows dm_control's split of a fixed physics model and episodic state: ``reset(seed)`` writes
 a new randomised state into the one compiled model, so the same seed always gives the same episode and
 the same command sequence gives the same trajectory. Time is an integer count of physics steps; every
@@ -11,32 +14,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import warnings
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
 from vla_ros import cameras
+from vla_ros.robot_profile import ProfileError, RobotProfile, load_profile
 from vla_ros.sim.commands import CommandError, JointLimits, validate_position_command
 from vla_ros.sim.scene import (
-    CAMERA_NAME,
     CUP_COLORS,
     CUP_HALF_HEIGHT_M,
     CUP_RADIUS_M,
-    TABLE_TOP_Z_M,
-    TCP_BODY,
-    WRIST_CAMERA_NAME,
     SceneConfig,
     build_spec,
-    default_urdf_path,
 )
 from vla_ros.sim.trajectory import PositionTrajectory
 
 log = logging.getLogger(__name__)
 
-# Arm above the table with the gripper pointing down and open (shoulder_pan, shoulder_lift, elbow,
-# forearm_roll, wrist_pitch, wrist_roll, left_finger); pitch angles sum to pi so the tool points down.
-HOME_Q = (0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04)
+# The bundled arm's home (its profile's): above the table with the gripper pointing down and open
+# (shoulder_pan, shoulder_lift, elbow, forearm_roll, wrist_pitch, wrist_roll, left_finger); another robot's
+# is ``ArmSim.home_q``.
+HOME_Q = load_profile(None).home_q
 LIFT_HEIGHT_M = 0.05  # a cup counts as lifted when its bottom is this far above the table
 # After a reset with a hold, the first position command must be this close (rad or m, every joint) to the
 # pose the reset put the arm in: a controller that re-anchors there sends exactly that pose, while a command
@@ -114,38 +116,60 @@ class ArmSim:
     calling thread, because an OpenGL context belongs to the thread that made it current.
     """
 
-    def __init__(self, config: SimConfig | None = None, urdf_path: Path | str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        urdf_path: Path | str | None = None,
+        seed: int = 0,
+        profile: RobotProfile | str | os.PathLike | None = None,
+    ) -> None:
+        """``profile``: a RobotProfile, or a profile's name or file (None: the bundled arm). ``urdf_path``
+        (deprecated) simulates another URDF with the bundled arm's profile (its joints, TCP and cameras)."""
         self.config = config or SimConfig()
-        self.urdf_path = Path(urdf_path) if urdf_path else default_urdf_path()
-        if not self.urdf_path.is_file():
-            raise FileNotFoundError(f"robot description not found: {self.urdf_path}")
-        self.urdf_xml = self.urdf_path.read_text()
-        spec, self.command_joint_names = build_spec(self.urdf_path, self.config.scene)
-        self.model = spec.compile()
+        self.profile = profile if isinstance(profile, RobotProfile) else load_profile(profile)
+        if urdf_path:
+            warnings.warn("ArmSim(urdf_path=...) is deprecated: pass profile=", DeprecationWarning, stacklevel=2)
+            if not Path(urdf_path).is_file():
+                raise FileNotFoundError(f"robot description not found: {urdf_path}")
+            self.profile = dataclasses.replace(self.profile, urdf=Path(urdf_path))
+        self.urdf_path = self.profile.urdf
+        self.urdf_xml = self.profile.urdf_text()
+        spec, self.robot = build_spec(self.profile, self.config.scene)
+        try:
+            self.model = spec.compile()
+        except ValueError as err:
+            raise ProfileError(f"robot profile {self.profile.name}: MuJoCo cannot compile the scene: {err}") from None
         self.data = mujoco.MjData(self.model)
+        self.command_joint_names = list(self.robot.commanded_joints)
+        self.table_z_m = self.profile.table_height_m
+        self.home_q = np.array(self.profile.home_q)
+        self.n_arm = len(self.profile.arm_joints)
 
-        # Named accessors resolved once; no magic indices further down.
-        movable = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-        self.joint_names = [
-            self.model.joint(i).name for i in range(self.model.njnt) if int(self.model.jnt_type[i]) in movable
-        ]
+        # Named accessors resolved once; no magic indices further down. The joints: the commanded ones,
+        # then those that follow them (a mimic finger).
+        self.joint_names = self.command_joint_names + [m.joint for m in self.robot.mimics]
         self._qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.joint_names], dtype=np.intp)
         self._dof_adr = np.array([self.model.joint(n).dofadr[0] for n in self.joint_names], dtype=np.intp)
         self._cmd_actuators = np.array(
             [self.model.actuator(f"{n}_position").id for n in self.command_joint_names], dtype=np.intp
         )
         self._cmd_qpos_adr = np.array([self.model.joint(n).qposadr[0] for n in self.command_joint_names], dtype=np.intp)
+        self._mimic_qpos_adr = np.array(
+            [self.model.joint(m.joint).qposadr[0] for m in self.robot.mimics], dtype=np.intp
+        )
+        self._mimic_leader = np.array(
+            [self.command_joint_names.index(m.leader) for m in self.robot.mimics], dtype=np.intp
+        )
+        self._mimic_mult = np.array([m.multiplier for m in self.robot.mimics])
+        self._mimic_offset = np.array([m.offset for m in self.robot.mimics])
         lower = np.array([self.model.joint(n).range[0] for n in self.command_joint_names])
         upper = np.array([self.model.joint(n).range[1] for n in self.command_joint_names])
         self.limits = JointLimits(names=tuple(self.command_joint_names), lower=lower, upper=upper)
         self._cup_qpos_adr = {c: self.model.joint(f"{c}_cup_free").qposadr[0] for c in CUP_COLORS}
         self._cup_body = {c: self.model.body(f"{c}_cup").id for c in CUP_COLORS}
-        self._tcp_body = self.model.body(TCP_BODY).id
+        self._tcp_body = self.model.body(self.robot.tcp_body).id
         # Keyed by stream name (``vla_ros.cameras``): what the nodes publish and a model's ``cameras`` lists.
-        self.camera_ids = {
-            cameras.FRONT: self.model.camera(CAMERA_NAME).id,
-            cameras.WRIST: self.model.camera(WRIST_CAMERA_NAME).id,
-        }
+        self.camera_ids = {stream: self.model.camera(name).id for stream, name in self.robot.cameras.items()}
         self._table_geom = self.model.geom("table").id
         cup_geoms = {self.model.geom(f"{c}_cup_geom").id for c in CUP_COLORS}
         self._robot_geoms = {
@@ -186,14 +210,14 @@ class ArmSim:
         rng = np.random.default_rng(int(seed))
         mujoco.mj_resetData(self.model, self.data)
         cup_xy = self._sample_cup_xy(rng)
-        start_q = np.array(HOME_Q)
+        start_q = self.home_q.copy()
         if arm_noise_rad > 0.0:
-            start_q[:6] += rng.uniform(-arm_noise_rad, arm_noise_rad, 6)
+            start_q[: self.n_arm] += rng.uniform(-arm_noise_rad, arm_noise_rad, self.n_arm)
             start_q = np.clip(start_q, self.limits.lower, self.limits.upper)
         self._set_arm(start_q)
         for color, xy in zip(CUP_COLORS, cup_xy):
             adr = self._cup_qpos_adr[color]
-            self.data.qpos[adr : adr + 7] = (xy[0], xy[1], TABLE_TOP_Z_M + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
+            self.data.qpos[adr : adr + 7] = (xy[0], xy[1], self.table_z_m + CUP_HALF_HEIGHT_M, 1.0, 0.0, 0.0, 0.0)
         mujoco.mj_forward(self.model, self.data)
         self.step_count = 0 if restart_clock else next_step
         self.episode_start_ns = self.time_ns  # the new episode's first simulated time
@@ -213,8 +237,8 @@ class ArmSim:
     def _set_arm(self, q: np.ndarray) -> None:
         """Joint positions and position targets of the commanded joints (no forward pass)."""
         self.data.qpos[self._cmd_qpos_adr] = q
-        # The mimic finger sits where its leader is, so the equality constraint starts satisfied.
-        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = q[-1]
+        # A mimic finger sits where its leader puts it, so the equality constraint starts satisfied.
+        self.data.qpos[self._mimic_qpos_adr] = self._mimic_mult * q[self._mimic_leader] + self._mimic_offset
         self.data.ctrl[self._cmd_actuators] = q
 
     def status(self) -> dict:
@@ -333,7 +357,7 @@ class ArmSim:
     def lifted_cup(self) -> str | None:
         """The colour of the cup whose bottom is at least LIFT_HEIGHT_M above the table, if any."""
         for color, pos in self.cup_positions().items():
-            if pos[2] - CUP_HALF_HEIGHT_M - TABLE_TOP_Z_M >= LIFT_HEIGHT_M:
+            if pos[2] - CUP_HALF_HEIGHT_M - self.table_z_m >= LIFT_HEIGHT_M:
                 return color
         return None
 

@@ -7,33 +7,31 @@ the policy also sees how to come back to the path: the DART idea). Phases:
     approach -> above the cup;  descend -> grasp height;  [settle -> still];  close -> fingers shut;  lift -> up;  hold
 
 A moving target point ("carrot") is advanced toward the phase's goal at a bounded Cartesian speed from
-the measured tool position, and the arm follows it through the closed-form top-down IK. If the cup is
-not rising with the gripper during the lift, it opens and starts over.
+the measured tool position, and the arm follows it through a top-down IK (``vla_ros.sim.ik``: damped least
+squares on the robot profile's TCP, warm-started from the measured pose), so it drives any arm a robot profile
+describes. If the cup is not rising with the gripper during the lift, it opens and starts over.
 
 Its commands are feasible for the robot: a joint-space limiter keeps every command's velocity and
-acceleration well inside the URDF and safety-filter limits. Demonstrations that jump (a gripper shut in
-one step, a carrot starting at full speed) teach a policy chunks that the safety filter must stretch in
-time or truncate; the robot then never moves the way the policy learned it would.
+acceleration well inside the URDF and safety-filter limits (the profile's joints, read from its URDF).
+Demonstrations that jump (a gripper shut in one step, a carrot starting at full speed) teach a policy chunks
+that the safety filter must stretch in time or truncate; the robot then never moves the way the policy
+learned it would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 
 import numpy as np
 
-from vla_ros.chunks import COMMANDED_JOINTS
-from vla_ros.sim.scripted import (
-    APPROACH_TCP_Z_M,
-    GRASP_TCP_Z_M,
-    GRIPPER_CLOSED_M,
-    GRIPPER_OPEN_M,
-    LIFT_TCP_Z_M,
-    UnreachableError,
-    top_down_ik,
-)
+from vla_ros.robot_profile import RobotProfile, load_profile
+from vla_ros.sim.ik import TopDownIK, UnreachableError
+from vla_ros.sim.scripted import APPROACH_TCP_Z_M, GRASP_TCP_Z_M, LIFT_TCP_Z_M
 
-WRIST_ROLL_LIMIT_RAD = 2.9  # the bundled URDF's wrist_roll_joint range, +-
+# A roll is an angle about the tool's axis; whether the wrist turns that far is the robot's (PickExpert checks).
+WRIST_ROLL_LIMIT_RAD = math.pi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +50,11 @@ class ExpertConfig:
     velocity_fraction / acceleration_fraction: the commands' limits as a share of the URDF velocity
         limits and of the safety filter's default accelerations (10 rad/s^2, 1 m/s^2), leaving room
         for a learned policy's small errors before the filter has to intervene.
-    wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan. At 0 the
-        fingers close across the arm's reach (world y in front of the base); at pi/2 along it (world
-        x, the fixed camera's line of sight). Policies trained on pi/2 grasps did worse on the cup
-        task (docs/training.md, "Fingers closing along the reach").
+    wrist_roll_rad: the hand's roll about the vertical tool axis, relative to the arm's pan: 0 is the hand
+        turned as at home (``vla_ros.sim.ik``). On the bundled arm the fingers then close across the arm's
+        reach (world y in front of the base); at pi/2 along it (world x, the fixed camera's line of sight).
+        Policies trained on pi/2 grasps did worse on the cup task (docs/training.md, "Fingers closing along
+        the reach").
     still_hold: the lift goes straight up from where the fingers closed and the hold stays there. Off
         by default, the lift and the hold aim at the held cup's own position: a cup held off the pads'
         centre moves with the hand, so the hand creeps after it (a median 0.06 rad of pan over a 1 s
@@ -121,11 +120,12 @@ class MotionLimiter:
         return self.q.copy()
 
 
-def default_limiter(config: ExpertConfig) -> MotionLimiter:
-    """Limits of the commanded joints from the bundled URDF (velocities) and the filter's acceleration defaults."""
-    from vla_ros.control.config import bundled_urdf_path, limits_from_urdf
+def default_limiter(config: ExpertConfig, profile: RobotProfile | None = None) -> MotionLimiter:
+    """Limits of the profile's commanded joints from its URDF (velocities) and the filter's acceleration defaults."""
+    from vla_ros.control.config import limits_from_urdf
 
-    limits = limits_from_urdf(bundled_urdf_path(), COMMANDED_JOINTS)
+    profile = profile or load_profile(None)
+    limits = limits_from_urdf(profile.urdf, profile.commanded_joints)
     accel = np.where(limits.prismatic, 1.0, 10.0)
     return MotionLimiter(
         limits.velocity * config.velocity_fraction, accel * config.acceleration_fraction, limits.lower, limits.upper
@@ -133,12 +133,37 @@ def default_limiter(config: ExpertConfig) -> MotionLimiter:
 
 
 class PickExpert:
-    """``command(t_s, tcp_m, cup_m, q_meas) -> (7,) joint targets`` for the 6 arm joints and the gripper."""
+    """``command(t_s, tcp_m, cup_m, q_meas) -> joint targets`` of the profile's commanded joints (the arm, then the
+    gripper). ``q_meas``: the sim's joint positions (``ArmSim.joint_positions``: the commanded joints in the
+    profile's order, then the mimic joints that follow them).
 
-    def __init__(self, config: ExpertConfig | None = None) -> None:
+    ``profile``: a RobotProfile, or a profile's name or file (None: the bundled arm)."""
+
+    def __init__(
+        self, config: ExpertConfig | None = None, profile: RobotProfile | str | os.PathLike | None = None
+    ) -> None:
         self.config = config or ExpertConfig()
-        self.limiter = default_limiter(self.config)
+        self.profile = profile if isinstance(profile, RobotProfile) else load_profile(profile)
+        self.ik = TopDownIK(self.profile)
+        self.n_arm = len(self.profile.arm_joints)
+        self.n_commanded = len(self.profile.commanded_joints)
+        self.gripper_open = np.array(self.profile.gripper_open)
+        self.gripper_closed = np.array(self.profile.gripper_closed)
+        self.table_z_m = self.profile.table_height_m
+        self.limiter = default_limiter(self.config, self.profile)
+        home_tcp = self.ik.forward(self.ik.home)[0]
+        try:  # the roll asked for, above the table where the hand starts
+            self.ik.solve(home_tcp, self.config.wrist_roll_rad, self.ik.home)
+        except UnreachableError:
+            raise ValueError(
+                f"wrist_roll_rad {self.config.wrist_roll_rad:.3g} turns the hand of {self.profile.name} further than "
+                "its wrist goes (no top-down pose with that roll at the home position)"
+            ) from None
         self.reset()
+
+    def closing_share(self, q_gripper: float) -> float:
+        """How far a gripper command or measurement is from open (0) to closed (1), for its first joint."""
+        return float((q_gripper - self.gripper_open[0]) / (self.gripper_closed[0] - self.gripper_open[0]))
 
     def reset(self) -> None:
         self.limiter.reset()  # starts from the measured joints at the next command
@@ -167,28 +192,31 @@ class PickExpert:
         self.reset()
         self.limiter.reset(q_cmd)
         self.limiter.v = np.asarray(v_cmd, float).copy()
+        # fingers an eighth of the way shut or more; on the bundled arm under 3.5 of its 4 cm open
         holding = (
-            np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02 and abs(tcp_m[2] - cup_m[2]) < 0.03 and q_meas[-1] < 0.035
+            np.linalg.norm(tcp_m[:2] - cup_m[:2]) < 0.02
+            and abs(tcp_m[2] - cup_m[2]) < 0.03
+            and self.closing_share(q_meas[self.n_arm]) > 0.125
         )
-        if holding and q_cmd[-1] < 0.02:
+        if holding and self.closing_share(np.asarray(q_cmd)[self.n_arm]) > 0.5:
             self.phase, self._lift_xy = "lift", tcp_m[:2].copy()
         elif (
             resume_descent
-            and tcp_m[2] < APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
+            and tcp_m[2] < self.table_z_m + APPROACH_TCP_Z_M + 2 * self.config.z_tolerance_m
             and np.linalg.norm(tcp_m[:2] - cup_m[:2]) < self.give_up_xy_m
         ):
             self.phase = "descend"
 
     def _goal(self, cup_m: np.ndarray) -> np.ndarray:
         if self.phase in ("lift", "hold") and self.config.still_hold:
-            return np.array([self._lift_xy[0], self._lift_xy[1], LIFT_TCP_Z_M])
+            return np.array([self._lift_xy[0], self._lift_xy[1], self.table_z_m + LIFT_TCP_Z_M])
         z = {
             "approach": APPROACH_TCP_Z_M,
             "descend": GRASP_TCP_Z_M,
             "settle": GRASP_TCP_Z_M,
             "close": GRASP_TCP_Z_M,
         }.get(self.phase, LIFT_TCP_Z_M)
-        return np.array([cup_m[0], cup_m[1], z])
+        return np.array([cup_m[0], cup_m[1], self.table_z_m + z])
 
     def _advance(self, tcp_m: np.ndarray, goal: np.ndarray, speed: float, dt_s: float) -> np.ndarray:
         carrot = tcp_m.copy() if self._carrot is None else self._carrot
@@ -209,11 +237,11 @@ class PickExpert:
         goal = self._goal(cup_m)
         xy_err = float(np.linalg.norm(tcp_m[:2] - goal[:2]))
         z_err = abs(float(tcp_m[2] - goal[2]))
-        gripper = GRIPPER_OPEN_M
+        gripper = self.gripper_open
         if self.phase == "approach" and xy_err < c.xy_tolerance_m and z_err < 2 * c.z_tolerance_m:
             self.phase = "descend"
         elif self.phase == "descend":
-            if xy_err > self.give_up_xy_m and tcp_m[2] > GRASP_TCP_Z_M + 0.04:
+            if xy_err > self.give_up_xy_m and tcp_m[2] > self.table_z_m + GRASP_TCP_Z_M + 0.04:
                 self.phase = "approach"  # the cup moved away: go back above it
             elif xy_err < c.xy_tolerance_m and z_err < c.z_tolerance_m:
                 if c.settle_s > 0:
@@ -222,17 +250,17 @@ class PickExpert:
                     self.phase, self._close_started_s = "close", t_s
         elif self.phase == "settle" and t_s - self._settle_started_s >= c.settle_s:
             self.phase, self._close_started_s = "close", t_s
-            gripper = GRIPPER_CLOSED_M
+            gripper = self.gripper_closed
         elif self.phase == "close":
-            gripper = GRIPPER_CLOSED_M
+            gripper = self.gripper_closed
             if t_s - self._close_started_s >= c.close_s:
                 self.phase, self._lift_xy = "lift", tcp_m[:2].copy()
         elif self.phase in ("lift", "hold"):
-            gripper = GRIPPER_CLOSED_M
+            gripper = self.gripper_closed
             cup_below_gripper = tcp_m[2] - cup_m[2]
             if cup_below_gripper > 0.06:  # the cup stayed behind: open and try again
                 self.phase, self.restarts = "approach", self.restarts + 1
-                gripper = GRIPPER_OPEN_M
+                gripper = self.gripper_open
             elif self.phase == "lift" and z_err < c.z_tolerance_m:
                 self.phase = "hold"
         goal = self._goal(cup_m)
@@ -242,11 +270,11 @@ class PickExpert:
             self._carrot = goal.copy()
         else:
             target = self._advance(tcp_m, goal, speed, dt_s)
+        q = np.asarray(q_meas, float)
         try:
-            arm = top_down_ik(target, c.wrist_roll_rad)
+            arm = self.ik.solve(target, c.wrist_roll_rad, q[: self.n_arm]).q
         except UnreachableError:
-            arm = np.asarray(q_meas, float)[:6]  # hold the arm where it is
+            arm = q[: self.n_arm]  # hold the arm where it is
         if self.limiter.q is None:
-            q = np.asarray(q_meas, float)
-            self.limiter.reset(q if q.size == 7 else np.append(q[:6], GRIPPER_OPEN_M))
+            self.limiter.reset(q if q.size == self.n_commanded else np.append(q[: self.n_arm], self.gripper_open))
         return self.limiter(np.append(arm, gripper), dt_s)

@@ -1,7 +1,9 @@
 """A scripted top-down pick for the simulated arm: closed-form inverse kinematics plus a waypoint plan.
 
-This is the stand-in motion for the demo until a trained policy ships, and the privileged expert that
-data collection builds on: it reads the true cup position from the simulator, which a policy never sees.
+This is the stand-in motion for the demo until a trained policy ships; the closed-loop expert that data
+collection uses (``expert``) drives any robot profile's arm through the generic ``ik`` instead, which gives the
+same joints on this arm (test_sim_profile). It reads the true cup position from the simulator, which a policy
+never sees. The heights below are the expert's too, above the table top.
 
 The arm is a pan joint followed by a planar shoulder-elbow-wrist chain (all pitch axes parallel), so a
 gripper pointing straight down reduces to two-link planar IK for the wrist point plus
@@ -27,7 +29,7 @@ LIFT_TCP_Z_M = 0.20
 
 
 class UnreachableError(ValueError):
-    pass
+    """No arm pose puts the tool centre point there pointing down (this closed form, or ``vla_ros.sim.ik``)."""
 
 
 def top_down_ik(tcp_xyz_m, wrist_roll_rad: float = 0.0) -> np.ndarray:

@@ -73,6 +73,9 @@ class Task:
     loss_labels: dict[str, str] = {}
     # option field -> why it needs this task, for an option given to another task
     option_reasons: dict[str, str] = {}
+    # whether its episodes come from the sim, which simulates a robot profile's arm (the bundled arm unless
+    # ``vla-ros train --robot`` names another): the model then commands that profile's joints
+    simulated = False
 
     def claims(self, config) -> bool:
         """Whether a model of ``config`` carries this task's heads."""
@@ -105,8 +108,11 @@ class Task:
         """Per-observation auxiliary targets of a sequence's frames (``build_sequence``'s frame_aux), or None."""
         return None
 
-    def training(self, options, config, tokenizer, seed: int, fine_tune: bool, lr: float, weight_decay: float):
-        """The task's part of a training run (``TaskTraining``)."""
+    def training(
+        self, options, config, tokenizer, seed: int, fine_tune: bool, lr: float, weight_decay: float, robot=None
+    ):
+        """The task's part of a training run (``TaskTraining``); ``robot``: the run's robot profile, or None (no
+        robot named, for the generic task; ``training.train.train_profile``)."""
         return TaskTraining()
 
 

@@ -130,7 +130,9 @@ class CupsOptions:
         instead of imitating the expert's creeping hold.
     """
 
-    views: int = 4000
+    views: int = _option(
+        4000, "--views", "task cups: rendered still views for the vision stem (default {default})", type=int
+    )
     view_batch: int = 32
     vision_warmup_steps: int = _option(
         1000, "--vision-warmup-steps", "task cups: steps on rendered views alone first (default {default})", type=int
@@ -227,12 +229,13 @@ def vision_warmup(
 
 class CupsTraining(TaskTraining):
     """The cup task's part of a run: held targets after the lift, phrasing swaps, rendered views (a warm-up
-    on them, then a view loss beside every step)."""
+    on them, then a view loss beside every step) of the run's robot (a profile; None: the bundled arm)."""
 
     warmup_loss_name = "warmup_view_loss"
 
-    def __init__(self, options: CupsOptions, config, tokenizer, seed, fine_tune, lr, weight_decay) -> None:
+    def __init__(self, options: CupsOptions, config, tokenizer, seed, fine_tune, lr, weight_decay, robot=None) -> None:
         self.options, self.config, self.tokenizer, self.seed = options, config, tokenizer, seed
+        self.robot = robot
         self.fine_tune, self.lr, self.weight_decay = fine_tune, lr, weight_decay
         self.phrasing_swap_p = options.phrasing_swap_p
         self.views = None
@@ -262,6 +265,7 @@ class CupsTraining(TaskTraining):
             seed=self.seed,
             progress=progress,
             grasp_share=self.options.grasp_views,
+            profile=self.robot,
         )
         self.warmup_planned = self.options.vision_warmup_steps
         self.step_loss_name = "view_loss"
@@ -301,6 +305,7 @@ class Cups(Task):
         "val_frame_aux_loss": "validation, named cup from the frame's keypoints",
     }
     option_reasons = {"still_after_lift_s": "the lift is read off the cup's track"}
+    simulated = True
 
     def claims(self, config) -> bool:
         return config.aux_dim > 0
@@ -344,8 +349,8 @@ class Cups(Task):
 
         return [aux_target(episode, o.t_s) if o.kind == Kind.IMAGE else None for o in observations]
 
-    def training(self, options, config, tokenizer, seed, fine_tune, lr, weight_decay) -> CupsTraining:
-        return CupsTraining(options, config, tokenizer, seed, fine_tune, lr, weight_decay)
+    def training(self, options, config, tokenizer, seed, fine_tune, lr, weight_decay, robot=None) -> CupsTraining:
+        return CupsTraining(options, config, tokenizer, seed, fine_tune, lr, weight_decay, robot)
 
 
 register(Cups())

@@ -31,7 +31,7 @@ import numpy as np
 
 from vla_ros import cameras
 
-EXAMPLE = "example: vla-ros collect --episodes 20 --out runs/demos"
+EXAMPLE = "example: vla-ros collect --episodes 20 --out runs/demos   (another arm: --robot fr3)"
 RECORDED_CAMERAS = (cameras.FRONT, cameras.WRIST)  # every camera the sim has: a model picks what it reads
 
 
@@ -70,8 +70,9 @@ class CollectConfig:
     image_height: int = 240
 
 
-def make_expert(config: CollectConfig | TakeoverConfig):
-    """The scripted expert with the grasp a collection asks for (``grasp_roll_rad``, ``grasp_pause_s``)."""
+def make_expert(config: CollectConfig | TakeoverConfig, profile=None):
+    """The scripted expert for the robot ``profile`` (None: the bundled arm) with the grasp a collection asks for
+    (``grasp_roll_rad``, ``grasp_pause_s``)."""
     from vla_ros.sim.expert import ExpertConfig, PickExpert
 
     return PickExpert(
@@ -80,20 +81,21 @@ def make_expert(config: CollectConfig | TakeoverConfig):
             settle_s=config.grasp_pause_s,
             close_s=ExpertConfig.close_s + config.grasp_pause_s,
             still_hold=config.still_hold,
-        )
+        ),
+        profile=profile,
     )
 
 
-def _push_profile(rng: np.random.Generator, config: CollectConfig):
-    """A smooth bump (raised cosine) of random direction, start and length, or None."""
+def _push_profile(rng: np.random.Generator, config: CollectConfig, n_arm: int = 6, n_gripper: int = 1):
+    """A smooth bump (raised cosine) of the arm joints, of random direction, start and length, or None."""
     if rng.random() >= config.push_probability:
         return None
     start, length = rng.uniform(0.5, 2.5), rng.uniform(0.3, 0.8)
-    offset = np.append(rng.uniform(-config.push_rad, config.push_rad, 6), 0.0)
+    offset = np.append(rng.uniform(-config.push_rad, config.push_rad, n_arm), np.zeros(n_gripper))
 
     def at(t_s: float) -> np.ndarray:
         s = (t_s - start) / length
-        return offset * (0.5 - 0.5 * np.cos(2 * np.pi * s)) if 0.0 <= s <= 1.0 else np.zeros(7)
+        return offset * (0.5 - 0.5 * np.cos(2 * np.pi * s)) if 0.0 <= s <= 1.0 else np.zeros(offset.size)
 
     return at
 
@@ -119,7 +121,7 @@ class NearMiss:
     without near misses.
     """
 
-    def __init__(self, seed: int, config: CollectConfig) -> None:
+    def __init__(self, seed: int, config: CollectConfig, profile=None) -> None:
         from vla_ros.sim.scripted import GRASP_TCP_Z_M
 
         rng = np.random.default_rng([seed, 17])
@@ -128,8 +130,8 @@ class NearMiss:
         self.offset_m = np.array([radius * np.cos(angle), radius * np.sin(angle), 0.0])
         # take over on the way down (fingers still above the cup) or, in a third, after shutting on nothing
         self.shut_s = float(rng.uniform(0.2, 0.9)) if rng.random() < 1 / 3 else None
-        self.takeover_z_m = GRASP_TCP_Z_M + float(rng.uniform(0.005, 0.08))
-        self.decoy = make_expert(config)
+        self.decoy = make_expert(config, profile)
+        self.takeover_z_m = self.decoy.table_z_m + GRASP_TCP_Z_M + float(rng.uniform(0.005, 0.08))
         self.cup_start_m: np.ndarray | None = None
         self.shutting_since_s: float | None = None
 
@@ -233,15 +235,15 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     color, instruction = episode_task(seed, templates or TRAIN_TEMPLATES)
     rng = np.random.default_rng([seed, 11])
     sim.reset(seed, arm_noise_rad=config.arm_noise_rad)
-    push = _push_profile(rng, config)
+    push = _push_profile(rng, config, sim.n_arm, len(sim.command_joint_names) - sim.n_arm)
     freeze = _freeze_window(rng, config)
-    near_miss = NearMiss(seed, config)
+    near_miss = NearMiss(seed, config, sim.profile)
     if near_miss.active:
         push = freeze = None  # one thing to recover from at a time
     held: np.ndarray | None = None
     last = previous = np.asarray(sim.command_joint_positions(), float)
     dt_s = 1.0 / sim.config.joint_state_rate_hz
-    expert = make_expert(config)
+    expert = make_expert(config, sim.profile)
     rec = EpisodeRecorder(sim, rng)
     rec.instruction(instruction)
     lifted_at = None
@@ -273,7 +275,8 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
             sim.command_positions(None, np.clip(executed, sim.limits.lower, sim.limits.upper))
         if sim.is_frame_step():
             for camera in RECORDED_CAMERAS:
-                rec.frame(sim.render(camera), stamp, camera)
+                if camera in sim.camera_ids:  # a profile may have no hand camera
+                    rec.frame(sim.render(camera), stamp, camera)
         if sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
             rec.status()
         sim.step()
@@ -284,6 +287,7 @@ def record_episode(sim, seed: int, out_path: Path, config: CollectConfig, templa
     rec.status()
     summary = {
         "seed": seed,
+        "robot": sim.profile.name,
         "color": color,
         "instruction": instruction,
         "success": lifted_at is not None,
@@ -341,7 +345,7 @@ class ExpertTakeover:
 
     def start(self, sim, instruction: str, color: str) -> None:
         self.sim, self.color = sim, color
-        self.expert = make_expert(self.config)
+        self.expert = make_expert(self.config, sim.profile)
         self.rec = EpisodeRecorder(sim, self.rng)
         self.rec.instruction(instruction)
         self.expert_driving = False
@@ -361,10 +365,8 @@ class ExpertTakeover:
         self.rec.status()
 
     def _near_cup(self, q_policy) -> bool:
-        from vla_ros.sim.scripted import GRIPPER_OPEN_M
-
         tcp, cup = self.sim.tcp_position(), self.sim.cup_positions()[self.color]
-        closing = q_policy is not None and q_policy[-1] < 0.5 * GRIPPER_OPEN_M
+        closing = q_policy is not None and self.expert.closing_share(q_policy[self.sim.n_arm]) > 0.5
         near = np.linalg.norm(tcp[:2] - cup[:2]) < self.config.near_cup_m and tcp[2] < self.takeover_z_m
         if near or closing:
             self.takeover, self.takeover_closing = (tcp - cup).round(4).tolist(), bool(closing and not near)
@@ -413,9 +415,15 @@ class ExpertTakeover:
 
 
 def collect_rollouts(
-    model: str, seeds: range, out: Path, config: TakeoverConfig = TakeoverConfig(), progress: bool = True
+    model: str,
+    seeds: range,
+    out: Path,
+    config: TakeoverConfig = TakeoverConfig(),
+    progress: bool = True,
+    robot: str | None = None,
 ) -> list[dict]:
-    """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover)."""
+    """Expert-labelled policy rollouts on training seeds and phrasings (see ExpertTakeover). ``robot``: a robot
+    profile's name or file (None: the one the model folder records, else the bundled arm)."""
     from tqdm import tqdm
 
     from vla_ros.evaluation.closed_loop import ClosedLoop, EvalConfig
@@ -426,6 +434,7 @@ def collect_rollouts(
         model,
         config=EvalConfig(max_episode_s=config.max_episode_s, hold_after_success_s=config.hold_after_lift_s),
         threads=1,
+        robot=robot,
     )
     summaries = []
     bar = tqdm(seeds, desc="rollouts", unit="ep", disable=not progress)
@@ -442,6 +451,7 @@ def collect_rollouts(
             "expert_segments": hook.expert_segments,
             "wrong_cup": r.lifted not in (None, color),
             "policy": str(model),
+            "robot": loop.sim.profile.name,
             "takeover_offset_m": hook.takeover,
             "takeover_closing": hook.takeover_closing,
         }
@@ -456,6 +466,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vla-ros collect", description=__doc__.splitlines()[0], epilog=EXAMPLE)
     parser.add_argument("--episodes", type=int, default=200, help="number of episodes (default 200)")
     parser.add_argument("--out", default="", help="output folder (default runs/demos-<date>)")
+    parser.add_argument(
+        "--robot",
+        default="",
+        metavar="PROFILE",
+        help="robot profile: a name (fr3) or a YAML file (default: the bundled arm; with --policy, the robot the model "
+        "folder records); docs/your_robot.md",
+    )
     parser.add_argument("--seed-start", type=int, default=None, help="first seed (default: the training range start)")
     parser.add_argument("--keep-failures", action="store_true", help="also keep episodes where the expert failed")
     parser.add_argument(
@@ -522,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not abs(args.grasp_roll) <= WRIST_ROLL_LIMIT_RAD:
         print(
-            f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD} rad (the wrist's range), got {args.grasp_roll}",
+            f"--grasp-roll must be within +-{WRIST_ROLL_LIMIT_RAD:.5g} rad (a turn about the tool's axis), got "
+            f"{args.grasp_roll}",
             file=sys.stderr,
         )
         return 2
@@ -534,8 +552,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm import tqdm
 
+    from vla_ros.model.io import resolve_model_dir
+    from vla_ros.robot_profile import ProfileError, load_profile, profile_for_model
     from vla_ros.sim import ArmSim, SimConfig
     from vla_ros.sim.tasks import EVAL_SEED_START, TRAIN_SEED_START
+
+    try:  # --policy: the robot the model drives (default: the one its folder records), with the model's joints
+        profile = profile_for_model(resolve_model_dir(args.policy), args.robot) if args.policy else None
+        profile = profile or load_profile(args.robot or None)
+    except (ProfileError, FileNotFoundError) as err:
+        print(f"vla-ros collect: {err}", file=sys.stderr)
+        return 2
 
     seed_start = TRAIN_SEED_START if args.seed_start is None else args.seed_start
     if seed_start < EVAL_SEED_START <= seed_start + args.episodes - 1:
@@ -544,12 +571,28 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.policy:
+        config = CollectConfig(
+            near_miss_probability=args.near_miss,
+            grasp_roll_rad=args.grasp_roll,
+            grasp_pause_s=args.grasp_pause,
+            hold_after_lift_s=args.hold_after_lift,
+            still_hold=args.still_hold,
+        )
+        try:
+            make_expert(config, profile)  # a roll the robot's wrist cannot turn to is refused here, not per episode
+        except ValueError as err:  # ProfileError included
+            print(f"--grasp-roll {args.grasp_roll:g} on {profile.name}: {err}", file=sys.stderr)
+            return 2
+        try:
+            sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height), profile=profile)
+        except ValueError as err:  # ProfileError included
+            print(f"--robot {profile.name}: {err}", file=sys.stderr)
+            return 2
     out = Path(args.out or f"runs/demos-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.policy:
-        from vla_ros.model.io import resolve_model_dir
-
         summaries = collect_rollouts(
             str(resolve_model_dir(args.policy)),
             range(seed_start, seed_start + args.episodes),
@@ -561,21 +604,14 @@ def main(argv: list[str] | None = None) -> int:
                 hold_after_lift_s=args.hold_after_lift,
                 still_hold=args.still_hold,
             ),
+            robot=str(profile.source),
         )
         for s in summaries:  # like the expert's failures: a rollout that never lifted the cup is not kept
             if not s["success"] and not args.keep_failures:
                 (out / f"rollout_{s['seed']:07d}.mcap").unlink()
-        return _finish(out, summaries, seed_start, args.episodes, t0)
-    config = CollectConfig(
-        near_miss_probability=args.near_miss,
-        grasp_roll_rad=args.grasp_roll,
-        grasp_pause_s=args.grasp_pause,
-        hold_after_lift_s=args.hold_after_lift,
-        still_hold=args.still_hold,
-    )
-    sim = ArmSim(SimConfig(image_width=config.image_width, image_height=config.image_height))
+        return _finish(out, summaries, seed_start, args.episodes, t0, robot=profile.name)
     summaries = []
-    bar = tqdm(range(seed_start, seed_start + args.episodes), desc="episodes", unit="ep")
+    bar = tqdm(range(seed_start, seed_start + args.episodes), desc=f"episodes ({profile.name})", unit="ep")
     for seed in bar:
         path = out / f"episode_{seed:07d}.mcap"
         s = record_episode(sim, seed, path, config)
@@ -584,11 +620,12 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(s)
         bar.set_postfix(success=f"{np.mean([x['success'] for x in summaries]):.0%}")
     sim.close()
-    return _finish(out, summaries, seed_start, args.episodes, t0)
+    return _finish(out, summaries, seed_start, args.episodes, t0, robot=profile.name)
 
 
-def _finish(out: Path, summaries: list[dict], seed_start: int, episodes: int, t0: float) -> int:
+def _finish(out: Path, summaries: list[dict], seed_start: int, episodes: int, t0: float, robot: str = "") -> int:
     result = {
+        **({"robot": robot} if robot else {}),
         "episodes": len(summaries),
         "successes": int(sum(s["success"] for s in summaries)),
         "kept": len(list(out.glob("*.mcap"))),

@@ -5,7 +5,8 @@ filter, controller), tells the policy "pick up the <color> cup", watches the epi
 until the cup is lifted or the time runs out, then writes a video of the camera view, a plot of
 commanded versus measured joints, a histogram of the policy's latency (sensor stamp to chunk publish)
 and a summary into a dated folder. ``--policy scripted`` runs the privileged scripted pick instead (and
-says so).
+says so). ``--robot`` names the robot profile every node of the graph is given (``robot_profile:=``); by default
+the robot the model folder records (``vla-ros train --robot``), else the bundled arm.
 """
 
 from __future__ import annotations
@@ -27,13 +28,22 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="vla-ros demo",
         description="Run the simulated pick demo and write video, plots and a summary.",
-        epilog="example: vla-ros demo --color red --seed 3 --out runs/my-demo",
+        epilog="example: vla-ros demo --color red --seed 3 --out runs/my-demo\n"
+        "         vla-ros demo --robot fr3 --model runs/fr3_cups --color blue   # another arm's policy",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--color", default="red", choices=["red", "green", "blue"], help="cup to pick")
     parser.add_argument(
         "--policy", default="vla", choices=["vla", "scripted"], help="the learned pipeline or the scripted pick"
     )
     parser.add_argument("--model", default="vla_cups", help="policy model (folder or name under models/)")
+    parser.add_argument(
+        "--robot",
+        default="",
+        metavar="PROFILE",
+        help="robot profile to simulate: a name (fr3) or a YAML file (docs/your_robot.md); default: the robot the "
+        "model folder records, else the bundled arm. The scripted pick knows the bundled arm only",
+    )
     parser.add_argument("--instruction", default="", help="what to say (default: 'pick up the <color> cup')")
     parser.add_argument("--seed", type=int, default=0, help="episode seed (cup positions)")
     parser.add_argument("--timeout", type=float, default=20.0, help="simulated seconds before giving up")
@@ -67,7 +77,21 @@ def main(argv: list[str] | None = None) -> int:
         f"seed:={args.seed}",
         f"real_time_factor:={args.real_time_factor}",
     ]
+    from vla_ros.robot_profile import BUNDLED_PROFILE, ProfileError, load_profile, profile_for_model
+
     if args.policy == "scripted":
+        try:
+            profile = load_profile(args.robot or None)
+        except ProfileError as err:
+            print(f"vla_ros demo: {err}", file=sys.stderr)
+            return 2
+        if profile.name != BUNDLED_PROFILE:
+            print(
+                f"vla_ros demo: the scripted pick is the bundled arm's ({BUNDLED_PROFILE}: a closed-form pick), not "
+                f"{profile.name}'s; run a policy trained for it (--policy vla --model ...)",
+                file=sys.stderr,
+            )
+            return 2
         print(
             "vla_ros demo: the arm follows the SCRIPTED pick (privileged cup positions from the simulator), not the "
             "learned policy."
@@ -80,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         if not (model / "config.json").is_file():
             print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
             return 2
-        print(f"vla_ros demo: learned policy {model.name}, instruction {args.instruction!r}")
+        try:
+            profile = profile_for_model(model, args.robot or None)
+        except ProfileError as err:
+            print(f"vla_ros demo: {err}", file=sys.stderr)
+            return 2
+        print(f"vla_ros demo: learned policy {model.name} on {profile.name}, instruction {args.instruction!r}")
         from vla_ros.evaluation.live_eval import vla_launch_args
 
-        cmd += [*vla_launch_args(model), f"instruction:={args.instruction}"]
+        cmd += [*vla_launch_args(model, str(profile.source)), f"instruction:={args.instruction}"]
     launch = subprocess.Popen(cmd, start_new_session=True)
     try:
         record = _watch(args)
@@ -93,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             launch.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(launch.pid, signal.SIGKILL)
-    summary = _write_outputs(record, out, args)
+    summary = _write_outputs(record, out, args, profile)
     print(json.dumps(summary))
     return 0 if summary["lifted"] == args.color else 1
 
@@ -228,15 +257,18 @@ def _watch(args) -> dict:
     return rec
 
 
-def _write_outputs(rec: dict, out: Path, args) -> dict:
+def _write_outputs(rec: dict, out: Path, args, profile) -> dict:
+    """The video, the joint plots (every measured joint; the controller's commands, in the robot ``profile``'s
+    commanded order, over them), the latency histogram and the summary."""
     import imageio.v2 as imageio
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vla_ros.chunks import COMMANDED_JOINTS
     from vla_ros.ros.time import seconds_from_duration_msg
+
+    commanded = list(profile.commanded_joints)  # the controller's output order: the profile's joints
 
     video = out / "camera.mp4"
     if rec["frames"]:
@@ -245,16 +277,19 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
     if rec["q"]:
         t = np.asarray(rec["t_js"])
         q = np.asarray(rec["q"])
-        fig, axes = plt.subplots(4, 2, figsize=(11, 9), sharex=True)
+        names = rec["names"]
+        rows = (len(names) + 1) // 2
+        fig, axes = plt.subplots(rows, 2, figsize=(11, 2.25 * rows), sharex=True, squeeze=False)
         traj = rec["traj"]
         cmd = np.asarray(rec["cmd"]) if rec["cmd"] else None
-        for i, name in enumerate(rec["names"][:8]):
+        if len(names) % 2:  # an odd count: the last row's right plot is empty, the one above it shows the time
+            axes[-1, 1].set_visible(False)
+            axes[-2, 1].tick_params(labelbottom=True)
+        for i, name in enumerate(names):
             ax = axes.flat[i]
             ax.plot(t, q[:, i], label="measured")
-            if cmd is not None and name in COMMANDED_JOINTS:
-                ax.plot(
-                    rec["t_cmd"], cmd[:, COMMANDED_JOINTS.index(name)], lw=1, label="commanded (controller, 100 Hz)"
-                )
+            if cmd is not None and name in commanded and cmd.shape[1] == len(commanded):
+                ax.plot(rec["t_cmd"], cmd[:, commanded.index(name)], lw=1, label="commanded (controller, 100 Hz)")
             elif traj is not None and name in traj.joint_names:
                 j = list(traj.joint_names).index(name)
                 tp = [seconds_from_duration_msg(p.time_from_start) for p in traj.points]
@@ -283,14 +318,19 @@ def _write_outputs(rec: dict, out: Path, args) -> dict:
     within = None
     if rec["cmd"]:
         from vla_ros.control.config import limits_from_urdf
-        from vla_ros.sim import default_urdf_path
 
-        lim = limits_from_urdf(default_urdf_path(), list(COMMANDED_JOINTS))
+        lim = limits_from_urdf(profile.urdf, commanded)
         c = np.asarray(rec["cmd"])
-        within = bool(np.all(np.isfinite(c)) and np.all(c >= lim.lower - 1e-9) and np.all(c <= lim.upper + 1e-9))
+        within = bool(
+            c.shape[1] == len(commanded)
+            and np.all(np.isfinite(c))
+            and np.all(c >= lim.lower - 1e-9)
+            and np.all(c <= lim.upper + 1e-9)
+        )
     summary = {
         "motion": "learned policy" if args.policy == "vla" else "scripted (privileged cup positions)",
         "instruction": args.instruction if args.policy == "vla" else None,
+        "robot": profile.name,
         "target": args.color,
         "seed": args.seed,
         "lifted": status.get("lifted"),

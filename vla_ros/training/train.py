@@ -27,6 +27,8 @@ from vla_ros.tasks import get_task, task_names, task_of, task_options
 EXAMPLE = """examples:
   vla-ros collect --episodes 200 --out runs/demos
   vla-ros train --data runs/demos --out runs/vla_cups --task cups --steps 3600
+  vla-ros collect --robot fr3 --episodes 200 --out runs/demos_fr3
+  vla-ros train --robot fr3 --data runs/demos_fr3 --out runs/fr3_cups --task cups --steps 3600
   vla-ros train --data bags/ --out models/my_arm --joints j1,j2,j3,j4,j5,j6,gripper --camera-topic /wrist/image_raw \\
       --command-topic /arm_controller/commands --instruction "put the block in the bin"
     (your own robot's bags: rosbag2 folders or .mcap files; see docs/bags.md)"""
@@ -53,7 +55,8 @@ class TrainConfig:
     span_s / context_s / chunks: sequence shape (see training.data).
     lr / weight_decay / warmup_steps: AdamW (matrices only, see ``param_groups``) with linear warm-up
         and cosine decay to lr/10.
-    val_fraction: share of episodes held out for the validation loss.
+    val_fraction: share of episodes held out for the validation loss, in whole episodes (``validation_split``:
+        one at least where there are two or more, one at least left to train on).
     threads: torch CPU threads (0 = torch's default). Runs repeat bit for bit with the same seed, data
         and thread count on one machine.
     state_noise_rad / state_noise_rad_s: std of the noise on joint-state inputs (training.data).
@@ -69,8 +72,13 @@ class TrainConfig:
     tool_loss_weight: 0 = off. Otherwise the loss also compares where each predicted and each target chunk
         point puts the tool (``training.tool_points``: forward kinematics of ``robot_description`` down to
         ``tool_link``, four points on the tool, squared distance in units of 5 cm) with this weight.
-    robot_description / tool_link: the URDF (empty = the bundled vla_arm.urdf, the sim's arm) and the link
-        of the tool frame, for ``tool_loss_weight``.
+    robot: the robot profile the demonstrations were recorded with (a name, e.g. "fr3", or a YAML file;
+        ``vla_ros.robot_profile``). A fresh model's joints are its commanded joints, the tool loss uses its URDF
+        and TCP, the cup task renders its views with it, and the model folder records it (``eval``, ``select``,
+        ``demo`` default to it). "" = the bundled arm for the cup task (recorded as such); for the generic task,
+        no robot (a robot's own bags: the joints are the model config's).
+    robot_description / tool_link: the URDF and the link of the tool frame, for ``tool_loss_weight``; empty =
+        the robot profile's (the bundled arm's: vla_arm.urdf, tcp_link).
     end_hold_s: chunk targets past the end of each episode's commands: the last command, held this long
         (``data.targets.chunk_targets``' hold_s; 0 = none, the points carry no loss). For recordings that end
         with the robot at rest on a finished task, so the policy learns to stay there rather than drift.
@@ -106,8 +114,9 @@ class TrainConfig:
     ema_decay: float = 0.0
     image_shift_px: int = 0
     tool_loss_weight: float = 0.0
+    robot: str = ""
     robot_description: str = ""
-    tool_link: str = "tcp_link"
+    tool_link: str = ""
     end_hold_s: float = 0.0
     checkpoint_steps: tuple[int, ...] = ()
 
@@ -139,6 +148,26 @@ class TrainConfig:
 def task_model_config(task: str):
     """The ModelConfig a fresh model of ``task`` starts from (its normalisation comes from the data)."""
     return get_task(task).model_config()
+
+
+def train_profile(tc: TrainConfig):
+    """The robot profile of a run (``TrainConfig.robot``): the one named, else the bundled arm for a task that
+    simulates a robot (the cup task), else None (the generic task on a robot's own bags). Raises ProfileError (a
+    ValueError) naming what is wrong with it."""
+    from vla_ros.robot_profile import load_profile
+
+    if tc.robot or get_task(tc.task).simulated:
+        return load_profile(tc.robot or None)
+    return None
+
+
+def check_robot_joints(config, profile, what: str) -> None:
+    """Refuse a model config whose joints are not the robot profile's commanded joints, naming both lists."""
+    if profile is not None and tuple(config.joint_names) != profile.commanded_joints:
+        raise ValueError(
+            f"{what} commands joints {list(config.joint_names)}, but robot {profile.name} commands "
+            f"{list(profile.commanded_joints)} (arm, then gripper): a model for this robot has its joints"
+        )
 
 
 def git_commit() -> str:
@@ -269,14 +298,17 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     torch.manual_seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
     task = get_task(tc.task)
-    config, model = _starting_point(task, model_config, init)
+    profile = train_profile(tc)
+    config, model = _starting_point(task, model_config, init, profile)
     training = task.training(
-        tc.task_options, config, _tokenizer(config), tc.seed, init is not None, tc.lr, tc.weight_decay
+        tc.task_options, config, _tokenizer(config), tc.seed, init is not None, tc.lr, tc.weight_decay, robot=profile
     )
-    train_eps, val_eps, data_summary = _load_data(data_dir, tc, config, task, training, selection, rng, progress)
+    train_eps, val_eps, data_summary, val_note = _load_data(
+        data_dir, tc, config, task, training, selection, rng, progress
+    )
     dev = resolve_device(device)
     model, config = _place_model(model, config, train_eps, tc, dev)
-    tool = tool_points(tc, config)
+    tool = tool_points(tc, config, profile)
     if tool is not None:
         tool = tool.to(dev)
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr)
@@ -299,6 +331,10 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     validation.average = loop.average
     # What every saved folder records of where it came from (checkpoints and the final model alike).
     provenance = {"data_sha256": data_summary["sha256"], "seed": str(tc.seed), "git_commit": git_commit()}
+    if profile is not None:  # the robot it drives: eval, select and demo default to it and refuse another's joints
+        from vla_ros.robot_profile import model_metadata
+
+        provenance |= model_metadata(tc.robot, profile)
     loop.deadline, loop.provenance = deadline, provenance
     loop.run(train_eps, config, rng, validation, Path(out), t_start)
     clock["end"] = (time.monotonic(), time.process_time())
@@ -307,7 +343,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
         _warn_stopped(tc, warmup_run, training.warmup_planned, loop.step)
     finals = _final_validation(validation, model, loop.average)
     platform = {"device": str(dev), "threads": torch.get_num_threads(), "torch": torch.__version__}
-    split = (len(train_eps), len(val_eps))
+    split = (len(train_eps), len(val_eps), val_note)
     report = _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform)
     _save(loop.saved(), Path(out), report, history, provenance, task.loss_labels)
     return report
@@ -325,11 +361,11 @@ def _warn_stopped(tc: TrainConfig, warmup_run: int, warmup_planned: int, steps: 
     )
 
 
-def _final_validation(validation, model, average) -> tuple[float, float | None]:
+def _final_validation(validation, model, average) -> tuple[float | None, float | None]:
     """The saved model's validation loss and, with an average, the last trained weights' too: what the average
-    changed, on the same sequences."""
+    changed, on the same sequences. None without validation episodes (the report's val_note says why)."""
     if not validation.batches:
-        return float("nan"), None
+        return None, None
     return validation(model), (validation(model, model, record=False) if average is not None else None)
 
 
@@ -345,18 +381,22 @@ def _gripper_events(episode):
     return gripper_events(episode)
 
 
-def _starting_point(task, model_config, init):
+def _starting_point(task, model_config, init, profile=None):
     """The config a run starts from, and the model of ``init`` (None: a fresh one, built once the data's
-    normalisation is known)."""
+    normalisation is known). With a robot ``profile``, a fresh model of the task's default config commands the
+    profile's joints; a given config or ``init`` must already (ValueError naming both lists)."""
     from vla_ros.model.io import load_model
 
     config = model_config or task.model_config()
+    if profile is not None and model_config is None and init is None:
+        config = config.replace(joint_names=profile.commanded_joints)
     model = None
     if init is not None:
         # It keeps the statistics it was trained with (inputs mean the same), and the data is tokenized
         # the way it sees it.
         model = load_model(init)
         config = model.config
+    check_robot_joints(config, profile, f"the model to continue from ({init})" if init is not None else "the model")
     heads = task_of(config)
     if heads is not task and heads.name != "none":
         log.warning(
@@ -386,8 +426,38 @@ def _load_data(data_dir, tc: TrainConfig, config, task, training, selection, rng
     )
     episodes = training.episodes(episodes, summary)
     order = rng.permutation(len(episodes))
-    n_val = int(round(tc.val_fraction * len(episodes))) if len(episodes) > 1 else 0
-    return [episodes[i] for i in order[n_val:]], [episodes[i] for i in order[:n_val]], summary
+    n_val, note = validation_split(len(episodes), tc.val_fraction)
+    if note and tc.val_fraction > 0:  # asked for a split it could not have as asked
+        log.warning("%s", note)
+    return [episodes[i] for i in order[n_val:]], [episodes[i] for i in order[:n_val]], summary, note
+
+
+def validation_split(episodes: int, fraction: float) -> tuple[int, str | None]:
+    """How many of ``episodes`` to hold out for the validation loss at ``val_fraction`` ``fraction``, and why
+    that differs from the share asked for (None when it does not).
+
+    The share rounds to whole episodes. Where it rounds to none, one episode is held out all the same (a
+    run with a validation loss beats one without, even on a few episodes), unless there is a single one;
+    at least one is always left to train on."""
+    share = round(fraction * episodes)
+    n_val = min(max(share, 1), episodes - 1) if episodes > 1 and fraction > 0 else 0
+    if fraction == 0:
+        return 0, "val_fraction is 0: no episode held out, so no validation loss"
+    asked = f"a validation split of {100 * fraction:g}%"
+    if episodes < 2:
+        alone = "training on it alone" if episodes == 1 else "nothing to train on"
+        count = f"{episodes} episode{'s' * (episodes != 1)}"
+        return 0, f"{count}: too few for {asked} (needs >= 2); {alone}, no validation loss"
+    if share == 0:
+        ratio = 0.5 / fraction  # a share rounds to one episode from just past this many episodes
+        needed = f">= {max(2, math.floor(ratio) + 1)}" if ratio < 1e9 else f"> {ratio:.3g}"
+        return n_val, (
+            f"{episodes} episodes: too few for {asked} (needs {needed}); holding out 1 episode for the "
+            f"validation loss and training on {episodes - 1}"
+        )
+    if share > n_val:
+        return n_val, f"{episodes} episodes: {asked} would leave none to train on; holding out {n_val}, training on 1"
+    return n_val, None
 
 
 def _place_model(model, config, train_eps, tc: TrainConfig, dev):
@@ -554,7 +624,7 @@ class MainLoop:
                 val = (
                     history["val_loss"][-1]
                     if history["val_step"][-1:] == [step]
-                    else validation(self.model, record=False)
+                    else (validation(self.model, record=False) if validation.batches else None)
                 )
                 self.checkpoints.append(out / CHECKPOINTS_DIR / f"step_{step:05d}")
                 minutes = (time.monotonic() - t_start) / 60.0
@@ -600,6 +670,7 @@ def _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, fi
         "final_train_loss_smoothed": loop.smooth,
         "final_val_loss": final_val,
         "final_val_loss_last_weights": final_val_raw,
+        "val_note": split[2],  # why the split is not the share asked for, or why there is no validation loss
         **{f"final_val_{n}": history[f"val_{n}"][-1] if history[f"val_{n}"] else None for n in model.task.loss_names},
         "final_val_tool_loss": history["val_tool_loss"][-1]
         if loop.tool is not None and history["val_tool_loss"]
@@ -635,7 +706,7 @@ CHECKPOINTS_DIR = "checkpoints"
 
 
 def save_checkpoint(
-    net, folder: Path, step: int, tc: TrainConfig, val_loss: float, minutes: float, provenance: dict
+    net, folder: Path, step: int, tc: TrainConfig, val_loss: float | None, minutes: float, provenance: dict
 ) -> None:
     """Write a copy of ``net`` as a complete model folder (weights, ONNX) with a report of its step.
 
@@ -660,13 +731,15 @@ def save_checkpoint(
         "train_config": dataclasses.asdict(tc),
     }
     (folder / "train_report.json").write_text(json.dumps(report, indent=1))
-    log.info("checkpoint at step %d: %s (validation loss %.4f)", step, folder, val_loss)
+    val = f"validation loss {val_loss:.4f}" if val_loss is not None else "no validation episodes"
+    log.info("checkpoint at step %d: %s (%s)", step, folder, val)
 
 
-def tool_points(tc: TrainConfig, config):
-    """The tool-position loss term of ``tc`` for a model of ``config`` (None when off). Raises ValueError
-    for a state-relative model (its targets are offsets, not joint positions) or a tool the URDF cannot
-    reach through the model's joints."""
+def tool_points(tc: TrainConfig, config, profile=None):
+    """The tool-position loss term of ``tc`` for a model of ``config`` (None when off): the URDF and tool link of
+    ``tc``, else of the robot ``profile`` (``train_profile``; None: the bundled arm's). Raises ValueError for a
+    state-relative model (its targets are offsets, not joint positions) or a tool the URDF cannot reach through the
+    model's joints."""
     if not tc.tool_loss_weight:
         return None
     if config.relative_actions:
@@ -674,13 +747,14 @@ def tool_points(tc: TrainConfig, config):
             "tool_loss_weight needs joint-position chunks; a state-relative model's (relative_actions) targets are "
             "offsets"
         )
-    from vla_ros.sim.scene import default_urdf_path
+    from vla_ros.robot_profile import load_profile
     from vla_ros.training.tool_points import ToolPoints
 
-    urdf = Path(tc.robot_description) if tc.robot_description else default_urdf_path()
+    profile = profile or load_profile(None)
+    urdf = Path(tc.robot_description) if tc.robot_description else profile.urdf
     if not urdf.is_file():
         raise ValueError(f"robot description {urdf} does not exist")
-    return ToolPoints(urdf, config.joint_names, tc.tool_link, weight=tc.tool_loss_weight)
+    return ToolPoints(urdf, config.joint_names, tc.tool_link or profile.tcp_link, weight=tc.tool_loss_weight)
 
 
 def plot_losses(history: dict, path: Path, labels: dict[str, str] | None = None) -> None:
@@ -873,12 +947,17 @@ ROBOT_OPTIONS = (
     ),
     ("--instruction-topic", None, None, "std_msgs/String instruction topic (default /vla/instruction)"),
     ("--instruction", None, None, "the task of every bag (the instruction topic is then not read)"),
-    ("--robot-description", "", "URDF", "the robot's URDF, for --tool-loss (default: the bundled vla_arm.urdf)"),
+    (
+        "--robot-description",
+        "",
+        "URDF",
+        "the robot's URDF, for --tool-loss (default: the --robot profile's, else the bundled vla_arm.urdf)",
+    ),
     (
         "--tool-link",
-        TrainConfig.tool_link,
+        "",
         None,
-        f"the tool frame's link, for --tool-loss (default {TrainConfig.tool_link})",
+        "the tool frame's link, for --tool-loss (default: the --robot profile's tcp_link, else tcp_link)",
     ),
 )
 
@@ -919,6 +998,14 @@ def _parser() -> argparse.ArgumentParser:
         default=TrainConfig.task,
         help="; ".join(f"{name}: {get_task(name).help}" for name in TASKS),
     )
+    parser.add_argument(
+        "--robot",
+        default="",
+        metavar="PROFILE",
+        help="robot profile the bags were recorded with: a name (fr3) or a YAML file (docs/your_robot.md). The model "
+        "commands its joints, --tool-loss uses its URDF and TCP, --task cups renders its views with it, and the model "
+        "folder records it for eval, select and demo (default: the bundled arm for --task cups, none for --task none)",
+    )
     for option, field, kind, metavar, text in TRAIN_OPTIONS:
         default = getattr(TrainConfig, field)
         help_text = None if text is None else text.format(default=default)
@@ -942,16 +1029,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_config(args):
+def _model_config(args, profile=None):
     """The fresh model's config the options ask for (None: the task's default); raises ValueError for an
-    option a fine-tune cannot take (it keeps the config of the model it starts from)."""
+    option a fine-tune cannot take (it keeps the config of the model it starts from). ``profile``: the run's
+    robot (``train_profile``): a fresh model commands its joints."""
     joints = _names(args.joints)
     overrides = {"joint_names": joints} if joints is not None else {}
     if joints is not None:
         if args.init:
             raise ValueError("--joints and --init: a fine-tune keeps the joints of the model it starts from")
-        if args.task != "none":
-            raise ValueError(f"--joints and --task {args.task}: the {args.task} task is the simulated arm's")
+        if args.robot and joints != profile.commanded_joints:
+            raise ValueError(
+                f"--joints {list(joints)} and --robot {args.robot}: the profile commands "
+                f"{list(profile.commanded_joints)} (arm, then gripper); leave --joints out"
+            )
+        if not args.robot and get_task(args.task).simulated:
+            raise ValueError(
+                f"--joints and --task {args.task}: the {args.task} task simulates a robot profile's arm; name the "
+                "robot with --robot PROFILE (the model commands its joints) instead of --joints"
+            )
+    elif profile is not None and not args.init:
+        overrides["joint_names"] = profile.commanded_joints
     for option, field, kept, _, convert in MODEL_OPTIONS:
         value = getattr(args, _dest(option))
         value = convert(value) if convert is not None else value
@@ -973,6 +1071,7 @@ def _train_config(args) -> TrainConfig:
         task=args.task,
         task_options=given,
         checkpoint_steps=_steps(args.checkpoints),
+        robot=args.robot,
         robot_description=args.robot_description,
         tool_link=args.tool_link,
         **{field: getattr(args, _dest(option)) for option, field, *_ in TRAIN_OPTIONS},
@@ -991,12 +1090,15 @@ def main(argv: list[str] | None = None) -> int:
             instruction=args.instruction,
             command_joint_names=_names(args.command_joints) or _names(args.joints),
         )
-        model_config = _model_config(args)
         tc = _train_config(args)
-        if tc.tool_loss_weight:  # refuse a bad URDF or tool link before any replay, for the model that will train
+        profile = train_profile(tc)  # ProfileError (a ValueError): a profile that does not load
+        model_config = _model_config(args, profile)
+        if args.init or tc.tool_loss_weight:  # refuse before any replay, for the model that will train
             from vla_ros.model.io import load_config
 
-            tool_points(tc, load_config(args.init) if args.init else model_config or task_model_config(args.task))
+            starting = load_config(args.init) if args.init else model_config or task_model_config(args.task)
+            check_robot_joints(starting, profile, f"--init {args.init}" if args.init else "the model")
+            tool_points(tc, starting, profile)
     except (ValueError, FileNotFoundError) as exc:  # the options themselves
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
@@ -1007,15 +1109,21 @@ def main(argv: list[str] | None = None) -> int:
     except (BagError, NoUsableEpisodes) as exc:  # the data: a bad path, a broken file, nothing usable
         print(f"vla-ros train: {exc}", file=sys.stderr)
         return 2
+    print(json.dumps(summary(report, args.out)))
+    return 0
+
+
+def summary(report: dict, out) -> dict:
+    """What ``vla-ros train`` prints of its report: the run, the saved model's validation losses (the action
+    loss and the task's; null without validation episodes, and ``val_note`` says why), its size."""
     shown = ("task", "steps", "steps_planned", "stopped_by_time_limit", "steps_per_s", "duration_min")
-    # the validation losses of the saved model: the action loss and the task's
     finals = [
         k
         for k in report
         if k.startswith("final_val_") and k not in ("final_val_loss_last_weights", "final_val_tool_loss")
     ]
-    print(json.dumps({k: report[k] for k in (*shown, *finals, "final_mae_rad", "parameters")} | {"out": args.out}))
-    return 0
+    note = ("val_note",) if report["val_note"] else ()
+    return {k: report[k] for k in (*shown, *finals, *note, "final_mae_rad", "parameters")} | {"out": out}
 
 
 if __name__ == "__main__":
