@@ -12,18 +12,12 @@ from hypothesis import strategies as st
 from ros_helpers import REPO
 
 from vla_ros.bench.mesh_bench import cube_sphere, write_binary_stl
+from vla_ros.chunks import ARM_JOINTS
 from vla_ros.robot_profile import bundled_profile_path, check_against_urdf, load_profile
 from vla_ros.tools.robot_check import EXCLUSION_SOURCES, main, starter_profile
 
 SHARED_FR3 = REPO.parent / "shared" / "robots" / "fr3"
-VLA_ARM_ARM = (
-    "shoulder_pan_joint",
-    "shoulder_lift_joint",
-    "elbow_joint",
-    "forearm_roll_joint",
-    "wrist_pitch_joint",
-    "wrist_roll_joint",
-)
+VLA_ARM_ARM = ARM_JOINTS
 
 
 def run_json(capsys, *args: str) -> tuple[int, dict, str]:

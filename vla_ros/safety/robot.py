@@ -86,6 +86,18 @@ def _ament_share(package: str) -> tuple[Path | None, str]:
         return None, f"ament index: {err}"
 
 
+def package_roots(package: str, package_paths: Sequence[str]) -> list[Path]:
+    """Where ``package_paths`` put ``package``, in their order: the folder of a ``name=/path`` entry naming it,
+    ``<folder>/<package>`` for a plain folder entry (the ament index is not asked here)."""
+    roots = []
+    for entry in package_paths:
+        name, sep, folder = entry.partition("=")
+        if sep and name.strip() != package:
+            continue
+        roots.append(Path(folder.strip()).expanduser() if sep else Path(entry).expanduser() / package)
+    return roots
+
+
 def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path | None) -> Path:
     """Absolute path of a mesh reference: ``package://name/rest``, ``file:///abs/path`` or a path relative to
     the URDF's folder. ``package://`` looks in ``package_paths`` first (explicit configuration wins), then in
@@ -95,11 +107,8 @@ def resolve_package_uri(uri: str, package_paths: Sequence[str], base_dir: Path |
         package, _, rest = uri[len("package://") :].partition("/")
         rest = unquote(rest)
         searched = []
-        for entry in package_paths:
-            name, sep, folder = entry.partition("=")
-            if sep and name.strip() != package:
-                continue
-            candidate = Path(folder.strip()).expanduser() / rest if sep else Path(entry).expanduser() / package / rest
+        for root in package_roots(package, package_paths):
+            candidate = root / rest
             searched.append(str(candidate))
             if candidate.is_file():
                 return candidate.resolve()

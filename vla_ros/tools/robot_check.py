@@ -257,16 +257,9 @@ def _joint_problems(root: ET.Element, rows: list[JointRow], report: Report) -> N
 
 def _package_folders(package: str, package_paths: Sequence[str]) -> list[Path]:
     """Folders where the package is found, as ``resolve_package_uri`` looks (entries, then the ament index)."""
-    from vla_ros.safety.robot import _ament_share
+    from vla_ros.safety.robot import _ament_share, package_roots
 
-    found = []
-    for entry in package_paths:
-        name, sep, folder = entry.partition("=")
-        if sep and name.strip() != package:
-            continue
-        candidate = Path(folder.strip()).expanduser() if sep else Path(entry).expanduser() / package
-        if candidate.is_dir():
-            found.append(candidate)
+    found = [root for root in package_roots(package, package_paths) if root.is_dir()]
     share, _ = _ament_share(package)
     return found + ([share] if share is not None and share.is_dir() else [])
 
