@@ -377,8 +377,9 @@ def _srdf_problems(srdf_text: str, links: set[str], report: Report) -> None:
 # ---- loading as the nodes do -------------------------------------------------------------------------
 
 
-def _load(report: Report, progress: Callable[[str], None]) -> None:
-    """Load with ``load_robot_files`` and fill the collision pairs and the meshes' figures."""
+def _load(report: Report, root: ET.Element, progress: Callable[[str], None]) -> None:
+    """Load with ``load_robot_files`` and fill the collision pairs and the meshes' figures (``root``: the URDF as
+    ``_read_urdf`` parsed it, for the links each mesh belongs to)."""
     from vla_ros.safety.robot import RobotModelError, load_robot_files, resolve_package_uri
 
     started = time.perf_counter()
@@ -394,7 +395,7 @@ def _load(report: Report, progress: Callable[[str], None]) -> None:
         return
     report.load_s = round(time.perf_counter() - started, 4)
     links = {}
-    for link in ET.parse(report.urdf).getroot().findall("link"):
+    for link in root.findall("link"):
         for mesh in link.findall("./collision/geometry/mesh"):
             path = resolve_package_uri(mesh.get("filename", ""), report.package_paths, report.urdf.parent)
             links.setdefault(str(path), []).append(link.get("name"))
@@ -694,7 +695,7 @@ def check(
     if root is not None:
         _inspect(root, report)
         if not report.blockers:
-            _load(report, progress or (lambda _m: None))
+            _load(report, root, progress or (lambda _m: None))
     for flag, out, write in (
         ("--write-profile", write_profile, _write_starter),
         ("--write-controller-config", write_controller_config, _write_controller_config),
