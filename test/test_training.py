@@ -625,14 +625,14 @@ def test_rendered_views_label_the_cup_that_is_in_the_picture():
     from vla_ros.model.config import ModelConfig
     from vla_ros.sim import HOME_Q
     from vla_ros.sim.arm_sim import ArmSim, SimConfig
-    from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
+    from vla_ros.sim.tasks import COLORS, PHRASING_TEMPLATES
     from vla_ros.tasks.cup_views import VIEW_SEED_OFFSET, render_views
     from vla_ros.tasks.cups import SIM_CAMERA_CROP
 
     tok = TokenizerConfig.from_model_config(ModelConfig(crop=SIM_CAMERA_CROP).to_dict())
     views = render_views(6, tok, np.array([HOME_Q]), progress=False)
     assert views.frames.shape == (6, 3, tok.image_height, tok.image_width)
-    assert views.instructions.shape == (len(COLORS), len(TRAIN_TEMPLATES), 384)
+    assert views.instructions.shape == (len(COLORS), len(PHRASING_TEMPLATES), 384)
     sim = ArmSim(SimConfig())
     top, bottom, left, right = tok.crop
     w, h = sim.config.image_width, sim.config.image_height
@@ -772,11 +772,13 @@ def test_image_shift_moves_every_frame_of_a_sequence_by_one_offset(demos):
 
 
 def test_training_unseen_and_held_out_phrasings_are_three_disjoint_lists():
-    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, PHRASING_TEMPLATES, UNSEEN_TEMPLATES
 
-    lists = [{t.format(color="red").lower() for t in x} for x in (TRAIN_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES)]
+    lists = [
+        {t.format(color="red").lower() for t in x} for x in (PHRASING_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES)
+    ]
     assert not (lists[0] & lists[1]) and not (lists[0] & lists[2]) and not (lists[1] & lists[2])
-    for templates in (TRAIN_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES):
+    for templates in (PHRASING_TEMPLATES, HELDOUT_TEMPLATES, UNSEEN_TEMPLATES):
         assert all(named_color(t.format(color=c)) == c for t in templates for c in ("red", "green", "blue"))
 
 

@@ -131,6 +131,10 @@ VERBS = {
         "keep the best of several runs, on seeds of their own: vla-ros select --runs runs/s0 runs/s1 --out "
         "runs/vla_cups",
     ),
+    "grounding": (
+        _run_module("vla_ros.tools.grounding"),
+        "the instruction check of a model: vla-ros grounding check --model vla_cups 'pick up the yellow cup'",
+    ),
     "attention": (
         _run_module("vla_ros.evaluation.attention"),
         "where the colour word looks: vla-ros attention --model models/vla_cups --json",

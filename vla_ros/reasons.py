@@ -89,9 +89,22 @@ NO_TEXT_ENCODER = _reason("no_text_encoder", "an instruction for a stream withou
 INSTRUCTION_TOO_LONG = _reason("instruction_too_long", "an instruction longer than the bound (bytes or characters)")
 INSTRUCTION_FLOOD = _reason("instruction_flood", "an instruction replaced by a newer one before it was encoded")
 
+# ---- an instruction the policy cannot ground (``policy.grounding``): refused, the arm holds --------------------
+INSTRUCTION_NEGATED = _reason("instruction_negated", "the instruction negates its request (not, don't, never, ...)")
+INSTRUCTION_NO_TARGET = _reason("instruction_no_target", "the instruction names none of the targets the model knows")
+INSTRUCTION_UNKNOWN_TARGET = _reason(
+    "instruction_unknown_target", "the instruction names a target the scene does not have (a yellow cup)"
+)
+INSTRUCTION_MANY_TARGETS = _reason("instruction_many_targets", "the instruction asks for more than one target")
+INSTRUCTION_NOT_GROUNDED = _reason(
+    "instruction_not_grounded",
+    "the instruction check's score is under its threshold: not a request the model was trained for",
+)
+
 # ---- why the policy decodes no chunk at a tick (its status and ``skipped.<code>``; also NO_JOINT_STATE,
 # STALE_JOINT_STATE above) --------------------------------------------------------------------------------------
 NO_INSTRUCTION = _reason("no_instruction", "no instruction in force")
+INSTRUCTION_REFUSED = _reason("instruction_refused", "the newest instruction was refused: the arm holds")
 NO_OBSERVATIONS = _reason("no_observations", "no observation yet")
 NO_IMAGE = _reason("no_image", "no frame of a camera in the window")
 STALE_IMAGE = _reason("stale_image", "a camera's newest frame is older than max_image_age_s")

@@ -46,6 +46,8 @@ class EvalConfig:
     shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
         config/policy.yaml sets it.
     temporal_ensemble_s: the policy node's ``temporal_ensemble_s``; None = as config/policy.yaml sets it.
+    refused_episode_s: an episode whose instruction the policy refuses (``policy.grounding``) ends this many
+        simulated seconds in, time enough to see that the arm holds (one it accepts runs to the end).
     """
 
     max_episode_s: float = 15.0
@@ -58,6 +60,7 @@ class EvalConfig:
     temporal_ensemble_s: float | None = None
     image_width: int = 320
     image_height: int = 240
+    refused_episode_s: float = 3.0
 
 
 @dataclasses.dataclass
@@ -83,6 +86,11 @@ class EpisodeResult:
     frames: list | None = None  # camera frames (RGB) when recording
     commanded: list | None = None
     measured: list | None = None
+    # the instruction check's decision (``PolicySession.instruction_status``): refused, the policy gives no chunk
+    refused: bool = False
+    instruction_status: dict = dataclasses.field(default_factory=dict)
+    # the largest distance of the tool centre point from where it started, sampled at 50 Hz (m)
+    max_tcp_displacement_m: float = 0.0
 
 
 def reach_axes(cup_m) -> tuple[np.ndarray, np.ndarray]:
@@ -228,7 +236,10 @@ class ClosedLoop:
         if hook is not None:
             hook.start(sim, instruction, color)
         session.reset()
-        session.set_instruction(instruction, 0)
+        refused = session.set_instruction(instruction, 0) is None and session.instruction_refused
+        end_s = min(cfg.max_episode_s, cfg.refused_episode_s) if refused else cfg.max_episode_s
+        tcp0 = sim.tcp_position().copy()
+        max_displacement = 0.0
         controller = self._executor_cls(self.controller_config)
         sim_names = list(sim.joint_names)
         ctrl_from_sim = np.array([sim_names.index(n) for n in self.controller_config.joint_names])
@@ -251,7 +262,7 @@ class ClosedLoop:
         closes, gripper_was_open = [], True
         tcp_history: list[tuple[float, np.ndarray]] = []  # the last 0.1 s of the tool's path, for its speed at a close
         lift_from_z: float | None = None  # the height of the latest close, until the hand has risen from it
-        while sim.time_s < cfg.max_episode_s:
+        while sim.time_s < end_s:
             now = sim.time_ns
             js, camera_frames = sensor_messages(sim, session.cameras)
             if js is not None:
@@ -320,6 +331,8 @@ class ClosedLoop:
             if hook is not None and sim.step_count % (sim.config.physics_rate_hz // 10) == 0:
                 hook.status()
             sim.step()
+            if sim.step_count % max(1, sim.config.physics_rate_hz // 50) == 0:
+                max_displacement = max(max_displacement, float(np.linalg.norm(sim.tcp_position() - tcp0)))
             if sim.step_count % 60 == 0:
                 min_d = min(min_d, float(np.linalg.norm(sim.tcp_position() - sim.cup_positions()[color])))
                 lifted = sim.lifted_cup()
@@ -345,4 +358,7 @@ class ClosedLoop:
             frames=frames,
             commanded=commanded,
             measured=measured,
+            refused=refused,
+            instruction_status=dict(session.instruction_status),
+            max_tcp_displacement_m=round(max_displacement, 4),
         )

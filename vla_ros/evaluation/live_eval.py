@@ -34,6 +34,7 @@ import numpy as np
 
 from vla_ros.cameras import sim_launch_args
 from vla_ros.evaluation.tables import robot_fields, success_breakdown, verdict_shares
+from vla_ros.ros.instruction_status import read_status
 
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 
@@ -101,6 +102,7 @@ class Driver:
         from trajectory_msgs.msg import JointTrajectory
 
         from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos
+        from vla_ros.ros.instruction_status import POLICY_INSTRUCTION_STATUS_TOPIC
         from vla_ros.ros.qos import latched_qos
 
         self._rclpy = rclpy
@@ -120,6 +122,8 @@ class Driver:
         self.arrivals: list[tuple[int, float]] = []  # (chunk stamp ns, latency ms) at the controller's input
         self.chunks_out = 0
         n.create_subscription(String, "/vla/episode_status", self._on_status, latched)
+        self.instruction_status: dict | None = None  # the policy's newest (``ros.instruction_status``)
+        n.create_subscription(String, POLICY_INSTRUCTION_STATUS_TOPIC, self._on_instruction_status, latched)
         n.create_subscription(Header, EPISODE_RESET_TOPIC, self._on_reset, episode_reset_qos())
         n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_safe_chunk, 50)
         n.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 50)
@@ -136,6 +140,9 @@ class Driver:
     def _on_status(self, msg) -> None:
         self.status = json.loads(msg.data)
         self.first_status.setdefault(self.status["episode"], self.status)
+
+    def _on_instruction_status(self, msg) -> None:
+        self.instruction_status = read_status(msg)
 
     def _on_reset(self, msg) -> None:
         from vla_ros.ros.episode import reset_from_msg
@@ -256,8 +263,16 @@ def _drop_pct(before: dict | None, after: dict | None, source: str) -> tuple[flo
     return (round(100.0 * delta["dropped"] / sent, 3) if sent else None), delta
 
 
-def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s: float, progress: bool) -> list[dict]:
-    """Each job (seed, instruction, colour) as one episode of the launched graph; per-episode results."""
+def run_episodes(
+    driver: Driver,
+    jobs,
+    max_episode_s: float,
+    wall_per_episode_s: float,
+    progress: bool,
+    refused_episode_s: float = 3.0,
+) -> list[dict]:
+    """Each job (seed, instruction, colour) as one episode of the launched graph; per-episode results. An
+    episode whose instruction the policy refuses (``~/instruction_status``) ends ``refused_episode_s`` in."""
     results = []
     for ep_seed, instruction, color in jobs:
         episode = driver.start_episode(ep_seed, instruction)
@@ -266,19 +281,28 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
         driver.spin_until(lambda: episode in driver.resets, 0.5)
         start_ns = driver.resets.get(episode, round(first["time_s"] * 1e9))
         d0 = float(np.linalg.norm(np.subtract(first["tcp"], first["cups"][color])))
-        min_d, lifted, success_t = d0, None, None
+        min_d, lifted, success_t, moved = d0, None, None, 0.0
         n_arrivals = len(driver.arrivals)
+        text = " ".join(instruction.split())
+
+        def decision() -> dict | None:
+            """The policy's outcome for this episode's instruction, once it has published one."""
+            st = driver.instruction_status
+            return st if st is not None and st.get("text") in (text, instruction) else None
 
         def done() -> bool:
-            nonlocal min_d, lifted, success_t
+            nonlocal min_d, lifted, success_t, moved
             s = driver.status
             if s["episode"] != episode:
                 raise RuntimeError(f"episode {episode} was replaced by {s['episode']} (another client reset the sim?)")
             min_d = min(min_d, float(np.linalg.norm(np.subtract(s["tcp"], s["cups"][color]))))
+            moved = max(moved, float(np.linalg.norm(np.subtract(s["tcp"], first["tcp"]))))
             lifted = s["lifted"]
             if lifted == color and success_t is None:
                 success_t = s["time_s"] - start_ns * 1e-9
-            return lifted is not None or s["time_s"] - start_ns * 1e-9 >= max_episode_s
+            elapsed = s["time_s"] - start_ns * 1e-9
+            refused = (decision() or {}).get("status") == "refused"
+            return lifted is not None or elapsed >= max_episode_s or (refused and elapsed >= refused_episode_s)
 
         if not driver.spin_until(done, wall_per_episode_s):
             raise RuntimeError(
@@ -299,6 +323,9 @@ def run_episodes(driver: Driver, jobs, max_episode_s: float, wall_per_episode_s:
                 "min_target_distance_m": min_d,
                 "initial_target_distance_m": d0,
                 "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
+                "refused": (decision() or {}).get("status") == "refused",
+                "instruction_status": decision() or {},
+                "max_tcp_displacement_m": round(moved, 4),
                 "episode": episode,
                 "chunk_arrivals": [
                     [stamp, ms] for stamp, ms in arrivals
@@ -378,6 +405,7 @@ def evaluate_live(
         load=(load_start, os.getloadavg()),
         out=out,
         robot=profile,
+        refuse=getattr(templates, "refuse", False),
     )
 
 
@@ -395,7 +423,12 @@ def summarize(
     load,
     out: Path | None,
     robot=None,
+    refuse: bool = False,
 ) -> dict:
+    """The run's figures; ``refuse``: the instructions were all to be refused (``run_eval.refusal_summary``'s
+    keys instead of the success figures)."""
+    from vla_ros.evaluation.run_eval import refusal_summary
+
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
     verdicts = {v: int(_count(filter_b, f"chunks.{v}") - _count(filter_a, f"chunks.{v}")) for v in VERDICTS}
@@ -451,6 +484,14 @@ def summarize(
         "cpus": os.cpu_count(),
         "wall_s": round(wall_s, 1),
     }
+    if refuse:
+        for key in ("success_rate", "success_by_color", "mean_time_to_success_s", "success_by_phrasing", "wrong_cup"):
+            summary.pop(key)
+        summary = {**refusal_summary(results), "instructions_list": "refuse", **summary}
+    else:
+        summary["false_refusal_pct"] = (
+            round(100.0 * float(np.mean([r["refused"] for r in results])), 2) if results else None
+        )
     if out is not None:
         (out / "results.json").write_text(
             json.dumps(

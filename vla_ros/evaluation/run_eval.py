@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,24 +34,81 @@ EXAMPLE = (
 )
 
 
-def load_templates(path: str | None) -> tuple[str, ...]:
+class Templates(tuple):
+    """Instruction templates (a tuple of strings); ``refuse``: every one of them must be refused."""
+
+    refuse = False
+
+    def __new__(cls, templates, refuse: bool = False):
+        out = super().__new__(cls, templates)
+        out.refuse = refuse
+        return out
+
+
+def load_templates(path: str | None) -> Templates:
     """The phrasings to evaluate with: None or "heldout" (the default, never trained on), "unseen"
     (in neither the training nor the held-out list), "train" (the training list: for choosing between
-    trained runs on seeds of their own, leaving the held-out phrasings to the final figure), or a file of
-    templates with {color}, one per line."""
-    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
+    trained runs on seeds of their own, leaving the held-out phrasings to the final figure), "refuse" (the
+    held-out list of instructions the policy must refuse: ``sim.tasks.REFUSE_HELDOUT_TEMPLATES``), or a file:
+    one template per line with {color}; a file whose first line is ``# refuse`` lists instructions to refuse,
+    {color} optional (filled with the colour of a cup in the scene). Other lines starting with # are comments."""
+    from vla_ros.sim.tasks import HELDOUT_TEMPLATES, REFUSE_HELDOUT_TEMPLATES, TRAIN_TEMPLATES, UNSEEN_TEMPLATES
 
-    if not path or path == "heldout":
-        return HELDOUT_TEMPLATES
-    if path == "unseen":
-        return UNSEEN_TEMPLATES
-    if path == "train":
-        return TRAIN_TEMPLATES
-    lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    named = {
+        None: HELDOUT_TEMPLATES,
+        "": HELDOUT_TEMPLATES,
+        "heldout": HELDOUT_TEMPLATES,
+        "unseen": UNSEEN_TEMPLATES,
+        "train": TRAIN_TEMPLATES,
+    }
+    if path in named:
+        return Templates(named[path])
+    if path == "refuse":
+        return Templates(REFUSE_HELDOUT_TEMPLATES, refuse=True)
+    text = Path(path).read_text().splitlines()
+    refuse = bool(text) and text[0].strip().lower() == "# refuse"
+    lines = [line.strip() for line in text if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise ValueError(f"{path}: no instruction in it")
+    for line in lines:
+        try:
+            line.format(color="red")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"{path}: {line!r}: only {{color}} may stand in braces ({err})") from None
     bad = [line for line in lines if "{color}" not in line]
-    if not lines or bad:
-        raise ValueError(f"{path}: every line must be a template containing {{color}}; bad: {bad[:3]}")
-    return tuple(lines)
+    if bad and not refuse:
+        raise ValueError(
+            f"{path}: every line must be a template containing {{color}} (or the first line '# refuse' for "
+            f"instructions to refuse); bad: {bad[:3]}"
+        )
+    return Templates(lines, refuse=refuse)
+
+
+def refusal_summary(rows: list[dict]) -> dict:
+    """What episodes of instructions to refuse did: lifts (must be 0), the share refused, and per
+    instruction the largest distance the tool moved from its start (``max_tcp_displacement_m``)."""
+    per = {}
+    for r in rows:
+        entry = per.setdefault(
+            r["instruction"], {"episodes": 0, "refused": 0, "lifts": 0, "max_tcp_displacement_m": 0.0}
+        )
+        entry["episodes"] += 1
+        entry["refused"] += int(r["refused"])
+        entry["lifts"] += int(r["lifted"] is not None)
+        entry["max_tcp_displacement_m"] = max(entry["max_tcp_displacement_m"], r["max_tcp_displacement_m"])
+        entry["reason"] = r["instruction_status"].get("reason", "")
+    reasons = Counter(r["instruction_status"].get("reason", "") for r in rows if r["refused"])
+    return {
+        "lifts": sum(1 for r in rows if r["lifted"] is not None),
+        "refused_pct": round(100.0 * np.mean([r["refused"] for r in rows]), 2) if rows else None,
+        "max_tcp_displacement_m": max((r["max_tcp_displacement_m"] for r in rows), default=None),
+        "moved_over_5cm": sum(1 for r in rows if r["max_tcp_displacement_m"] > 0.05),
+        "refused_by_reason": dict(reasons.most_common()),
+        "instructions": len(per),
+        "by_instruction": dict(sorted(per.items())),
+        "episodes": len(rows),
+        "seeds": [rows[0]["seed"], rows[-1]["seed"]] if rows else None,
+    }
 
 
 _LOOP = None  # one ClosedLoop per worker process (built once, reused for every episode it runs)
@@ -142,8 +200,10 @@ def evaluate(
                 done(r)
     bar.close()
     results.sort(key=lambda r: r.seed)
+    rows = [r.__dict__ for r in results]
     summary = {
-        **outcome_summary([r.__dict__ for r in results]),
+        **(refusal_summary(rows) if getattr(templates, "refuse", False) else outcome_summary(rows)),
+        "instructions_list": "refuse" if getattr(templates, "refuse", False) else "request",
         "model": str(model),
         **robot_fields(profile),
         "backend": backend,
@@ -201,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         "--instructions",
         default=None,
         help="heldout (default: phrasings held out from training), unseen (in neither list), train (the training list, "
-        "to choose between runs) or a file of templates with {color}, one per line",
+        "to choose between runs), refuse (held-out instructions the policy must refuse: the JSON reports lifts, "
+        "refused_pct and per instruction max_tcp_displacement_m) or a file of templates with {color}, one per line "
+        "(first line '# refuse': instructions to refuse, {color} optional)",
     )
     parser.add_argument(
         "--backend", default="onnx", choices=("torch", "onnx"), help="inference backend (default onnx, as the node)"

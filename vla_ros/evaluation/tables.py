@@ -110,6 +110,7 @@ def outcome_summary(rows: list[dict]) -> dict:
         "safety_findings": dict(sorted(sum((Counter(r["findings"]) for r in rows), Counter()).items())),
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in rows if r["lifted"] not in (None, r["color"])),
+        "false_refusal_pct": round(100.0 * float(np.mean([r.get("refused", False) for r in rows])), 2),
         "mean_distance_reduction": round(
             float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in rows])), 3
         ),

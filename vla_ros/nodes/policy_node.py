@@ -11,16 +11,20 @@ A thin shell around ``vla_ros.policy.PolicySession`` (the same object the in-pro
 * instructions (``/vla/instruction``, the ``instruction`` parameter): bounded before any work
   (``max_instruction_bytes``, then one taken per ``min_instruction_interval_s``, the newest winning:
   ``policy.input_checks.InstructionGate``) and encoded on their own thread, so neither the intake nor a
-  tick waits for the text encoder;
+  tick waits for the text encoder; then the instruction check (``policy.grounding``): one the model cannot
+  ground is refused (WARN with the text and the score) and no chunk goes out until an accepted one arrives.
+  Every outcome is published on ``~/instruction_status`` (latched JSON: accepted or refused, why, the
+  target, the score);
 * ``/vla/episode_reset``: the window and the KV cache forget the previous episode;
 * watchdogs on the wall clock: a source silent for ``source_timeout_s`` is reported at ERROR at once (also
   when simulated time stands still because the simulator died); ``/diagnostics`` is published on wall time.
 
-No model, no instruction, no recent joint state, no recent camera frame or a frozen camera (one picture
-repeated over ``frozen_camera_s`` of stamps): no chunk, and ``/diagnostics`` says which. Its ``inputs`` status
-is WARN while inputs are refused for what they are (an encoding the model does not take, a camera's size
-or encoding changed, a bad joint state, an instruction too long or replaced in a flood: within the last
-second, wall) or a camera is frozen; refusals for timing (late, duplicate, ...) are counted only.
+No model, no instruction (or a refused one), no recent joint state, no recent camera frame or a frozen camera
+(one picture repeated over ``frozen_camera_s`` of stamps): no chunk, and ``/diagnostics`` says which. Its
+``inputs`` status is WARN while inputs are refused for what they are (an encoding the model does not take, a
+camera's size or encoding changed, a bad joint state, an instruction too long, replaced in a flood or refused by
+the instruction check: within the last second, wall) or a camera is frozen; refusals for timing (late,
+duplicate, ...) are counted only.
 
 With ``debug_attention``, right after a chunk (at most ``debug_attention_rate_hz``) the newest frame is
 published on ``~/attention_overlay`` with the heat map of its patches' attention to the instruction's
@@ -29,6 +33,7 @@ colour word, as ``vla-ros attention`` draws it.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -53,6 +58,7 @@ from vla_ros.robot_profile import profile_for_model
 from vla_ros.ros.chunk_msgs import msg_from_chunk
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
+from vla_ros.ros.instruction_status import INSTRUCTION_STATUS
 from vla_ros.ros.node_main import run_node
 from vla_ros.ros.param_guard import ParamGuard
 from vla_ros.ros.params import declare_parameters
@@ -150,6 +156,8 @@ class PolicyNode(Node):
         mc = self.session.policy.config if self.session is not None else None
         camera_hz, state_hz = (mc.camera_rate_hz, mc.state_rate_hz) if mc is not None else (30.0, 100.0)
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
+        # the newest instruction's outcome (accepted or refused, why, the target, the score) as JSON, latched
+        self.pub_instruction_status = self.create_publisher(String, INSTRUCTION_STATUS, latched_qos())
         if p["debug_attention"]:
             self._set_attention_publisher(True)
         self._image_qos = sensor_qos(p["sensor_qos"], math.ceil(camera_hz * INTAKE_SLACK_S))
@@ -214,7 +222,7 @@ class PolicyNode(Node):
             self._model_error = reason
             self.get_logger().error(reason)
             return None
-        if self._instruction_text:
+        if self._instruction_text:  # checked by the new model's own instruction check, reported once it runs
             session.set_instruction(self._instruction_text)
         session.set_camera_topics(self._camera_topics(session))
         self._apply_session_config(session)
@@ -251,6 +259,8 @@ class PolicyNode(Node):
             self.session, self._model_error = session, ""
             self._attention["model"] = None
             self._sync_camera_subscriptions(session)
+            if session.instruction_status:  # the instruction in force, as the new model's check judged it
+                self._report_instruction(session, None if session.instruction_refused else session.instruction)
         self._gate.max_bytes = int(values["max_instruction_bytes"])
         self._gate.min_interval_s = float(values["min_instruction_interval_s"])
         self._instruction_wake.set()  # a shorter interval may let a waiting instruction through now
@@ -429,14 +439,24 @@ class PolicyNode(Node):
             return
         t0 = time.perf_counter()
         instruction = session.set_instruction(text, self._now_ns())
+        self._report_instruction(session, instruction, (time.perf_counter() - t0) * 1e3)
+
+    def _report_instruction(self, session, instruction, ms: float | None = None) -> None:
+        """Log the newest instruction's outcome (a refusal counted and named on /diagnostics) and publish it
+        on ``~/instruction_status``."""
         if instruction is None:
-            code, _, detail = session.stream.last_rejection.partition(": ")
+            code, _, detail = session.instruction_rejection.partition(": ")
             self.rejections.reject("instruction", code, detail)
         else:
+            took = "" if ms is None else f", {ms:.0f} ms to encode and check"
+            g = session.grounding
             self.get_logger().info(
-                f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens "
-                f"({(time.perf_counter() - t0) * 1e3:.0f} ms to encode)"
+                f"instruction: {instruction.text!r} -> {len(instruction.tokens)} tokens{took}"
+                + (f"; {g.summary()}" if g is not None else "")
             )
+        status = dict(session.instruction_status, stamp_s=round(self._now_ns() * 1e-9, 9))
+        if self.context.ok():
+            self.pub_instruction_status.publish(String(data=json.dumps(status)))
 
     def _on_episode_reset(self, msg: Header) -> None:
         start_ns, episode = reset_from_msg(msg)
@@ -613,6 +633,10 @@ class PolicyNode(Node):
         ]
         instruction = session.instruction if session is not None else None
         values = {"instruction": "" if instruction is None else instruction.text}
+        status = session.instruction_status if session is not None else {}
+        for key in ("status", "reason", "target", "score", "threshold"):
+            if status:
+                values[f"instruction.{key}"] = "" if status.get(key) is None else status[key]
         values.update({f"instruction.{k}": v for k, v in self._gate.values().items()})
         values.update({f"refused_last_s.{source}.{code}": n for source, code, n, _ in recent})
         key = (

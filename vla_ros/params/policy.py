@@ -74,6 +74,33 @@ PARAMS = [
         min_reason="encoding one takes tens of milliseconds: a shorter interval bounds nothing (0 says so)",
     ),
     ParamSpec(
+        "check_instructions",
+        True,
+        "check every instruction before the policy reads it (policy.grounding: the task's word rules, then the "
+        "model folder's learned score): one the model cannot ground (a negation, a colour or object the scene lacks, "
+        "two targets, another request) is refused with WARN, published on ~/instruction_status, and no chunk goes out "
+        "until an accepted one arrives (false: every instruction is taken unchecked)",
+        field=True,
+    ),
+    ParamSpec(
+        "instruction_threshold",
+        -1.0,
+        "the instruction check's learned score below which an instruction is refused (negative: the threshold the "
+        "model folder's grounding.json keeps); applies from the next instruction",
+        min_value=-1.0,
+        max_value=1.0,
+        field=True,
+        to_field=float,
+    ),
+    ParamSpec(
+        "policy_instruction",
+        "as_given",
+        "what the policy reads of an accepted instruction: as_given (its words) or grounded (the task's own wording "
+        "of the target the check found, e.g. 'pick up the red cup'); applies from the next instruction",
+        choices=("as_given", "grounded"),
+        field=True,
+    ),
+    ParamSpec(
         "publish_horizon",
         0,
         "chunk points to publish (0 = the model's whole chunk)",

@@ -6,6 +6,7 @@ API, with ROS messages at the edge):
 
 * intake (``add_message``, ``set_instruction``, ``begin_episode``): the token stream with the model's window
   (W + lateness, ``stream_config``), per-source counts, losses read from the stamps, rejections with reasons;
+  every instruction through the instruction check (``policy.grounding``): a refused one stops the chunks;
 * ``tick(now_ns)``: a new generation (clock jump, new episode) restarts the policy from the window; a new
   instruction rebuilds its cache; the new observations run through the rolling KV cache; no chunk without an
   instruction, without a joint state newer than ``max_state_age_s``, without a camera frame newer than
@@ -73,6 +74,17 @@ def _frame_signature(msg) -> tuple:
     return (str(msg.format),)  # CompressedImage
 
 
+def unchecked_status(text: str, status: str, code: str, detail: str, in_force: Instruction | None = None) -> dict:
+    """An instruction's outcome in ``Grounding.as_dict``'s keys where the instruction check did not decide:
+    refused by the stream (empty, too long, control characters: the instruction in force stays) or taken
+    with the check off."""
+    out = {"text": str(text)[:200], "status": status, "reason": code, "detail": detail, "target": None}
+    out |= {"score": None, "threshold": None, "policy_text": str(text)[:200] if status == "accepted" else ""}
+    if status == "refused":
+        out["in_force"] = None if in_force is None else in_force.text
+    return out
+
+
 def stream_config(model_config) -> StreamConfig:
     """The token window the runtime needs: the model's W plus the lateness it tolerates (the one place)."""
     return StreamConfig(
@@ -100,6 +112,11 @@ class SessionConfig:
         this long of their stamps while the arm moved (``FROZEN_MIN_MOTION``): a frozen camera with fresh
         stamps is as blind as a stale one. The frames are still accepted, and the first different frame
         ends it. 0 = off (the default here: synthetic feeds repeat one picture; the node turns it on).
+    check_instructions: every instruction goes through the instruction check (``policy.grounding``); a
+        refused one gives no chunk until an accepted one arrives (False: every instruction is taken unchecked).
+    instruction_threshold: the learned score's threshold (negative: the one the model folder's check keeps).
+    policy_instruction: "as_given" (the policy reads the words as given) or "grounded" (the task's own
+        wording of the target the check found).
     """
 
     publish_horizon: int = 0
@@ -112,8 +129,20 @@ class SessionConfig:
     chunk_limits: ChunkLimits | None = None
     temporal_ensemble_s: float = 0.0
     frozen_camera_s: float = 0.0
+    check_instructions: bool = True
+    instruction_threshold: float = -1.0
+    policy_instruction: str = "as_given"
 
     def __post_init__(self) -> None:
+        from vla_ros.policy.grounding import POLICY_TEXT
+
+        if self.policy_instruction not in POLICY_TEXT:
+            raise ValueError(f"policy_instruction must be one of {POLICY_TEXT}, got {self.policy_instruction!r}")
+        if not (self.instruction_threshold <= 1.0 and np.isfinite(self.instruction_threshold)):
+            raise ValueError(
+                "instruction_threshold must be in [0, 1] (or negative: the model's own), got "
+                f"{self.instruction_threshold}"
+            )
         if not (self.frozen_camera_s >= 0 and np.isfinite(self.frozen_camera_s)):
             raise ValueError(f"frozen_camera_s must be a finite value >= 0 (0 = off), got {self.frozen_camera_s}")
         if not (self.temporal_ensemble_s >= 0 and np.isfinite(self.temporal_ensemble_s)):
@@ -164,6 +193,7 @@ class PolicySession:
         self.cameras = tuple(getattr(mc, "cameras", ("camera",)))
         self.camera_topics = tuple(image_topic(c) for c in self.cameras)
         self._check_limits(self.config)
+        self.grounder = self._load_grounder()
         self._state_vmax = None  # the robot's velocity limits of the state's joints, once known: jumps refused
         self._lock = threading.Lock()
         self._state_arrived = threading.Condition(self._lock)
@@ -200,6 +230,18 @@ class PolicySession:
             self._seen = (-1, -1)  # (stream generation, instruction generation) the policy last caught up with
             self.ticks = self.chunks = 0
             self.skipped: dict[str, int] = {}
+            self.grounding = None  # the instruction check's newest decision (``policy.grounding.Grounding``)
+            self.instruction_rejection = ""  # "code: detail" of the newest instruction refused
+            # the newest instruction's outcome, as ``~/instruction_status`` publishes it (``Grounding.as_dict``)
+            self.instruction_status: dict = {}
+
+    def _load_grounder(self):
+        """The instruction check of the model's task, with the model folder's learned score where it has one."""
+        from vla_ros.policy.grounding import Grounder, GroundingModel
+        from vla_ros.tasks import task_of
+
+        model = GroundingModel.load(self.model_dir) if self.model_dir is not None else None
+        return Grounder(task_of(self.policy.config), model, self._encoder)
 
     def _camera_sources(self) -> dict[str, int]:
         return {topic: c for c, topic in enumerate(self.camera_topics)}
@@ -296,22 +338,54 @@ class PolicySession:
     def _add_other(self, type_name, msg, now_ns, source):
         if type_name.replace("/msg/", "/") == "std_msgs/String":
             instruction = self.set_instruction(msg.data, now_ns)
-            return instruction, "" if instruction is not None else self.stream.last_rejection
+            return instruction, "" if instruction is not None else self.instruction_rejection
         with self._lock:
             self.stream.add_message(type_name, msg, now_ns, source)  # counted as unsupported_type
             return None, self.stream.last_rejection
 
     def set_instruction(self, text: str, now_ns: int | None = None) -> Instruction | None:
-        """Pin a new instruction (None and the reason in ``stream.last_rejection`` when it is refused). The
-        text is encoded before taking the lock (MiniLM takes milliseconds; the encoder caches the result)."""
+        """Check and pin a new instruction; None when it is refused, with "code: detail" in
+        ``instruction_rejection``. A text the stream cannot take (empty, too long, control characters) is
+        refused and the instruction in force stays; one the instruction check refuses (``grounding``) stops
+        the chunks until an accepted one arrives: the arm holds. The text is encoded and checked before taking
+        the lock (MiniLM takes milliseconds; the encoder caches the result)."""
         from vla_ros.tokens.convert import instruction_text
 
+        c = self.config
+        grounding = None
         try:
-            self._encoder(instruction_text(text))
+            cleaned = instruction_text(text)
+            self._encoder(cleaned)
         except TokenError:
-            pass  # the stream counts and reports it below
+            cleaned = None  # the stream counts and reports it below
+        if cleaned is not None and c.check_instructions:
+            threshold = c.instruction_threshold if c.instruction_threshold >= 0 else None
+            grounding = self.grounder(cleaned, threshold, c.policy_instruction)
         with self._lock:
-            return self.stream.set_instruction(text, now_ns)
+            if grounding is not None:
+                self.grounding = grounding
+                self.instruction_status = grounding.as_dict()
+                if not grounding.accepted:
+                    self.instruction_rejection = f"{grounding.code}: {grounding.summary()}"
+                    return None
+            instruction = self.stream.set_instruction(text if grounding is None else grounding.policy_text, now_ns)
+            if instruction is None:
+                self.instruction_rejection = self.stream.last_rejection
+                code, _, detail = self.instruction_rejection.partition(": ")
+                in_force = self.stream.instruction
+                self.instruction_status = unchecked_status(text, "refused", code, detail, in_force)
+            elif grounding is None:
+                self.grounding = None
+                self.instruction_status = unchecked_status(
+                    text, "accepted", "", "taken unchecked (check_instructions off)"
+                )
+            return instruction
+
+    @property
+    def instruction_refused(self) -> bool:
+        """Whether the newest instruction was refused by the check (no chunk until an accepted one)."""
+        g = self.grounding
+        return g is not None and not g.accepted
 
     def wait_for_state(self, stamp_ns: int, timeout_s: float) -> bool:
         """Wait (another thread admitting messages) until a joint state stamped at or after ``stamp_ns`` is
@@ -448,6 +522,8 @@ class PolicySession:
     def _blocker(self, instruction, ages: dict, new: list, frozen: list) -> tuple[str, str] | None:
         """Why no chunk may be decoded now (code, detail), or None."""
         c = self.config
+        if self.instruction_refused:
+            return reasons.INSTRUCTION_REFUSED, f"instruction {self.grounding.summary()}: no chunk, the arm holds"
         if instruction is None:
             return reasons.NO_INSTRUCTION, "no instruction: no chunk"
         if not new and not self.policy.ready:

@@ -76,6 +76,244 @@ UNSEEN_TEMPLATES = (
 )
 
 
+# More phrasings of the same request, beside the recorded ones: other verbs and words for the cup, addresses,
+# thanks, word order, relative clauses. Training's phrasing swaps and rendered views draw from both lists
+# (``PHRASING_TEMPLATES``), and the instruction check learns what a request looks like from them; the
+# demonstrations keep ``TRAIN_TEMPLATES``, so recorded data stays as it was. None is in the held-out or the
+# unseen list, nor shares their distinctive words (hoist, kindly, coffee cup, hand me, that is ...).
+MORE_TRAIN_TEMPLATES = (
+    "robot, lift the {color} mug",
+    "lift the {color} cup, thanks",
+    "pick up the {color} cup now",
+    "now grab the {color} mug",
+    "go get the {color} cup",
+    "get me the {color} mug please",
+    "pick up the {color} beaker",
+    "lift the {color} glass",
+    "the {color} cup: lift it",
+    "{color} mug up please",
+    "up with the {color} cup",
+    "would you mind lifting the {color} cup",
+    "I would like the {color} mug",
+    "pick the {color} one up",
+    "you should pick up the {color} cup",
+    "seize the {color} cup",
+    "collect the {color} mug",
+    "retrieve the {color} cup",
+    "elevate the {color} cup",
+    "the cup which is {color}, pick it up",
+    "lift the {color} colored cup",
+    "pick up the {color} cup from the table",
+    "grab this {color} mug",
+    "could you take the {color} one",
+    "please raise the {color} mug",
+    "pick it up, the {color} cup",
+    "get hold of the {color} cup",
+    "okay, lift the {color} cup",
+    "time to pick up the {color} mug",
+    "your task: lift the {color} cup",
+)
+PHRASING_TEMPLATES = TRAIN_TEMPLATES + MORE_TRAIN_TEMPLATES
+
+# Instructions the policy must refuse: negations, colours and objects the scene does not have, two targets
+# at once, actions other than a lift, unrelated requests and nonsense. ``{color}`` (where present) is filled
+# with the colour of a cup in the scene. The instruction check trains on the training list (and the
+# combinations ``refusal_training_texts`` adds); ``vla-ros eval --instructions refuse`` runs the held-out list,
+# which shares no instruction with it and avoids its words for colours, objects and actions (yellow, orange,
+# bowl, towel, smash, fill, ...).
+REFUSE_TRAIN_TEMPLATES = (
+    "do not pick up the {color} cup",
+    "don't lift the {color} cup",
+    "do not touch the {color} mug",
+    "never grab the {color} one",
+    "leave the {color} cup where it is",
+    "don't take the {color} cup",
+    "stop, do not lift the {color} cup",
+    "no, not the {color} cup",
+    "pick up nothing",
+    "keep your hands off the {color} cup",
+    "the {color} cup must stay on the table",
+    "avoid the {color} cup",
+    "pick up the purple cup",
+    "lift the black mug",
+    "grab the white one",
+    "take the pink cup",
+    "pick up the brown container",
+    "fetch the grey cup",
+    "purple cup please",
+    "pick up the {color} bottle",
+    "grab the {color} ball",
+    "lift the {color} box",
+    "pick up the {color} plate",
+    "take the {color} book",
+    "pick up the spoon",
+    "grab the phone",
+    "lift the laptop",
+    "pick up the {color} block",
+    "pick up the red and the blue cup",
+    "lift the green cup and the red cup",
+    "grab both cups",
+    "pick up all the cups",
+    "take every mug",
+    "pick up all three cups",
+    "lift two cups",
+    "what time is it",
+    "open the door",
+    "wave hello",
+    "tell me a joke",
+    "turn off the lights",
+    "move the arm to the left",
+    "clean the table",
+    "stack the cups",
+    "knock over the {color} cup",
+    "throw the {color} cup",
+    "pour out the {color} mug",
+    "put the {color} cup on the floor",
+    "asdf",
+    "blorp zibble",
+    "cup cup cup",
+    "the the the",
+    "???",
+    "12345",
+    "lorem ipsum dolor sit amet",
+    "hello",
+    "thank you",
+    "good morning robot",
+    "do nothing",
+    "wait",
+)
+REFUSE_HELDOUT_TEMPLATES = (
+    "please don't pick up the {color} cup",
+    "whatever you do, do not lift the {color} mug",
+    "the {color} cup stays put",
+    "hands off the {color} one",
+    "I don't want the {color} cup",
+    "do not move the {color} cup",
+    "not the {color} cup",
+    "under no circumstances lift the {color} mug",
+    "pick up the yellow cup",
+    "lift the orange mug",
+    "grab the cyan one",
+    "take the silver cup",
+    "pick up the gold container",
+    "yellow cup please",
+    "lift the {color} bowl",
+    "grab the {color} pen",
+    "pick up the {color} towel",
+    "fetch my keys",
+    "pick up the apple",
+    "grab the {color} bottle cap",
+    "lift the red cup and the green cup",
+    "grab every cup on the table",
+    "pick up two of the cups",
+    "take the blue and the red mugs",
+    "lift all of them",
+    "how are you today",
+    "play some music",
+    "shut down",
+    "dance for me",
+    "write an email",
+    "go to the kitchen",
+    "what is the weather like",
+    "smash the {color} cup",
+    "push the {color} mug off the table",
+    "fill the {color} cup with water",
+    "qwerty uiop",
+    "glorp the fizz",
+    "mug mug mug mug",
+    "...",
+    "zzz",
+)
+
+
+# Word lists the instruction check's training combines (``request_training_texts``,
+# ``refusal_training_texts``): requests to lift the cup, and the same requests for other things, other
+# actions on the cup, and their negations.
+LIFT_FORMS = (
+    "pick up the {o}",
+    "lift the {o}",
+    "grab the {o}",
+    "take the {o}",
+    "raise the {o}",
+    "get the {o}",
+    "fetch the {o}",
+    "grasp the {o}",
+    "pick the {o} up",
+    "bring me the {o}",
+    "collect the {o}",
+    "retrieve the {o}",
+)
+CUP_WORDS = ("{color} cup", "{color} mug", "{color} one", "{color} container", "{color} tumbler", "{color} beaker")
+OTHER_ACTIONS = (
+    "break the {o}",
+    "crush the {o}",
+    "knock over the {o}",
+    "throw the {o}",
+    "drop the {o}",
+    "shake the {o}",
+    "wash the {o}",
+    "pour out the {o}",
+    "tip over the {o}",
+    "kick the {o}",
+    "squeeze the {o}",
+    "hide the {o}",
+    "paint the {o}",
+    "slide the {o} to the left",
+    "spin the {o}",
+    "tilt the {o}",
+    "move the {o} aside",
+    "put down the {o}",
+    "open the {o}",
+    "look at the {o}",
+    "point at the {o}",
+    "describe the {o}",
+)
+OTHER_OBJECTS = (
+    "{color} bottle",
+    "{color} ball",
+    "{color} box",
+    "{color} block",
+    "{color} plate",
+    "spoon",
+    "fork",
+    "{color} knife",
+    "phone",
+    "{color} book",
+    "{color} sponge",
+    "can",
+    "{color} jar",
+    "banana",
+    "shoe",
+    "hammer",
+    "remote",
+    "{color} toy",
+    "lid",
+    "napkin",
+    "table",
+    "chair",
+    "laptop",
+    "{color} cube",
+)
+NEGATION_FORMS = ("do not {v}", "don't {v}", "never {v}", "please do not {v}", "you must not {v}", "no, don't {v}")
+
+
+def request_training_texts() -> tuple[str, ...]:
+    """Templates of requests to lift one named cup: the phrasing lists and the lift forms on the cup words."""
+    combos = tuple(form.format(o=cup) for form in LIFT_FORMS for cup in CUP_WORDS)
+    return tuple(dict.fromkeys(PHRASING_TEMPLATES + combos))
+
+
+def refusal_training_texts() -> tuple[str, ...]:
+    """Templates of instructions to refuse: the training list, other actions on a cup, lifts of other things,
+    and negated lifts."""
+    combos = [action.format(o=cup) for action in OTHER_ACTIONS for cup in CUP_WORDS[:3]]
+    combos += [form.format(o=thing) for form in LIFT_FORMS[:8] for thing in OTHER_OBJECTS]
+    combos += [
+        neg.format(v=form.format(o=cup)) for neg in NEGATION_FORMS for form in LIFT_FORMS[:6] for cup in CUP_WORDS[:2]
+    ]
+    return tuple(dict.fromkeys(REFUSE_TRAIN_TEMPLATES + tuple(combos)))
+
+
 def episode_task(seed: int, templates: tuple[str, ...] = TRAIN_TEMPLATES) -> tuple[str, str]:
     """(colour, instruction) for an episode, drawn from its own seed (independent of the cup layout's draws)."""
     rng = np.random.default_rng([int(seed), 7])

@@ -108,6 +108,23 @@ class Task:
         """Per-observation auxiliary targets of a sequence's frames (``build_sequence``'s frame_aux), or None."""
         return None
 
+    def ground_words(self, text: str) -> tuple[str | None, str, str]:
+        """What the words of an instruction alone decide (``policy.grounding``): (target, code, detail), code ""
+        when they allow it, else a ``reasons.INSTRUCTION_*`` code and why. The generic task knows no targets."""
+        return None, "", ""
+
+    def grounding_text(self, text: str) -> str:
+        """The instruction as the learned score reads it (the task replaces its targets' words by one)."""
+        return " ".join(str(text).lower().split())
+
+    def canonical_instruction(self, target: str | None) -> str | None:
+        """The task's own wording of a request for ``target`` (None: the task has none)."""
+        return None
+
+    def grounding_pools(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(requests, refusals): instruction texts the learned score trains on (None: the task has none)."""
+        return None
+
     def training(
         self, options, config, tokenizer, seed: int, fine_tune: bool, lr: float, weight_decay: float, robot=None
     ):

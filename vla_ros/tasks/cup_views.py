@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from vla_ros.sim.tasks import COLORS, TRAIN_SEED_START, TRAIN_TEMPLATES
+from vla_ros.sim.tasks import COLORS, PHRASING_TEMPLATES, TRAIN_SEED_START
 
 VIEW_SEED_OFFSET = 500_000  # view layouts come from training seeds far from the episodes' own
 
@@ -121,8 +121,8 @@ def render_views(
     finally:
         sim.close()
     encoder = shared_encoder()
-    dim = encoder(TRAIN_TEMPLATES[0].format(color=COLORS[0])).embeddings.shape[1]
+    dim = encoder(PHRASING_TEMPLATES[0].format(color=COLORS[0])).embeddings.shape[1]
     instructions = np.stack(
-        [[instruction_vector(encoder(t.format(color=c)).embeddings, dim) for t in TRAIN_TEMPLATES] for c in COLORS]
+        [[instruction_vector(encoder(t.format(color=c)).embeddings, dim) for t in PHRASING_TEMPLATES] for c in COLORS]
     )
     return Views(frames, cups, instructions.astype(np.float32))

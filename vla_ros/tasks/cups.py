@@ -19,9 +19,11 @@ A model config with auxiliary targets (``aux_dim > 0``) is this task's: the ship
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
+from vla_ros import reasons
 from vla_ros.tasks import Task, TaskTraining, register
 
 # The sim camera's top quarter shows only the wall and the upper arm: cutting it (and a sliver each side)
@@ -36,13 +38,63 @@ AUX_SCALE_M = np.array([0.125, 0.22, 0.05])
 AUX_DIM = 3
 
 
+# Words that make a cup request something else (``ground_words``): a negation, or more than one cup.
+NEGATION_WORDS = frozenset(
+    {"not", "don't", "dont", "never", "no", "nothing", "none", "neither", "nor", "without", "except", "avoid"}
+)
+MANY_WORDS = frozenset(
+    {"both", "all", "every", "each", "two", "three", "several", "many", "cups", "mugs", "ones", "them"}
+)
+# Colour words no cup of the scene has (common English colour names); the scene's are ``sim.tasks.COLORS``.
+OTHER_COLOR_WORDS = frozenset(
+    "yellow orange purple violet pink black white grey gray brown cyan magenta silver gold golden beige turquoise "
+    "teal navy maroon indigo lime olive crimson scarlet lavender tan".split()
+)
+
+
+def instruction_words(instruction: str) -> list[str]:
+    """Lower-case words of an instruction (letters and apostrophes)."""
+    return re.findall(r"[a-z']+", str(instruction).lower().replace("’", "'"))
+
+
 def named_color(instruction: str) -> str | None:
     """The one cup colour an instruction names, or None (none or several)."""
     from vla_ros.sim.tasks import COLORS
 
-    words = set(instruction.lower().replace(",", " ").split())
+    words = set(instruction_words(instruction))
     named = [c for c in COLORS if c in words]
     return named[0] if len(named) == 1 else None
+
+
+def ground_cup_words(text: str) -> tuple[str | None, str, str]:
+    """The cup task's word rules (``Task.ground_words``): no negation, no colour without a cup in the scene,
+    one cup only, and its colour named."""
+    from vla_ros.sim.tasks import COLORS
+
+    words = instruction_words(text)
+    named = list(dict.fromkeys(w for w in words if w in COLORS))
+    target = named[0] if len(named) == 1 else None
+    negation = [w for w in words if w in NEGATION_WORDS or w.endswith("n't")]
+    if negation:
+        return (
+            target,
+            reasons.INSTRUCTION_NEGATED,
+            f"a negation ({', '.join(dict.fromkeys(negation))}): say what to lift",
+        )
+    other = [w for w in dict.fromkeys(words) if w in OTHER_COLOR_WORDS]
+    if other:
+        return (
+            target,
+            reasons.INSTRUCTION_UNKNOWN_TARGET,
+            (f"no cup is {' or '.join(other)} (the cups are {', '.join(COLORS)})"),
+        )
+    many = [w for w in dict.fromkeys(words) if w in MANY_WORDS]
+    if len(named) > 1 or many:
+        what = ", ".join(named) if len(named) > 1 else ", ".join(many)
+        return target, reasons.INSTRUCTION_MANY_TARGETS, f"more than one cup ({what}): name one"
+    if target is None:
+        return None, reasons.INSTRUCTION_NO_TARGET, f"no cup colour named (the cups are {', '.join(COLORS)})"
+    return target, "", ""
 
 
 def cup_track(ep) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
@@ -123,7 +175,7 @@ class CupsOptions:
     grasp_views: share of the views with the gripper over a cup of the view's own layout
         (``tasks.cup_views.grasp_pose``) instead of a demonstration's arm pose.
     phrasing_swap_p: share of training sequences whose instruction is replaced by another training phrasing
-        naming the same colour (``sim.tasks.TRAIN_TEMPLATES``), so every layout is seen with many wordings of
+        naming the same colour (``sim.tasks.PHRASING_TEMPLATES``), so every layout is seen with many wordings of
         its request, not just the one its episode was recorded with.
     still_after_lift_s: None = off: chunk targets from this long after each demonstration's lift on hold the
         command of that instant (``still_after_lift``), so the policy learns to hold a lifted cup still
@@ -273,11 +325,11 @@ class CupsTraining(TaskTraining):
     def phrasings(self):
         if self.options.phrasing_swap_p <= 0:
             return None
-        from vla_ros.sim.tasks import COLORS, TRAIN_TEMPLATES
+        from vla_ros.sim.tasks import COLORS, PHRASING_TEMPLATES
         from vla_ros.tokens.text import shared_encoder
 
         encoder = shared_encoder()
-        pools = {c: [encoder(t.format(color=c)).embeddings for t in TRAIN_TEMPLATES] for c in COLORS}
+        pools = {c: [encoder(t.format(color=c)).embeddings for t in PHRASING_TEMPLATES] for c in COLORS}
         return lambda instruction: pools.get(named_color(instruction) or "", [])
 
     def warmup(self, model, rng, device, progress: bool, deadline) -> list[float] | None:
@@ -309,6 +361,28 @@ class Cups(Task):
 
     def claims(self, config) -> bool:
         return config.aux_dim > 0
+
+    def ground_words(self, text: str) -> tuple[str | None, str, str]:
+        return ground_cup_words(text)
+
+    def grounding_text(self, text: str) -> str:
+        from vla_ros.sim.tasks import COLORS
+
+        text = " ".join(str(text).lower().split())
+        return re.sub(r"\b(" + "|".join(COLORS) + r")\b", COLORS[0], text)
+
+    def canonical_instruction(self, target: str | None) -> str | None:
+        from vla_ros.sim.tasks import TRAIN_TEMPLATES
+
+        return None if target is None else TRAIN_TEMPLATES[0].format(color=target)
+
+    def grounding_pools(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        from vla_ros.sim.tasks import COLORS, refusal_training_texts, request_training_texts
+
+        def fill(templates):
+            return tuple(t.format(color=COLORS[0]) for t in templates)
+
+        return fill(request_training_texts()), fill(refusal_training_texts())
 
     def model_config(self):
         from vla_ros.model.config import ModelConfig

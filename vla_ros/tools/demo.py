@@ -4,7 +4,10 @@ Starts ``launch/sim.launch.xml`` with the launch runner (every node its own proc
 filter, controller), tells the policy "pick up the <color> cup", watches the episode in simulated time
 until the cup is lifted or the time runs out, then writes a video of the camera view, a plot of
 commanded versus measured joints, a histogram of the policy's latency (sensor stamp to chunk publish)
-and a summary into a dated folder. ``--policy scripted`` runs the privileged scripted pick instead (and
+and a summary into a dated folder. An instruction the policy refuses (``policy.grounding``: "do not pick up
+the red cup", "pick up the yellow cup") is watched for ``REFUSED_WATCH_S`` to show that the arm holds; the
+summary says why, and the exit status is 3. Exit status: 0 the named cup lifted, 1 not, 2 a usage or start-up
+error, 3 the instruction refused. ``--policy scripted`` runs the privileged scripted pick instead (and
 says so). ``--robot`` names the robot profile every node of the graph is given (``robot_profile:=``); by default
 the robot the model folder records (``vla-ros train --robot``), else the bundled arm.
 """
@@ -22,6 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+REFUSED_WATCH_S = 5.0  # simulated seconds an episode with a refused instruction is watched
+EXIT_REFUSED = 3
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -124,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             os.killpg(launch.pid, signal.SIGKILL)
     summary = _write_outputs(record, out, args, profile)
     print(json.dumps(summary))
-    return 0 if summary["lifted"] == args.color else 1
+    if summary.get("refused"):
+        return EXIT_REFUSED
+    return 0 if summary["lifted"] == summary["target"] else 1
 
 
 def _watch(args) -> dict:
@@ -139,6 +147,7 @@ def _watch(args) -> dict:
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
+    from vla_ros.ros.instruction_status import POLICY_INSTRUCTION_STATUS_TOPIC, read_status
     from vla_ros.ros.qos import latched_qos
     from vla_ros.ros.time import ns_from_time_msg
 
@@ -161,7 +170,20 @@ def _watch(args) -> dict:
         "safety": {},
         "sim_rejected": 0,
         "tcp_cup": [],
+        "instruction_status": None,
+        "tcp0": None,
+        "max_tcp_displacement_m": 0.0,
     }
+
+    def refused() -> bool:
+        return args.policy == "vla" and (rec["instruction_status"] or {}).get("status") == "refused"
+
+    def on_instruction_status(msg: String) -> None:
+        status = read_status(msg)
+        if status is not None:
+            rec["instruction_status"] = status
+            if status.get("status") == "accepted" and status.get("target") in ("red", "green", "blue"):
+                args.color = status["target"]  # the cup the policy took the words for
 
     def on_image(msg: Image) -> None:
         if len(rec["frames"]) < 2000:
@@ -177,6 +199,11 @@ def _watch(args) -> dict:
         if status["episode"] < rec["min_episode"]:
             return  # a late status of the episode before the restart
         rec["status"] = status
+        if rec["min_episode"] > 0:
+            rec["tcp0"] = rec["tcp0"] or status["tcp"]
+            rec["max_tcp_displacement_m"] = max(
+                rec["max_tcp_displacement_m"], float(np.linalg.norm(np.subtract(status["tcp"], rec["tcp0"])))
+            )
         if rec["min_episode"] > 0 and args.color in status["cups"]:
             rec["tcp_cup"].append(
                 (status["time_s"], float(np.linalg.norm(np.subtract(status["tcp"], status["cups"][args.color]))))
@@ -188,6 +215,7 @@ def _watch(args) -> dict:
     node.create_subscription(Image, "/camera/image_raw", on_image, 10)
     node.create_subscription(JointState, "/joint_states", on_joints, 100)
     node.create_subscription(String, "/vla/episode_status", on_status, latched)
+    node.create_subscription(String, POLICY_INSTRUCTION_STATUS_TOPIC, on_instruction_status, latched)
     node.create_subscription(
         JointTrajectory, "/joint_trajectory_controller/joint_trajectory", lambda m: rec.__setitem__("traj", m), 10
     )
@@ -225,9 +253,12 @@ def _watch(args) -> dict:
             executor.spin_once(timeout_sec=0.05)
         if args.policy == "vla":  # loading torch, MiniLM and the model takes seconds: start once it acts
             print("waiting for the policy's first chunk ...", flush=True)
-            while time.monotonic() < wall_end and rec["chunks"] == 0:
+            while time.monotonic() < wall_end and rec["chunks"] == 0 and not refused():
                 executor.spin_once(timeout_sec=0.05)
-            if rec["chunks"] == 0:
+            if refused():
+                st = rec["instruction_status"]
+                print(f"the policy refused the instruction ({st.get('reason')}): {st.get('detail')}", flush=True)
+            elif rec["chunks"] == 0:
                 raise RuntimeError("the policy published no chunk (see its /diagnostics)")
         reset = node.create_client(Trigger, "/sim/reset")
         if not reset.wait_for_service(timeout_sec=30.0):
@@ -242,7 +273,8 @@ def _watch(args) -> dict:
         for key in ("frames", "t_js", "q", "t_cmd", "cmd", "latency_ms", "tcp_cup"):
             rec[key].clear()
         rec["lifted_at"], rec["min_episode"] = None, episode_before + 1
-        deadline = t_reset + args.timeout
+        rec["tcp0"], rec["max_tcp_displacement_m"] = None, 0.0
+        deadline = t_reset + (min(args.timeout, REFUSED_WATCH_S) if refused() else args.timeout)
         while time.monotonic() < wall_end:
             executor.spin_once(timeout_sec=0.05)
             t = rec["t_js"][-1] if rec["t_js"] else 0.0
@@ -346,10 +378,20 @@ def _write_outputs(rec: dict, out: Path, args, profile) -> dict:
         "commands_rejected_by_sim": rec["sim_rejected"],
         "commands_within_limits": within,
         "commands": len(rec["cmd"]),
+        "max_tcp_displacement_m": round(rec["max_tcp_displacement_m"], 4) if rec["tcp0"] is not None else None,
         "out": str(out),
     }
+    st = rec["instruction_status"]
+    if args.policy == "vla":
+        summary["instruction_status"] = st
+        summary["refused"] = bool(st and st.get("status") == "refused")
+        if summary["refused"]:
+            summary["target"] = None
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"\n  {summary['motion']}: {summary['instruction'] or ''}")
+    if summary.get("refused"):
+        print(f"  REFUSED         : {st.get('reason')}: {st.get('detail')} (score {st.get('score')})")
+        print(f"  tool moved      : {summary['max_tcp_displacement_m']} m from its start (the arm holds)")
     print(f"  target cup      : {args.color} (seed {args.seed})")
     print(f"  lifted          : {summary['lifted']}  after {summary['time_to_lift_s']} s simulated")
     print(f"  gripper to cup  : {summary['gripper_cup_distance_m']}")

@@ -345,8 +345,25 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     platform = {"device": str(dev), "threads": torch.get_num_threads(), "torch": torch.__version__}
     split = (len(train_eps), len(val_eps), val_note)
     report = _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform)
+    learned = train_grounding_of(task, tc.seed, config.max_text_tokens)
+    report["grounding"] = None if learned is None else learned.meta
     _save(loop.saved(), Path(out), report, history, provenance, task.loss_labels)
+    for folder in [Path(out), *loop.checkpoints] if learned is not None else []:
+        learned.save(folder)  # whichever ``vla-ros select`` keeps carries it
     return report
+
+
+def train_grounding_of(task, seed: int, max_tokens: int):
+    """The task's instruction check (``policy.grounding``; it depends on the task, not on the weights), trained
+    once after the run for its model folder and every checkpoint; None for a task without instruction pools."""
+    if task.grounding_pools() is None:
+        return None
+    from vla_ros.policy.grounding import train_grounding
+    from vla_ros.tokens.text import shared_encoder
+
+    learned = train_grounding(shared_encoder(max_tokens), task, seed=seed)
+    log.info("instruction check: %s", json.dumps(learned.meta))
+    return learned
 
 
 def _warn_stopped(tc: TrainConfig, warmup_run: int, warmup_planned: int, steps: int) -> None:
