@@ -81,7 +81,9 @@ def test_an_absent_cup_is_refused_with_its_reason_and_the_arm_never_moves(graph)
     assert len(graph.rec["chunks"]) == n_chunks  # no chunk while it stands
     assert np.max(np.abs(arm(graph) - q0)) < 1e-3
     assert graph.spin_until(
-        lambda: any(lv == WARN and "pick up the yellow cup" in m and "refused" in m for lv, m in policy_statuses(graph)),
+        lambda: any(
+            lv == WARN and "pick up the yellow cup" in m and "refused" in m for lv, m in policy_statuses(graph)
+        ),
         30,
     ), policy_statuses(graph)[-3:]
     # latched: a client that subscribes now still reads the outcome
