@@ -366,6 +366,11 @@ def test_the_live_json_has_the_in_process_keys_and_the_sims_outcome(live, sim_ep
     assert sum(v["episodes"] for v in summary["success_by_phrasing"].values()) == 2
     assert set(summary["success_by_phrasing"]) <= set(load_templates(None))
     assert summary["real_time_factor"] == REAL_TIME_FACTOR
+    # every instruction was taken, as the policy itself said on /policy/instruction_status
+    assert summary["false_refusal_pct"] == 0.0
+    for e in live.results["episodes"]:
+        assert not e["refused"] and e["instruction_status"]["status"] == "accepted", e["instruction_status"]
+        assert e["instruction_status"]["target"] == e["color"] and e["max_tcp_displacement_m"] > 0.05
     # The achieved factor is the sim's own figure, from its report the witness saw too.
     sim_after = live.results["diagnostics"]["after"]["sim: simulation"]
     live.witness.report_window("sim: simulation", sim_after, lambda v: float(v["sim_time_s"]))

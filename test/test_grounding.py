@@ -266,3 +266,45 @@ def test_instructions_to_refuse_lift_nothing_and_leave_the_arm_where_it_started(
     assert sum(summary["refused_by_reason"].values()) == 3
     positive = evaluate(str(SHIPPED), 1, 0, load_templates("unseen"), backend="onnx", progress=False)
     assert positive["false_refusal_pct"] == 0.0
+
+
+def test_the_refusal_summaries_add_up_their_episodes_in_and_out_of_process():
+    from vla_ros.evaluation.live_eval import summarize
+    from vla_ros.evaluation.run_eval import refusal_summary
+
+    def row(seed, text, refused, lifted, moved, reason):
+        return {
+            "seed": seed,
+            "instruction": text,
+            "color": "red",
+            "refused": refused,
+            "lifted": lifted,
+            "success": lifted == "red",
+            "time_to_success_s": 2.0 if lifted == "red" else None,
+            "max_tcp_displacement_m": moved,
+            "instruction_status": {"reason": reason},
+            "min_target_distance_m": 0.1,
+            "initial_target_distance_m": 0.2,
+            "chunk_arrivals": [],
+        }
+
+    rows = [
+        row(1, "do not lift it", True, None, 0.001, reasons.INSTRUCTION_NEGATED),
+        row(2, "do not lift it", True, None, 0.002, reasons.INSTRUCTION_NEGATED),
+        row(3, "lift the red pen", False, "red", 0.31, ""),
+    ]
+    s = refusal_summary(rows)
+    assert s["lifts"] == 1 and s["refused_pct"] == pytest.approx(66.67) and s["moved_over_5cm"] == 1
+    assert s["max_tcp_displacement_m"] == 0.31 and s["instructions"] == 2 and s["episodes"] == 3
+    assert s["refused_by_reason"] == {reasons.INSTRUCTION_NEGATED: 2}
+    assert s["by_instruction"]["do not lift it"] == {
+        "episodes": 2,
+        "refused": 2,
+        "lifts": 0,
+        "max_tcp_displacement_m": 0.002,
+        "reason": reasons.INSTRUCTION_NEGATED,
+    }
+    live = summarize(rows, {}, {}, [], [], "m", "onnx", [1, 3], 1.0, 1.0, ((0, 0, 0), (0, 0, 0)), None, refuse=True)
+    assert {k: live[k] for k in s} == s and live["mode"] == "live" and "success_rate" not in live
+    request = summarize(rows, {}, {}, [], [], "m", "onnx", [1, 3], 1.0, 1.0, ((0, 0, 0), (0, 0, 0)), None)
+    assert request["false_refusal_pct"] == pytest.approx(66.67) and "lifts" not in request

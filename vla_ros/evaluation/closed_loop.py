@@ -46,6 +46,8 @@ class EvalConfig:
     shape_chunks: the policy node's ``shape_chunks`` (chunks shaped into the filter's limits); None = as
         config/policy.yaml sets it.
     temporal_ensemble_s: the policy node's ``temporal_ensemble_s``; None = as config/policy.yaml sets it.
+    policy_instruction: the policy node's ``policy_instruction`` (as_given or grounded); None = as
+        config/policy.yaml sets it.
     refused_episode_s: an episode whose instruction the policy refuses (``policy.grounding``) ends this many
         simulated seconds in, time enough to see that the arm holds (one it accepts runs to the end).
     """
@@ -61,6 +63,7 @@ class EvalConfig:
     image_width: int = 320
     image_height: int = 240
     refused_episode_s: float = 3.0
+    policy_instruction: str | None = None
 
 
 @dataclasses.dataclass
@@ -173,6 +176,8 @@ class ClosedLoop:
             policy_p["temporal_ensemble_s"] = self.config.temporal_ensemble_s
         if self.config.policy_rate_hz is not None:
             policy_p["rate_hz"] = self.config.policy_rate_hz
+        if self.config.policy_instruction is not None:
+            policy_p["policy_instruction"] = self.config.policy_instruction
         self.rate_hz, self.tick_on_frame = float(policy_p["rate_hz"]), bool(policy_p["tick_on_frame"])
         if not (self.rate_hz > 0 or self.tick_on_frame):
             raise ValueError(f"the policy never ticks: rate_hz={self.rate_hz} and tick_on_frame is false")

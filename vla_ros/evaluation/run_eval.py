@@ -213,6 +213,8 @@ def evaluate(
         "cpus": os.cpu_count(),
         "wall_s": round(time.time() - t0, 1),
     }
+    if config is not None and config.policy_instruction is not None:
+        summary["policy_instruction"] = config.policy_instruction
     hold_s = config.hold_after_success_s if config is not None else 0.0
     if hold_s > 0:  # success counts the lift; a cup dropped within the hold is counted here
         held = sum(1 for r in results if r.success and r.lifted == r.color)
@@ -299,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         help="override the policy's temporal_ensemble_s (0 = newest chunk alone; default: config/policy.yaml)",
     )
     parser.add_argument(
+        "--policy-instruction",
+        choices=("as_given", "grounded"),
+        default=None,
+        help="override the policy's policy_instruction: what it reads of an accepted instruction, its words or the "
+        "task's wording of the cup the instruction check found (default: config/policy.yaml)",
+    )
+    parser.add_argument(
         "--hold",
         type=float,
         default=0.0,
@@ -330,11 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         or args.shape_chunks is not None
         or args.policy_rate is not None
         or args.temporal_ensemble is not None
+        or args.policy_instruction is not None
         or args.hold
     ):
         parser.error(
             "--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, "
-            "--shape-chunks, --policy-rate, --temporal-ensemble and --hold do not apply"
+            "--shape-chunks, --policy-rate, --temporal-ensemble, --policy-instruction and --hold do not apply"
         )
     if not 0.0 <= args.hold <= 5.0:  # NaN fails too
         parser.error(f"--hold must be in [0, 5] simulated seconds, got {args.hold}")
@@ -389,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             policy_rate_hz=args.policy_rate,
             shape_chunks=None if args.shape_chunks is None else args.shape_chunks == "on",
             temporal_ensemble_s=args.temporal_ensemble,
+            policy_instruction=args.policy_instruction,
             hold_after_success_s=args.hold,
         ),
         workers=args.workers,
