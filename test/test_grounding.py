@@ -30,6 +30,7 @@ from vla_ros.policy.grounding import (
     GROUNDING_WEIGHTS,
     Grounder,
     GroundingModel,
+    cached_grounding,
     features,
     train_grounding,
 )
@@ -154,13 +155,24 @@ def test_the_checks_files_round_trip_and_broken_ones_are_refused_with_the_reason
         GroundingModel.load(tmp_path)
 
 
-def test_training_the_check_is_repeatable_and_reports_its_cross_validation():
+def test_training_the_check_is_repeatable_cached_and_reports_its_cross_validation(tmp_path, monkeypatch):
     encoder = shared_encoder(32)
     torch.set_num_threads(1)
     one = train_grounding(encoder, CUPS, seed=3, steps=40, folds=2)
     two = train_grounding(encoder, CUPS, seed=3, steps=40, folds=2)
     x = np.random.default_rng(1).normal(size=(20, 768))
     np.testing.assert_allclose(one.scores(x), two.scores(x), atol=1e-4)  # the same to float rounding
+    # vla-ros train reads it from the disk cache after the first run: the same check, no training
+    monkeypatch.setenv("VLA_ROS_GROUNDING_CACHE", str(tmp_path))
+    first = cached_grounding(encoder, CUPS, 3, 32, steps=40)
+    assert first.meta["cross_validation"] is None and first.meta["steps"] == 40
+    (entry,) = tmp_path.iterdir()
+    again = cached_grounding(encoder, CUPS, 3, 32, steps=40)
+    np.testing.assert_array_equal(again.scores(x), first.scores(x))
+    np.testing.assert_allclose(again.scores(x), one.scores(x), atol=1e-4)  # what training gives
+    (entry / GROUNDING_WEIGHTS).write_bytes(b"cut short")  # a broken entry is trained again and replaced
+    np.testing.assert_allclose(cached_grounding(encoder, CUPS, 3, 32, steps=40).scores(x), one.scores(x), atol=1e-4)
+    assert GroundingModel.load(entry) is not None
     cv = one.meta["cross_validation"]
     assert cv["folds"] == 2 and 0.0 <= cv["false_refusal_pct"] <= 100.0 and 0.0 <= cv["missed_refusal_pct"] <= 100.0
     assert one.meta["requests"] == len({CUPS.grounding_text(t) for t in CUPS.grounding_pools()[0]})

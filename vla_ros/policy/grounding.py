@@ -184,7 +184,8 @@ def train_grounding(
     progress: bool = False,
 ) -> GroundingModel:
     """Train ``task``'s learned score on its pools (``Task.grounding_pools``), with ``folds``-fold
-    cross-validated false-refusal and miss rates at ``threshold`` in its meta. Deterministic per seed."""
+    cross-validated false-refusal and miss rates at ``threshold`` in its meta (``folds`` < 2: none, one fit).
+    Repeatable per seed to float rounding."""
     import torch
 
     pools = task.grounding_pools()
@@ -218,12 +219,19 @@ def train_grounding(
         return GroundingModel(w[0], w[1], w[2], w[3], {})
 
     rng = np.random.default_rng(seed)
-    fold_of = rng.permutation(len(texts)) % folds
+    fold_of = rng.permutation(len(texts)) % max(folds, 1)
     cv_scores = np.empty(len(texts))
-    for k in tqdm(range(folds), desc="cross-validating", unit="fold", disable=not progress):
+    for k in tqdm(range(folds if folds > 1 else 0), desc="cross-validating", unit="fold", disable=not progress):
         cv_scores[fold_of == k] = fit(np.flatnonzero(fold_of != k)).scores(x[fold_of == k])
     model = fit(np.arange(len(texts)))
     train_scores = model.scores(x)
+    cross_validation = None
+    if folds > 1:
+        cross_validation = {
+            "folds": folds,
+            "false_refusal_pct": round(100.0 * float(np.mean(cv_scores[y == 1] < threshold)), 2),
+            "missed_refusal_pct": round(100.0 * float(np.mean(cv_scores[y == 0] >= threshold)), 2),
+        }
     model.meta = {
         "features": FEATURES,
         "task": task.name,
@@ -233,13 +241,54 @@ def train_grounding(
         "seed": seed,
         "requests": len(requests),
         "refusals": len(refusals),
-        "cross_validation": {
-            "folds": folds,
-            "false_refusal_pct": round(100.0 * float(np.mean(cv_scores[y == 1] < threshold)), 2),
-            "missed_refusal_pct": round(100.0 * float(np.mean(cv_scores[y == 0] >= threshold)), 2),
-        },
+        "cross_validation": cross_validation,
         "training_errors": int(np.sum((train_scores >= threshold) != (y == 1))),
         "encode_s": round(encode_s, 1),
         "train_s": round(time.monotonic() - t0 - encode_s, 1),
     }
+    return model
+
+
+# Bump when the features, the classifier or its training change: older cache entries are then never read.
+GROUNDING_CACHE_VERSION = 1
+
+
+def grounding_cache_dir() -> Path:
+    """$VLA_ROS_GROUNDING_CACHE, else $XDG_CACHE_HOME/vla_ros/grounding (~/.cache/...); safe to delete."""
+    import os
+
+    if os.environ.get("VLA_ROS_GROUNDING_CACHE"):
+        return Path(os.environ["VLA_ROS_GROUNDING_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vla_ros" / "grounding"
+
+
+def cached_grounding(encoder, task, seed: int, max_tokens: int, steps: int = 1500) -> GroundingModel:
+    """``train_grounding`` without cross-validation, kept on disk by what decides it (the task's pools, the
+    seed, the steps, the text length, this version): the check depends on the task and not on a run's weights,
+    so every ``vla-ros train`` of a task after the first reads it in milliseconds instead of training it
+    again. An unreadable entry is trained again and replaced."""
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    pools = task.grounding_pools()
+    key_text = json.dumps([GROUNDING_CACHE_VERSION, FEATURES, task.name, seed, steps, max_tokens, pools])
+    entry = grounding_cache_dir() / hashlib.sha256(key_text.encode()).hexdigest()[:32]
+    try:
+        cached = GroundingModel.load(entry)
+        if cached is not None:
+            return cached
+    except ValueError:
+        pass  # written by something else or cut short: train it again
+    model = train_grounding(encoder, task, seed=seed, steps=steps, folds=0)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=entry.parent))
+        model.save(tmp)
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)  # a reader sees the whole entry or none
+    except OSError:
+        pass  # a read-only or full disk: the model is still returned
     return model

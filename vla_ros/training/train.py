@@ -354,14 +354,16 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
 
 
 def train_grounding_of(task, seed: int, max_tokens: int):
-    """The task's instruction check (``policy.grounding``; it depends on the task, not on the weights), trained
-    once after the run for its model folder and every checkpoint; None for a task without instruction pools."""
+    """The task's instruction check (``policy.grounding``; it depends on the task, not on the weights) for the
+    run's model folder and every checkpoint, from the disk cache after the first run of a task (seconds
+    otherwise, after the training deadline); None for a task without instruction pools. ``vla-ros grounding
+    train --model DIR`` trains it again with its cross-validated figures."""
     if task.grounding_pools() is None:
         return None
-    from vla_ros.policy.grounding import train_grounding
+    from vla_ros.policy.grounding import cached_grounding
     from vla_ros.tokens.text import shared_encoder
 
-    learned = train_grounding(shared_encoder(max_tokens), task, seed=seed)
+    learned = cached_grounding(shared_encoder(max_tokens), task, seed, max_tokens)
     log.info("instruction check: %s", json.dumps(learned.meta))
     return learned
 
