@@ -255,12 +255,9 @@ GROUNDING_CACHE_VERSION = 1
 
 def grounding_cache_dir() -> Path:
     """$VLA_ROS_GROUNDING_CACHE, else $XDG_CACHE_HOME/vla_ros/grounding (~/.cache/...); safe to delete."""
-    import os
+    from vla_ros.cache_dirs import cache_dir
 
-    if os.environ.get("VLA_ROS_GROUNDING_CACHE"):
-        return Path(os.environ["VLA_ROS_GROUNDING_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vla_ros" / "grounding"
+    return cache_dir("grounding", "VLA_ROS_GROUNDING_CACHE")
 
 
 def cached_grounding(encoder, task, seed: int, max_tokens: int, steps: int = 1500) -> GroundingModel:

@@ -411,10 +411,9 @@ HULL_STATS: collections.Counter[str] = collections.Counter()
 
 def hull_cache_dir() -> Path:
     """$VLA_ROS_HULL_CACHE, else $XDG_CACHE_HOME/vla_ros/hulls (~/.cache/vla_ros/hulls); safe to delete."""
-    if os.environ.get("VLA_ROS_HULL_CACHE"):
-        return Path(os.environ["VLA_ROS_HULL_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vla_ros" / "hulls"
+    from vla_ros.cache_dirs import cache_dir
+
+    return cache_dir("hulls", "VLA_ROS_HULL_CACHE")
 
 
 def _file_sha256(path: Path) -> str:
