@@ -470,6 +470,19 @@ def _model_fields(model_dir: str | os.PathLike) -> tuple[tuple[str, ...], dict]:
     return tuple(data.get("joint_names") or ()), dict(metadata) if isinstance(metadata, Mapping) else {}
 
 
+def shipped_model_name(robot: str | os.PathLike | None = None) -> str:
+    """The model under the package's ``models/`` for ``robot`` (a profile's name or file; None: the bundled arm):
+    ``<profile name>_cups`` where the package ships one (``fr3_cups``), else the default model (the bundled
+    arm's, ``vla_cups``). Raises ProfileError where the profile does not load."""
+    from vla_ros.launch_runner.packages import find_package_share
+    from vla_ros.params.policy import DEFAULT_MODEL
+
+    if not str(robot or "").strip():
+        return DEFAULT_MODEL
+    name = f"{load_profile(robot).name}_cups"
+    return name if (find_package_share("vla_ros") / "models" / name / "config.json").is_file() else DEFAULT_MODEL
+
+
 def profile_for_model(model_dir: str | os.PathLike, robot: str | os.PathLike | None = None) -> RobotProfile:
     """The robot a model drives in the sim: ``robot`` (a profile's name or file) where given, else the one its folder
     records (``vla-ros train --robot``), else the bundled arm. Raises ProfileError where the profile does not load

@@ -249,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", default="vla_cups", help="model folder or name under models/ (default vla_cups)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="model folder or name under models/ (default: the one the package ships for --robot, fr3_cups for fr3, "
+        "else vla_cups)",
+    )
     parser.add_argument(
         "--robot",
         default="",
@@ -357,6 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     from vla_ros.evaluation.closed_loop import EvalConfig
     from vla_ros.evaluation.select_run import check_run
     from vla_ros.model.io import resolve_model_dir
+    from vla_ros.robot_profile import ProfileError, shipped_model_name
+
+    try:
+        args.model = args.model or shipped_model_name(args.robot or None)
+    except ProfileError as err:
+        print(f"vla-ros eval: {err}", file=sys.stderr)
+        return 2
 
     # before any worker or graph starts: the model's files, and the robot it runs on
     problem = check_run(resolve_model_dir(args.model), args.backend, args.robot or None)

@@ -42,7 +42,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--policy", default="vla", choices=["vla", "scripted"], help="the learned pipeline or the scripted pick"
     )
-    parser.add_argument("--model", default="vla_cups", help="policy model (folder or name under models/)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="policy model (folder or name under models/; default: the one the package ships for --robot, fr3_cups "
+        "for fr3, else vla_cups)",
+    )
     parser.add_argument(
         "--robot",
         default="",
@@ -105,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         cmd += [f"target_color:={args.color}", "policy:=scripted"]
     else:
         from vla_ros.model.io import resolve_model_dir
+        from vla_ros.robot_profile import shipped_model_name
 
-        model = resolve_model_dir(args.model)
+        try:
+            model = resolve_model_dir(args.model or shipped_model_name(args.robot or None))
+        except ProfileError as err:
+            print(f"vla_ros demo: {err}", file=sys.stderr)
+            return 2
         if not (model / "config.json").is_file():
             print(f"vla_ros demo: no model at {model}; train one (README) or run --policy scripted", file=sys.stderr)
             return 2
