@@ -216,3 +216,14 @@ def test_the_filter_keeps_clear_of_the_table_where_the_profile_puts_it(tmp_path)
     assert filter_config(defaults).table_height_m == 0.0
     config = filter_config({**defaults, "robot_profile": str(path), "table_height_m": 0.3})
     assert config.table_height_m == -0.05 and config.joints == COMMANDED_JOINTS
+
+
+@needs_fr3
+def test_without_a_model_demo_and_eval_take_the_one_the_package_ships_for_the_robot(fr3_env):
+    from vla_ros.robot_profile import shipped_model_name
+
+    assert shipped_model_name(None) == shipped_model_name("") == shipped_model_name("vla_arm") == "vla_cups"
+    ships_fr3 = (REPO / "models" / "fr3_cups" / "config.json").is_file()
+    assert shipped_model_name("fr3") == ("fr3_cups" if ships_fr3 else "vla_cups")
+    with pytest.raises(ProfileError, match="no robot profile named 'no_such_arm'"):
+        shipped_model_name("no_such_arm")
