@@ -252,6 +252,14 @@ def test_a_model_of_the_generic_task_checks_nothing():
 
 
 # ---- the evaluation --------------------------------------------------------------------------------------
+def test_a_refusal_evaluation_runs_every_instruction_in_turn_on_the_seeds_own_colours():
+    templates = ("do not lift the {color} cup", "open the door", "grab the {color} pen")
+    drawn = tasks.eval_episodes(7, 0, templates)
+    each = tasks.eval_episodes(7, 0, templates, every_template=True)
+    assert [e[:2] for e in each] == [d[:2] for d in drawn]  # the same seeds and colours
+    assert [e[2] for e in each] == [templates[k % 3].format(color=each[k][1]) for k in range(7)]
+
+
 def test_refusal_lists_load_by_name_and_from_a_file(tmp_path):
     refuse = load_templates("refuse")
     assert refuse.refuse and refuse == tasks.REFUSE_HELDOUT_TEMPLATES

@@ -363,7 +363,8 @@ def evaluate_live(
 
     profile = profile_for_model(model, robot)
 
-    jobs = [(ep_seed, instruction, color) for ep_seed, color, instruction in eval_episodes(episodes, seed, templates)]
+    every = getattr(templates, "refuse", False)  # instructions to refuse: each of them in turn
+    jobs = [(s, text, color) for s, color, text in eval_episodes(episodes, seed, templates, every_template=every)]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()

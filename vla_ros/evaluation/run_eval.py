@@ -176,7 +176,9 @@ def evaluate(
     load_start = os.getloadavg()
     jobs = [
         (ep_seed, instruction, color, i < videos, out)
-        for i, (ep_seed, color, instruction) in enumerate(eval_episodes(episodes, seed, templates))
+        for i, (ep_seed, color, instruction) in enumerate(
+            eval_episodes(episodes, seed, templates, every_template=getattr(templates, "refuse", False))
+        )
     ]
     results = []
     t0 = time.time()

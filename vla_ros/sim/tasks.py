@@ -322,8 +322,18 @@ def episode_task(seed: int, templates: tuple[str, ...] = TRAIN_TEMPLATES) -> tup
     return color, template.format(color=color)
 
 
-def eval_episodes(episodes: int, seed: int, templates: tuple[str, ...]) -> list[tuple[int, str, str]]:
+def eval_episodes(
+    episodes: int, seed: int, templates: tuple[str, ...], every_template: bool = False
+) -> list[tuple[int, str, str]]:
     """(episode seed, colour, instruction) of an evaluation's ``episodes``: the seeds from
-    ``EVAL_SEED_START + seed`` on (``seed`` is the offset into the evaluation range)."""
+    ``EVAL_SEED_START + seed`` on (``seed`` is the offset into the evaluation range). ``every_template``: the
+    templates in turn (episode k the k-th, modulo their number) instead of drawn, so that every one of them runs
+    (a list of instructions to refuse, judged per instruction); the colours stay the seeds' own."""
     start = EVAL_SEED_START + seed
-    return [(ep_seed, *episode_task(ep_seed, templates)) for ep_seed in range(start, start + episodes)]
+    out = []
+    for k, ep_seed in enumerate(range(start, start + episodes)):
+        color, instruction = episode_task(ep_seed, templates)
+        if every_template:
+            instruction = templates[k % len(templates)].format(color=color)
+        out.append((ep_seed, color, instruction))
+    return out
