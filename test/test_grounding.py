@@ -284,8 +284,6 @@ def test_instructions_to_refuse_lift_nothing_and_leave_the_arm_where_it_started(
     episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
     assert all(e["refused"] and e["chunks"] == 0 for e in episodes)
     assert sum(summary["refused_by_reason"].values()) == 3
-    positive = evaluate(str(SHIPPED), 1, 0, load_templates("unseen"), backend="onnx", progress=False)
-    assert positive["false_refusal_pct"] == 0.0
 
 
 def test_the_refusal_summaries_add_up_their_episodes_in_and_out_of_process():

@@ -32,7 +32,7 @@ LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, relia
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("instruction_check")
-    with LaunchedGraph("sim.launch.xml", "seed:=2", "real_time_factor:=0.5", log_path=tmp / "graph.log"):
+    with LaunchedGraph("sim.launch.xml", "seed:=2", log_path=tmp / "graph.log"):
         probe = Probe("instruction_probe")
         n = probe.node
         rec = {"status": [], "chunks": [], "diag": [], "js": []}

@@ -345,7 +345,7 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     platform = {"device": str(dev), "threads": torch.get_num_threads(), "torch": torch.__version__}
     split = (len(train_eps), len(val_eps), val_note)
     report = _report(tc, data_dir, init, data_summary, split, loop, clock, warmup_run, finals, platform)
-    learned = train_grounding_of(task, tc.seed, config.max_text_tokens)
+    learned = train_grounding_of(task, config.max_text_tokens)
     report["grounding"] = None if learned is None else learned.meta
     _save(loop.saved(), Path(out), report, history, provenance, task.loss_labels)
     for folder in [Path(out), *loop.checkpoints] if learned is not None else []:
@@ -353,17 +353,17 @@ def _train(data_dir, out, tc: TrainConfig, model_config, device: str, progress: 
     return report
 
 
-def train_grounding_of(task, seed: int, max_tokens: int):
-    """The task's instruction check (``policy.grounding``; it depends on the task, not on the weights) for the
-    run's model folder and every checkpoint, from the disk cache after the first run of a task (seconds
-    otherwise, after the training deadline); None for a task without instruction pools. ``vla-ros grounding
-    train --model DIR`` trains it again with its cross-validated figures."""
+def train_grounding_of(task, max_tokens: int):
+    """The task's instruction check (``policy.grounding``; it depends on the task, not on the run: its own seed
+    is 0 whatever the run's) for the run's model folder and every checkpoint, from the disk cache after the
+    first run of a task (seconds otherwise, after the training deadline); None for a task without instruction
+    pools. ``vla-ros grounding train --model DIR`` trains it again with its cross-validated figures."""
     if task.grounding_pools() is None:
         return None
     from vla_ros.policy.grounding import cached_grounding
     from vla_ros.tokens.text import shared_encoder
 
-    learned = cached_grounding(shared_encoder(max_tokens), task, seed, max_tokens)
+    learned = cached_grounding(shared_encoder(max_tokens), task, 0, max_tokens)
     log.info("instruction check: %s", json.dumps(learned.meta))
     return learned
 
