@@ -288,7 +288,7 @@ def test_instructions_to_refuse_lift_nothing_and_leave_the_arm_where_it_started(
 
 def test_the_refusal_summaries_add_up_their_episodes_in_and_out_of_process():
     from vla_ros.evaluation.live_eval import summarize
-    from vla_ros.evaluation.run_eval import refusal_summary
+    from vla_ros.evaluation.tables import refusal_summary
 
     def row(seed, text, refused, lifted, moved, reason):
         return {

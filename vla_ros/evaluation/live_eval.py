@@ -33,7 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from vla_ros.cameras import sim_launch_args
-from vla_ros.evaluation.tables import robot_fields, success_breakdown, verdict_shares
+from vla_ros.evaluation.tables import (
+    false_refusal_pct,
+    refusal_summary,
+    robot_fields,
+    success_breakdown,
+    verdict_shares,
+)
 from vla_ros.ros.instruction_status import read_status
 
 VERDICTS = ("pass", "modified", "truncated", "rejected")
@@ -273,6 +279,8 @@ def run_episodes(
 ) -> list[dict]:
     """Each job (seed, instruction, colour) as one episode of the launched graph; per-episode results. An
     episode whose instruction the policy refuses (``~/instruction_status``) ends ``refused_episode_s`` in."""
+    from vla_ros.tokens.convert import TokenError, instruction_text
+
     results = []
     for ep_seed, instruction, color in jobs:
         episode = driver.start_episode(ep_seed, instruction)
@@ -283,7 +291,10 @@ def run_episodes(
         d0 = float(np.linalg.norm(np.subtract(first["tcp"], first["cups"][color])))
         min_d, lifted, success_t, moved = d0, None, None, 0.0
         n_arrivals = len(driver.arrivals)
-        text = " ".join(instruction.split())
+        try:
+            text = instruction_text(instruction)  # as the policy normalises it in its status
+        except TokenError:
+            text = instruction  # refused by the stream: its status keeps the text as sent
 
         def decision() -> dict | None:
             """The policy's outcome for this episode's instruction, once it has published one."""
@@ -426,10 +437,8 @@ def summarize(
     robot=None,
     refuse: bool = False,
 ) -> dict:
-    """The run's figures; ``refuse``: the instructions were all to be refused (``run_eval.refusal_summary``'s
+    """The run's figures; ``refuse``: the instructions were all to be refused (``tables.refusal_summary``'s
     keys instead of the success figures)."""
-    from vla_ros.evaluation.run_eval import refusal_summary
-
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
     verdicts = {v: int(_count(filter_b, f"chunks.{v}") - _count(filter_a, f"chunks.{v}")) for v in VERDICTS}
@@ -490,9 +499,7 @@ def summarize(
             summary.pop(key)
         summary = {**refusal_summary(results), "instructions_list": "refuse", **summary}
     else:
-        summary["false_refusal_pct"] = (
-            round(100.0 * float(np.mean([r["refused"] for r in results])), 2) if results else None
-        )
+        summary["false_refusal_pct"] = false_refusal_pct(results)
     if out is not None:
         (out / "results.json").write_text(
             json.dumps(

@@ -110,11 +110,43 @@ def outcome_summary(rows: list[dict]) -> dict:
         "safety_findings": dict(sorted(sum((Counter(r["findings"]) for r in rows), Counter()).items())),
         "success_by_phrasing": breakdown["success_by_phrasing"],
         "wrong_cup": sum(1 for r in rows if r["lifted"] not in (None, r["color"])),
-        "false_refusal_pct": round(100.0 * float(np.mean([r.get("refused", False) for r in rows])), 2),
+        "false_refusal_pct": false_refusal_pct(rows),
         "mean_distance_reduction": round(
             float(np.mean([1 - r["min_target_distance_m"] / r["initial_target_distance_m"] for r in rows])), 3
         ),
         "grasps": grasp_summary(rows),
         "episodes": len(rows),
         "seeds": [rows[0]["seed"], rows[-1]["seed"]],
+    }
+
+
+def false_refusal_pct(rows: list[dict]) -> float | None:
+    """Share of episodes (%) whose request the instruction check refused (None without episodes)."""
+    return round(100.0 * float(np.mean([r.get("refused", False) for r in rows])), 2) if rows else None
+
+
+def refusal_summary(rows: list[dict]) -> dict:
+    """What episodes of instructions to refuse did: lifts (must be 0), the share refused, and per
+    instruction the largest distance the tool moved from its start (``max_tcp_displacement_m``)."""
+    per = {}
+    for r in rows:
+        entry = per.setdefault(
+            r["instruction"], {"episodes": 0, "refused": 0, "lifts": 0, "max_tcp_displacement_m": 0.0}
+        )
+        entry["episodes"] += 1
+        entry["refused"] += int(r["refused"])
+        entry["lifts"] += int(r["lifted"] is not None)
+        entry["max_tcp_displacement_m"] = max(entry["max_tcp_displacement_m"], r["max_tcp_displacement_m"])
+        entry["reason"] = r["instruction_status"].get("reason", "")
+    reasons = Counter(r["instruction_status"].get("reason", "") for r in rows if r["refused"])
+    return {
+        "lifts": sum(1 for r in rows if r["lifted"] is not None),
+        "refused_pct": round(100.0 * np.mean([r["refused"] for r in rows]), 2) if rows else None,
+        "max_tcp_displacement_m": max((r["max_tcp_displacement_m"] for r in rows), default=None),
+        "moved_over_5cm": sum(1 for r in rows if r["max_tcp_displacement_m"] > 0.05),
+        "refused_by_reason": dict(reasons.most_common()),
+        "instructions": len(per),
+        "by_instruction": dict(sorted(per.items())),
+        "episodes": len(rows),
+        "seeds": [rows[0]["seed"], rows[-1]["seed"]] if rows else None,
     }

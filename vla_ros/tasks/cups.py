@@ -57,12 +57,16 @@ def instruction_words(instruction: str) -> list[str]:
     return re.findall(r"[a-z']+", str(instruction).lower().replace("’", "'"))
 
 
-def named_color(instruction: str) -> str | None:
-    """The one cup colour an instruction names, or None (none or several)."""
+def cup_colors_named(words: list[str]) -> list[str]:
+    """The scene's cup colours among ``words``, each once, in the order they come."""
     from vla_ros.sim.tasks import COLORS
 
-    words = set(instruction_words(instruction))
-    named = [c for c in COLORS if c in words]
+    return list(dict.fromkeys(w for w in words if w in COLORS))
+
+
+def named_color(instruction: str) -> str | None:
+    """The one cup colour an instruction names, or None (none or several)."""
+    named = cup_colors_named(instruction_words(instruction))
     return named[0] if len(named) == 1 else None
 
 
@@ -72,7 +76,7 @@ def ground_cup_words(text: str) -> tuple[str | None, str, str]:
     from vla_ros.sim.tasks import COLORS
 
     words = instruction_words(text)
-    named = list(dict.fromkeys(w for w in words if w in COLORS))
+    named = cup_colors_named(words)
     target = named[0] if len(named) == 1 else None
     negation = [w for w in words if w in NEGATION_WORDS or w.endswith("n't")]
     if negation:
@@ -368,8 +372,7 @@ class Cups(Task):
     def grounding_text(self, text: str) -> str:
         from vla_ros.sim.tasks import COLORS
 
-        text = " ".join(str(text).lower().split())
-        return re.sub(r"\b(" + "|".join(COLORS) + r")\b", COLORS[0], text)
+        return re.sub(r"\b(" + "|".join(COLORS) + r")\b", COLORS[0], super().grounding_text(text))
 
     def canonical_instruction(self, target: str | None) -> str | None:
         from vla_ros.sim.tasks import TRAIN_TEMPLATES

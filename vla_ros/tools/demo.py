@@ -192,7 +192,7 @@ def _watch(args) -> dict:
         status = read_status(msg)
         if status is not None:
             rec["instruction_status"] = status
-            if status.get("status") == "accepted" and status.get("target") in ("red", "green", "blue"):
+            if status.get("status") == "accepted" and status.get("target"):
                 args.color = status["target"]  # the cup the policy took the words for
 
     def on_image(msg: Image) -> None:
