@@ -56,19 +56,29 @@ endif
 	touch $(STAMP)
 
 # Tests in random order, module by module (each module's launched graph starts once); the seed is printed:
-# `make test RANDOM_ORDER_SEED=N` repeats an order, PYTEST_ARGS adds pytest options (e.g. -k sim). Python's
-# bytecode caches go to a temporary folder and pytest keeps no cache, so a run writes nothing into the
-# working tree. Exit code 5 (no test collected, e.g. a -k that matches nothing) fails: nothing was tested.
+# `make test RANDOM_ORDER_SEED=N` repeats an order, PYTEST_ARGS adds pytest options to both passes (e.g. -k sim).
+# Two passes: first the tests marked `unit` (no ROS node, no DDS, no wall-clock timing) on TEST_WORKERS
+# pytest-xdist workers, a module per worker at a time (TEST_WORKERS=0: in one process); then the rest one at a
+# time, each launched graph alone on the machine as its timing needs. Python's bytecode caches go to a
+# temporary folder and pytest keeps no cache, so a run writes nothing into the working tree. A pass that
+# collects no test is fine when the other one ran some (a -k for one kind); both empty (pytest's exit code 5
+# twice) fails: nothing was tested.
 ifndef RANDOM_ORDER_SEED
 RANDOM_ORDER_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 test: setup
 	@echo "make test: random order seed $(RANDOM_ORDER_SEED) (again: make test RANDOM_ORDER_SEED=$(RANDOM_ORDER_SEED))"
-	@ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} PYTHONPYCACHEPREFIX=$${TMPDIR:-/tmp}/vla_ros-pycache-$$(id -u) \
-	  $(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) --durations=25 test $(PYTEST_ARGS); \
-	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): nothing was tested" >&2; fi; \
-	  exit $$code
+	@export ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-61} PYTHONPYCACHEPREFIX=$${TMPDIR:-/tmp}/vla_ros-pycache-$$(id -u); \
+	  pytest="$(PY) -m pytest -q -p no:cacheprovider -p random_order --random-order-seed=$(RANDOM_ORDER_SEED) --durations=15"; \
+	  echo "make test: pass 1 of 2, the unit tests on $(TEST_WORKERS) workers"; \
+	  $$pytest -n $(TEST_WORKERS) --dist loadfile -m unit test $(PYTEST_ARGS); unit=$$?; \
+	  echo "make test: pass 2 of 2, the tests of processes, graphs and timing, one at a time"; \
+	  $$pytest -m "not unit" test $(PYTEST_ARGS); rest=$$?; \
+	  echo "make test: unit tests exit $$unit, the rest exit $$rest (0 passed, 1 failed, 5 none collected)"; \
+	  if [ $$unit -eq 5 ] && [ $$rest -eq 5 ]; then echo "make test: pytest collected no tests: nothing was tested" >&2; exit 5; fi; \
+	  for code in $$unit $$rest; do if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then exit $$code; fi; done
 
 # ruff (lint and format check) with the configuration in .ci/ruff.toml; `make format` rewrites the files.
 RUFF := $(VENV)/bin/ruff

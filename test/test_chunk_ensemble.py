@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from vla_ros.chunks import TemporalEnsemble
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NS = 1_000_000_000
 T = np.arange(1, 17) * 0.05  # 16 points at 20 Hz, as the shipped model
 J = 3

@@ -12,6 +12,8 @@ from vla_ros.policy.shaping import ChunkLimits, chunk_limits, shape_chunk
 from vla_ros.safety import POINT_REASONS, JointStateSample
 from vla_ros.sim import HOME_Q, default_urdf_path
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NOW = 1_700_000_000 * 1_000_000_000
 HOME = np.array(HOME_Q)
 LATENCY_S = 0.05

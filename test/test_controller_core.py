@@ -18,6 +18,8 @@ from vla_ros.control import ChunkExecutor, ControllerConfig, HermitePlan, LoopSt
 from vla_ros.control.blend_eval import compare
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 HOME = np.array((0.0, 0.25, 1.82, 0.0, 1.07, 0.0, 0.04))
 PERIOD_NS = 10_000_000
 DT = 0.01

@@ -20,6 +20,8 @@ from vla_ros.model.model import VLATransformer
 from vla_ros.safety import REASONS
 from vla_ros.sim import ArmSim
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):

@@ -12,6 +12,8 @@ from vla_ros.sim.tasks import EVAL_SEED_START, HELDOUT_TEMPLATES, TRAIN_TEMPLATE
 from vla_ros.tokens import Kind, StreamConfig, TokenizerConfig
 from vla_ros.tools import collect
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 @pytest.fixture(scope="module")
 def sim():

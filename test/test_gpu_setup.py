@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from ros_helpers import REPO
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 def _pins(path):
     return dict(re.findall(r"^([A-Za-z0-9_.\-\[\],]+?)={2,3}(\S+)$", (REPO / path).read_text(), re.M))

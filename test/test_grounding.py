@@ -40,6 +40,8 @@ from vla_ros.tasks.cups import OTHER_COLOR_WORDS, ground_cup_words
 from vla_ros.tokens.text import shared_encoder
 from vla_ros.tools.grounding import list_figures
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "models" / "vla_cups"
 CUPS = get_task("cups")

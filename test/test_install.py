@@ -58,6 +58,21 @@ def _run(cmd: list[str], env: dict, cwd: Path, timeout: float = 240) -> subproce
     return proc
 
 
+def _run_together(cmds: list[list[str]], env: dict, cwd: Path, timeout: float = 240) -> list[str]:
+    """Commands that do not depend on each other, started together (each pays the interpreter's imports);
+    every one must succeed. Their standard outputs, in order."""
+    procs = [
+        subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd in cmds
+    ]
+    outs = []
+    for cmd, proc in zip(cmds, procs):
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, f"{cmd}\n{out[-3000:]}\n{err[-3000:]}"
+        outs.append(out)
+    return outs
+
+
 @pytest.fixture(scope="module")
 def installs(tmp_path_factory):
     """Builds the wheel and the colcon install once; returns their paths and a clean environment."""
@@ -153,13 +168,22 @@ def test_cli_verbs_and_nodes_run_from_the_wheel_install(installs):
         [str(installs["python"]), "-c", "import vla_ros, vla_ros.data.dataset; print(vla_ros.__file__)"], env, cwd
     ).stdout
     assert where.strip().startswith(str(installs["wheel_venv"])), where  # the install, not the source tree
-    for verb in ("record", "train", "bag"):
-        assert "usage: vla-ros " + verb in _run([str(bin_dir / "vla-ros"), verb, "--help"], env, cwd).stdout
-    # A real (one-episode) collect: the sim, its assets and the bag writer, all from the install.
+    # A real (one-episode) collect: the sim, its assets and the bag writer, all from the install; beside it the
+    # verbs' help and the nodes' imports.
     out = installs["tmp"] / "demos"
-    _run([str(bin_dir / "vla-ros"), "collect", "--episodes", "1", "--out", str(out)], env, cwd)
+    verbs = ("record", "train", "bag")
+    printed = _run_together(
+        [
+            [str(bin_dir / "vla-ros"), "collect", "--episodes", "1", "--out", str(out)],
+            [str(installs["python"]), "-c", "import vla_ros.nodes.policy_node, vla_ros.nodes.sim_node"],
+            *([str(bin_dir / "vla-ros"), verb, "--help"] for verb in verbs),
+        ],
+        env,
+        cwd,
+    )
+    for verb, text in zip(verbs, printed[2:]):
+        assert "usage: vla-ros " + verb in text
     assert list(out.glob("*.mcap"))
-    _run([str(installs["python"]), "-c", "import vla_ros.nodes.policy_node, vla_ros.nodes.sim_node"], env, cwd)
     assert (bin_dir / "policy_node").is_file()
 
 
@@ -176,9 +200,17 @@ def test_cli_verbs_and_nodes_run_from_the_colcon_install(installs):
     assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "vla_ros").is_file()
     where = _run([python, "-c", "import vla_ros.data.dataset as d; print(d.__file__)"], env, cwd).stdout
     assert where.strip().startswith(str(prefix)), where
-    for verb in ("record", "collect", "train", "bag"):  # the installed script, run by the clean interpreter
-        assert "usage: vla-ros " + verb in _run([python, str(lib / "vla-ros"), verb, "--help"], env, cwd).stdout
-    _run([python, "-c", "import vla_ros.nodes.controller_node"], env, cwd)
+    verbs = ("record", "collect", "train", "bag")  # the installed script, run by the clean interpreter
+    printed = _run_together(
+        [
+            [python, "-c", "import vla_ros.nodes.controller_node"],
+            *([python, str(lib / "vla-ros"), verb, "--help"] for verb in verbs),
+        ],
+        env,
+        cwd,
+    )
+    for verb, text in zip(verbs, printed[1:]):
+        assert "usage: vla-ros " + verb in text
     # The launch runner finds the package through the ament index and its executables under lib/.
     printed = _run(
         [python, str(lib / "vla-ros"), "launch", "vla_ros", "sim.launch.xml", "policy:=none", "--print"], env, cwd

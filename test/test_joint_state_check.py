@@ -17,6 +17,8 @@ from vla_ros.joint_state_check import (
     StateSources,
 )
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 JOINTS = ("a", "b", "c")
 VMAX = np.array([1.0, 2.0, 0.1])
 MS = 1_000_000

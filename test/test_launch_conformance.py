@@ -20,6 +20,8 @@ import yaml
 from vla_ros.launch_runner import LaunchError, LogMessage, ShutdownRequest, describe_arguments, main, parse_launch_file
 from vla_ros.launch_runner.cli import run_launch_file
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 PY = sys.executable
 
 

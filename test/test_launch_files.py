@@ -5,8 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 from ros_helpers import REPO
+
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
 
 RUNNER = [sys.executable, "-m", "vla_ros.launch_runner", "--print"]
 

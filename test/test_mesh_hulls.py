@@ -27,6 +27,8 @@ from vla_ros.safety.robot import (
     verify_hull,
 )
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 URDF = """<robot name="{name}">
   <link name="base"/>
   <joint name="j1" type="revolute"><parent link="base"/><child link="ball"/><origin xyz="0 0 0.5"/>

@@ -13,6 +13,8 @@ from vla_ros.model.io import sha256_file
 from vla_ros.model.sequence import build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 def test_shipped_config_is_sized_for_cpu_training():
     config = ModelConfig()

@@ -12,6 +12,8 @@ from vla_ros.model.sequence import ChunkSpec, build_sequence, collate
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.model.timeline import ACTION, IMAGE, STATE, TEXT, TokenTimes, rope_tables, rope_tables_np, visibility
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 MS = 1_000_000
 
 

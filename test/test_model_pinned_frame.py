@@ -16,6 +16,8 @@ from vla_ros.model.synthetic import random_instruction, synthetic_stream, ticks
 from vla_ros.model.timeline import TokenTimes, visibility
 from vla_ros.tokens.types import Kind
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
 

@@ -13,6 +13,8 @@ from vla_ros.model.check import compare_with_full_pass, full_pass_outputs, recor
 from vla_ros.model.synthetic import random_instruction, shifted, synthetic_stream, ticks
 from vla_ros.tokens.types import Kind, Observation
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 TOL = 1e-4
 EPOCH_NS = 1_700_000_000 * 10**9
 

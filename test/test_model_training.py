@@ -16,6 +16,8 @@ from vla_ros.model import ChunkSpec, ModelConfig, VLATransformer, build_sequence
 from vla_ros.model.synthetic import random_instruction, synthetic_stream
 from vla_ros.tokens.types import Kind
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 def test_chunk_targets_are_the_future_positions():
     config = ModelConfig()  # 16 points at 20 Hz

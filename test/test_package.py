@@ -7,7 +7,10 @@ import runpy
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import setuptools
+
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
 
 REPO = Path(__file__).resolve().parents[1]
 

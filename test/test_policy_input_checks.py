@@ -25,6 +25,8 @@ from vla_ros.ros.time import time_msg_from_ns
 from vla_ros.tokens.convert import CONTROL_CHARACTERS, TokenError, instruction_text
 from vla_ros.tokens.text import minilm_path, shared_encoder
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 MS = 1_000_000
 DEFAULT_MAX_BYTES = default_values(PARAMS)["max_instruction_bytes"]
 

@@ -35,6 +35,8 @@ from vla_ros.tokens.convert import (
 )
 from vla_ros.tokens.text import shared_encoder
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NS = 1_000_000_000
 MS = 1_000_000
 NAMES = list(COMMANDED_JOINTS) + ["right_finger_joint"]

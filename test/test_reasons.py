@@ -1,10 +1,14 @@
 """One name per reason: the codes every node counts on /diagnostics are defined once, with their meanings."""
 
+import pytest
+
 from vla_ros import reasons
 from vla_ros.joint_state_check import REASONS as JOINT_STATE_REASONS
 from vla_ros.safety import POINT_REASONS
 from vla_ros.safety import REASONS as FILTER_REASONS
 from vla_ros.tokens.stream import TIMING_REJECTIONS
+
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
 
 
 def test_every_code_has_one_constant_and_a_one_line_meaning():

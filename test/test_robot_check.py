@@ -16,6 +16,8 @@ from vla_ros.chunks import ARM_JOINTS
 from vla_ros.robot_profile import bundled_profile_path, check_against_urdf, load_profile
 from vla_ros.tools.robot_check import EXCLUSION_SOURCES, main, starter_profile
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 SHARED_FR3 = REPO.parent / "shared" / "robots" / "fr3"
 VLA_ARM_ARM = ARM_JOINTS
 

@@ -25,6 +25,8 @@ from vla_ros.robot_profile import (
 )
 from vla_ros.sim import HOME_Q
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 REPO = Path(__file__).resolve().parents[1]
 FR3_DIR = REPO.parent / "shared" / "robots" / "fr3"
 needs_fr3 = pytest.mark.skipif(not (FR3_DIR / "fr3.urdf").is_file(), reason=f"no FR3 description at {FR3_DIR}")

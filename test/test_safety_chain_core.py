@@ -24,6 +24,8 @@ from vla_ros.ros.watchdog import InputWatch, Watchdog
 from vla_ros.safety import load_robot, load_robot_files
 from vla_ros.urdf_limits import limits_for, read_joint_limits
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NS = 1_000_000_000
 
 

@@ -26,6 +26,8 @@ from vla_ros.safety.robot import convex_hull
 from vla_ros.safety.timing import limit_ratios, prefix_scales
 from vla_ros.sim import HOME_Q, default_urdf_path
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NOW = 1_700_000_000_123_456_789  # wall-clock-like ROS time, ns
 HOME = np.array(HOME_Q)
 needs_fr3 = pytest.mark.skipif(not (FR3_DIR / "fr3.urdf").is_file(), reason=f"{FR3_DIR} not present")

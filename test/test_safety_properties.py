@@ -24,6 +24,8 @@ from vla_ros.safety import REASONS, VERDICTS, JointStateSample
 from vla_ros.safety.timing import limit_ratios
 from vla_ros.sim import HOME_Q
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NOW = 1_700_000_000_000_000_000
 TOL = 1e-6  # relative tolerance on the limits (the filter itself keeps 1e-9)
 MODES = (

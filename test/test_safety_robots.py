@@ -14,6 +14,8 @@ from vla_ros.chunks import COMMANDED_JOINTS, ActionChunk
 from vla_ros.safety import JointStateSample
 from vla_ros.sim import HOME_Q, ArmSim, PositionTrajectory
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NOW = 1_700_000_000_000_000_000
 
 

@@ -12,6 +12,8 @@ from vla_ros.evaluation.select_run import main as select_main
 from vla_ros.model.io import load_config, load_model, save_model, sha256_file
 from vla_ros.model.model import VLATransformer
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "vla_cups"
 # Simulated seconds per episode: the shipped model lifts on the selection seeds 2,000,000-3 in 2.9-3.4 s (the
 # in-process episodes are deterministic per seed); an untrained model, which never lifts, runs to the limit.

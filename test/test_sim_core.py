@@ -10,6 +10,8 @@ from vla_ros.sim import CUP_COLORS, HOME_Q, ArmSim, CommandError, PositionTrajec
 from vla_ros.sim.scene import CUP_RADIUS_M, SceneConfig
 from vla_ros.sim.scripted import pick_plan, top_down_ik
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 @pytest.fixture(scope="module")
 def sim():

@@ -21,6 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 GOLDEN = Path(__file__).parent / "data" / "bundled_scene.npz"
 FR3_DIR = Path(os.environ.get("VLA_ROS_FR3_DIR", Path(__file__).resolve().parents[2] / "shared" / "robots" / "fr3"))
 needs_fr3 = pytest.mark.skipif(

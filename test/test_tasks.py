@@ -19,6 +19,8 @@ from vla_ros.tasks.cups import AUX_DIM, CupsOptions
 from vla_ros.tokens import Kind
 from vla_ros.training.train import TrainConfig, task_model_config
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 SHIPPED = "models/vla_cups"
 
 

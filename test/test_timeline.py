@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from vla_ros.timeline import PAIR_WINDOW_NS, STAMP_GRACE_NS, EpisodeTimeline
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NS = 1_000_000_000
 MS = 1_000_000
 

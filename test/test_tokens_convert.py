@@ -15,6 +15,8 @@ from vla_ros.tokens.convert import (
     rgb_from_image_msg,
 )
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 RNG = np.random.default_rng(0)
 RGB = RNG.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)  # H=6, W=5
 

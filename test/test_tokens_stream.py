@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from vla_ros.tokens import Kind, StreamConfig, TokenStream
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 NS = 1_000_000_000
 CAM, JOINTS = "/camera/image_raw", "/joint_states"
 

@@ -9,6 +9,8 @@ from vla_ros.bench import tokens_bench
 from vla_ros.tokens import StreamConfig, TokenStream
 from vla_ros.tokens.text import shared_encoder
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 
 @pytest.fixture(scope="module")
 def encoder():

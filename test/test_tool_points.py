@@ -18,6 +18,8 @@ from vla_ros.sim.scene import default_urdf_path
 from vla_ros.training.tool_points import ToolPoints
 from vla_ros.training.train import TrainConfig, main, tool_points, train
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 SIM_JOINTS = (
     "shoulder_pan_joint",
     "shoulder_lift_joint",

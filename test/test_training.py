@@ -55,6 +55,8 @@ from vla_ros.training.train import (
     validation_split,
 )
 
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
+
 CUPS = get_task("cups")
 
 

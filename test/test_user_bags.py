@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Image, JointState
@@ -19,6 +20,8 @@ from vla_ros.data.mcap_io import BagWriter
 from vla_ros.data.selection import BagSelection
 from vla_ros.model.config import tiny_config
 from vla_ros.training.train import TrainConfig, train
+
+pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
 
 NS = 1_000_000_000
 JOINTS = ("shoulder", "elbow", "wrist")  # another arm: none of the sim's joint names

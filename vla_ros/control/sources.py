@@ -24,9 +24,9 @@ DDS Security (SROS2, ``config/sros2/policy.xml``) is for.
 Reports (the log, diagnostics) name a stranger at once, with one exception: a publisher whose node the graph
 has not named yet. ROS names arrive after DDS discovery, a moment later as a rule, but seconds later on a
 busy machine, and the safety filter's own publisher is such an endpoint while it starts (it loads its URDF
-after creating its publisher). Such an endpoint is reported only once it has stayed unnamed for
-``UNNAMED_GRACE_S`` (a DDS writer outside ROS never gets a name). Its messages are refused all the same,
-and each refused message is reported as it comes.
+after creating its publisher). Such an endpoint is reported only once it has stayed unnamed for the grace
+(the controller's ``unnamed_publisher_grace_s``, ``UNNAMED_GRACE_S`` by default; a DDS writer outside ROS
+never gets a name). Its messages are refused all the same, and each refused message is reported as it comes.
 """
 
 from __future__ import annotations

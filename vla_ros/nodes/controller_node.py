@@ -139,7 +139,8 @@ class ControllerNode(Node):
         self.diag = Diagnostics(self, hardware_id="controller")
         self.rejections = ReasonLog(self.get_logger().warning, self.diag.rejected)
         self.guard.on_changes(self._on_params_changed)
-        self.gate = SourceGate(resolve_trusted(p["trusted_publishers"], self.get_namespace()))  # ValueError -> exit 2
+        trusted = resolve_trusted(p["trusted_publishers"], self.get_namespace())  # ValueError -> exit 2
+        self.gate = SourceGate(trusted, unnamed_grace_s=p["unnamed_publisher_grace_s"])
         self._chunks_deserialized = 0
         self._foreign_reported = False
         # joint states: the checks every node makes, with a jump bounded by the robot's own (URDF) velocity limits

@@ -7,6 +7,7 @@ filter."""
 from __future__ import annotations
 
 from vla_ros.control import BLEND_MODES, ControllerConfig, bundled_urdf_path
+from vla_ros.control.sources import UNNAMED_GRACE_S
 from vla_ros.params import common, limits
 from vla_ros.params.limits import lines
 from vla_ros.params.robot import ROBOT_PROFILE, robot_files
@@ -301,6 +302,16 @@ PARAMS = [
         "can have come from any other publisher is refused as unauthorized_source",
         read_only=True,
         check=_check_trusted,
+    ),
+    ParamSpec(
+        "unnamed_publisher_grace_s",
+        UNNAMED_GRACE_S,
+        "a chunk publisher whose node the ROS graph has not named yet (names arrive after DDS discovery, seconds "
+        "later on a busy machine) is reported as a stranger only once unnamed this long (wall time); its chunks are "
+        "refused all the same. A DDS writer outside ROS never gets a name",
+        min_value=1.0,
+        max_value=600.0,
+        read_only=True,
     ),
     ParamSpec(
         "trusted_state_publishers",
