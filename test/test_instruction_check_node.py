@@ -79,7 +79,9 @@ def test_an_absent_cup_is_refused_with_its_reason_and_the_arm_never_moves(graph)
     n_chunks = len(graph.rec["chunks"])
     graph.spin_for_sim(2.0)
     assert len(graph.rec["chunks"]) == n_chunks  # no chunk while it stands
-    assert np.max(np.abs(arm(graph) - q0)) < 1e-3
+    # held: the arm settles by about a milliradian under gravity after the graph starts (a run: 1.2 mrad on a
+    # finger); a chunk moves it by tenths of a radian
+    assert np.max(np.abs(arm(graph) - q0)) < 5e-3
     assert graph.spin_until(
         lambda: any(
             lv == WARN and "pick up the yellow cup" in m and "refused" in m for lv, m in policy_statuses(graph)

@@ -311,6 +311,7 @@ PARAMS = [
         "refused all the same. A DDS writer outside ROS never gets a name",
         min_value=1.0,
         max_value=600.0,
+        min_reason="under 1 s the filter's own publisher is reported as a stranger while its name is on the way",
         read_only=True,
     ),
     ParamSpec(
