@@ -52,12 +52,6 @@ def _clean_python(root: Path) -> Path:
     return root / "bin" / "python"
 
 
-def _run(cmd: list[str], env: dict, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
-
-
 def _run_together(cmds: list[list[str]], env: dict, cwd: Path, timeout: float = 240) -> list[str]:
     """Commands that do not depend on each other, started together (each pays the interpreter's imports);
     every one must succeed. Their standard outputs, in order."""
@@ -71,6 +65,11 @@ def _run_together(cmds: list[list[str]], env: dict, cwd: Path, timeout: float = 
         assert proc.returncode == 0, f"{cmd}\n{out[-3000:]}\n{err[-3000:]}"
         outs.append(out)
     return outs
+
+
+def _run(cmd: list[str], env: dict, cwd: Path, timeout: float = 240) -> str:
+    """One command, which must succeed; its standard output."""
+    return _run_together([cmd], env, cwd, timeout)[0]
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +165,7 @@ def test_cli_verbs_and_nodes_run_from_the_wheel_install(installs):
     bin_dir, env, cwd = installs["wheel_venv"] / "bin", installs["env"], installs["tmp"]
     where = _run(
         [str(installs["python"]), "-c", "import vla_ros, vla_ros.data.dataset; print(vla_ros.__file__)"], env, cwd
-    ).stdout
+    )
     assert where.strip().startswith(str(installs["wheel_venv"])), where  # the install, not the source tree
     # A real (one-episode) collect: the sim, its assets and the bag writer, all from the install; beside it the
     # verbs' help and the nodes' imports.
@@ -198,7 +197,7 @@ def test_cli_verbs_and_nodes_run_from_the_colcon_install(installs):
     for node in ("sim_node", "policy_node", "safety_filter_node", "controller_node", "scripted_motion_node"):
         assert os.access(lib / node, os.X_OK), node  # what `ros2 run vla_ros <node>` starts
     assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "vla_ros").is_file()
-    where = _run([python, "-c", "import vla_ros.data.dataset as d; print(d.__file__)"], env, cwd).stdout
+    where = _run([python, "-c", "import vla_ros.data.dataset as d; print(d.__file__)"], env, cwd)
     assert where.strip().startswith(str(prefix)), where
     verbs = ("record", "collect", "train", "bag")  # the installed script, run by the clean interpreter
     printed = _run_together(
@@ -214,5 +213,5 @@ def test_cli_verbs_and_nodes_run_from_the_colcon_install(installs):
     # The launch runner finds the package through the ament index and its executables under lib/.
     printed = _run(
         [python, str(lib / "vla-ros"), "launch", "vla_ros", "sim.launch.xml", "policy:=none", "--print"], env, cwd
-    ).stdout
+    )
     assert str(lib / "sim_node") in printed and str(prefix / "share" / "vla_ros" / "config" / "sim.yaml") in printed
