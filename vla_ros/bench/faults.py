@@ -20,8 +20,14 @@ Per fault, from the fault's start to the end of the recovery, measured by this p
 subscriber) from the simulator's own messages (those the fault sends carry ``frame_id`` ``INJECTED`` and
 are left out):
 
-- ``max_velocity_ratio``: the largest |dq/dt| of the simulator's joint states (their stamps), over
+- ``max_velocity_ratio``: the largest |dq/dt| of the simulator's arm joint states (their stamps), over
   ``VELOCITY_WINDOW_S``, divided by the joint's URDF velocity limit (``/robot_description``), and the joint;
+- ``max_gripper_velocity_ratio``: the same for the gripper's joints (the robot profile's, and the joints that
+  mimic them). Reported, not a promise: a finger that meets a cup is pushed by it, faster than its limit while
+  its command stands still (a run: commanded 37 mm open, pushed to 15 mm in 60 ms);
+- ``max_command_ratio``: what the controller commanded, every joint: the largest change of its commands over
+  ``VELOCITY_WINDOW_S`` of their arrival here (simulated time), over the limit times that time plus
+  ``COMMAND_JITTER_S``, and the joint;
 - ``max_command_gap_ms``: the longest wall time between two commands the controller sent (their source
   timestamps, where rclpy passes them);
 - ``cause_named_s``: wall seconds from the fault's start to the first ``/diagnostics`` status at WARN or
@@ -54,6 +60,9 @@ INJECTED = "vla_ros_bench_faults"
 # grasp's contact chatter moves a finger faster than its limit for a few steps. A command beyond the limits
 # (the issue's stall catch-up: 2.4x over 170 ms; a re-anchor jump) still shows.
 VELOCITY_WINDOW_S = 0.2
+# Commands carry no stamp: they are timed by their arrival at the bench's node, which a DDS hop and this
+# process's scheduling make uneven; the limit is granted this much more time per window.
+COMMAND_JITTER_S = 0.05
 LEAD_S = 1.0  # simulated seconds of ordinary running before the fault
 RECOVER_S = 1.0  # ... and after it
 
@@ -125,7 +134,7 @@ class Witness:
         self.driver = Driver()
         n = self.node = self.driver.node
         self.states: list[tuple[int, tuple[str, ...], np.ndarray]] = []  # (stamp ns, names, positions) from the sim
-        self.commands: list[tuple[float, np.ndarray]] = []  # (wall arrival, command)
+        self.commands: list[tuple[float, np.ndarray, int]] = []  # (wall sent, command, simulated ns at arrival)
         self.statuses: list[tuple[float, int, str]] = []  # (wall, level, "name: message")
         self.urdf: str | None = None
         self.windows: dict[
@@ -146,7 +155,7 @@ class Witness:
         # are the controller's, not this process's scheduling; else when it arrived here
         sent = info.get("source_timestamp") if info else None
         wall = time.monotonic() if not sent else time.monotonic() - (time.time_ns() - sent) * 1e-9
-        self.commands.append((wall, np.array(msg.data)))
+        self.commands.append((wall, np.array(msg.data), self.driver.now_ns()))
 
     def _on_state(self, msg) -> None:
         if msg.header.frame_id == INJECTED:
@@ -186,22 +195,61 @@ class Witness:
 
 def velocity_ratio(states, limits: dict[str, float], t_from_ns: int, t_to_ns: int) -> tuple[float, str]:
     """(max |dq/dt| / limit, joint) over the states stamped in [t_from_ns, t_to_ns], each velocity taken
-    over ``VELOCITY_WINDOW_S`` of stamps (from each state to the first one that much later)."""
+    over ``VELOCITY_WINDOW_S`` of stamps (from each state to the first one that much later). Joints without
+    a limit in ``limits`` are left out."""
     rows = [(t, q) for t, names, q in states if t_from_ns <= t <= t_to_ns]
     if len(rows) < 2:
         return 0.0, ""
     names = next(n for t, n, _ in states if t_from_ns <= t <= t_to_ns)
-    t = np.array([r[0] for r in rows], dtype=np.int64)
-    q = np.array([r[1] for r in rows])
+    return window_ratio([r[0] for r in rows], [r[1] for r in rows], names, limits)
+
+
+def command_ratio(commands, names, limits: dict[str, float], t_from_ns: int, t_to_ns: int) -> tuple[float, str]:
+    """(max |dq| / (limit * (dt + COMMAND_JITTER_S)), joint) over the controller's ``commands`` (wall sent,
+    positions in ``names`` order, simulated ns at arrival) that arrived in [t_from_ns, t_to_ns]."""
+    rows = [(t, c) for _, c, t in commands if t_from_ns <= t <= t_to_ns]
+    if len(rows) < 2:
+        return 0.0, ""
+    return window_ratio([r[0] for r in rows], [r[1] for r in rows], names, limits, COMMAND_JITTER_S)
+
+
+def window_ratio(stamps_ns, positions, names, limits: dict[str, float], slack_s: float = 0.0) -> tuple[float, str]:
+    """(max |q(t + w) - q(t)| / (limit * (w + slack_s)), joint): each row against the first one at least
+    ``VELOCITY_WINDOW_S`` later (w: their stamps' difference); (0, "") when no pair is that far apart."""
+    t = np.asarray(stamps_ns, dtype=np.int64)
+    q = np.asarray(positions, dtype=np.float64)
     later = np.searchsorted(t, t + round(VELOCITY_WINDOW_S * 1e9))
     ok = later < len(t)
     i, j = np.flatnonzero(ok), later[ok]
     if not len(i):
         return 0.0, ""
     lim = np.array([limits.get(n, np.inf) for n in names])
-    ratio = np.abs(q[j] - q[i]) / ((t[j] - t[i]) * 1e-9)[:, None] / lim
+    ratio = np.abs(q[j] - q[i]) / ((t[j] - t[i]) * 1e-9 + slack_s)[:, None] / lim
     k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     return float(ratio[k]), names[k[1]]
+
+
+@dataclass(frozen=True)
+class JointSets:
+    """The velocity limits of the arm's joints and of the gripper's (the profile's gripper joints and their
+    mimics), and the order of the controller's commands (the profile's commanded joints)."""
+
+    arm: dict[str, float]
+    gripper: dict[str, float]
+    commanded: tuple[str, ...]
+
+    @classmethod
+    def of(cls, urdf: str, profile) -> JointSets:
+        from vla_ros.urdf_limits import read_joint_limits
+
+        limits = {name: lim for name, lim in read_joint_limits(urdf).items() if math.isfinite(lim.velocity)}
+        grip = set(profile.gripper_joints)
+        is_grip = {name: name in grip or lim.mimic in grip for name, lim in limits.items()}
+        return cls(
+            {n: lim.velocity for n, lim in limits.items() if not is_grip[n]},
+            {n: lim.velocity for n, lim in limits.items() if is_grip[n]},
+            tuple(profile.commanded_joints),
+        )
 
 
 def run_faults(
@@ -216,13 +264,14 @@ def run_faults(
 ) -> dict:
     """Each fault in one episode of the launched graph; the per-fault figures (module docstring). ``raw``, a
     dict, receives what they were computed from: the simulator's ``states`` (stamp ns, names, positions),
-    the ``statuses`` (wall s, level, "name: message") and per fault its ``windows`` entry (fault start and
-    recovery end as simulator stamps, then as wall s)."""
+    the controller's ``commands`` (wall s sent, positions), the ``statuses`` (wall s, level, "name: message")
+    and per fault its ``windows`` entry (fault start and recovery end as simulator stamps, then as wall s)."""
     from tqdm import tqdm
 
     from vla_ros.evaluation.live_eval import LiveGraph, vla_launch_args
+    from vla_ros.model.io import resolve_model_dir
+    from vla_ros.robot_profile import profile_for_model
     from vla_ros.sim.tasks import EVAL_SEED_START, episode_task
-    from vla_ros.urdf_limits import read_joint_limits
 
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
@@ -235,15 +284,15 @@ def run_faults(
         d = w.driver
         try:
             d.wait_until_up(graph, startup_timeout_s, also=lambda: w.urdf is not None)
-            limits = {
-                name: lim.velocity for name, lim in read_joint_limits(w.urdf).items() if math.isfinite(lim.velocity)
-            }
+            limits = JointSets.of(w.urdf, profile_for_model(resolve_model_dir(model)))
             for i, name in enumerate(tqdm(faults, desc="faults", unit="fault", disable=not progress)):
                 results[name] = _run_one(
                     w, graph.proc.pid, name, FAULTS[name], limits, EVAL_SEED_START + seed + i, episode_task
                 )
             if raw is not None:
-                raw.update(states=list(w.states), statuses=list(w.statuses), windows=dict(w.windows))
+                raw.update(
+                    states=list(w.states), statuses=list(w.statuses), windows=dict(w.windows), commands=list(w.commands)
+                )
         finally:
             w.close()
     return {
@@ -256,7 +305,7 @@ def run_faults(
 
 
 def _run_one(
-    w: Witness, graph_pid: int, name: str, fault: Fault, limits: dict[str, float], ep_seed: int, episode_task
+    w: Witness, graph_pid: int, name: str, fault: Fault, limits: JointSets, ep_seed: int, episode_task
 ) -> dict:
     d = w.driver
     _, instruction = episode_task(ep_seed)
@@ -311,8 +360,11 @@ def _run_one(
         lambda: w.states[-1][0] >= t_end_ns + RECOVER_S * 1e9, 60.0
     )  # the simulator's stamps: /clock may have jumped
     t_to_ns = w.states[-1][0]
-    ratio, joint = velocity_ratio(w.states, limits, t_fault_ns, t_to_ns)
-    cmds = [(t, c) for t, c in w.commands[k_cmd:] if t >= t0]
+    ratio, joint = velocity_ratio(w.states, limits.arm, t_fault_ns, t_to_ns)
+    gripper_ratio, _ = velocity_ratio(w.states, limits.gripper, t_fault_ns, t_to_ns)
+    both = limits.arm | limits.gripper
+    cmd_ratio, cmd_joint = command_ratio(w.commands, limits.commanded, both, t_fault_ns, t_to_ns)
+    cmds = [(t, c) for t, c, _ in w.commands[k_cmd:] if t >= t0]
     gaps = np.diff([t0] + [t for t, _ in cmds]) if cmds else np.array([time.monotonic() - t0])
     w.windows[name] = (t_fault_ns, t_to_ns, t0, cmds[-1][0] if cmds else t0)
     cause = re.compile(fault.cause)
@@ -324,6 +376,9 @@ def _run_one(
         "duration_s": fault.duration_s,
         "max_velocity_ratio": round(ratio, 3),
         "joint": joint,
+        "max_gripper_velocity_ratio": round(gripper_ratio, 3),
+        "max_command_ratio": round(cmd_ratio, 3),
+        "command_joint": cmd_joint,
         "max_command_gap_ms": round(float(gaps.max()) * 1e3, 1),
         "cause_named_s": None if named is None else round(named[0] - t0, 3),
         "cause_level": None if named is None else ("WARN", "ERROR", "STALE")[min(named[1], 3) - 1],
@@ -357,11 +412,13 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.json,
     )
     if not args.json:
-        print(f"{'fault':20s} {'v/limit':>8s} {'joint':>22s} {'gap ms':>8s} {'named s':>8s}  cause")
+        head = f"{'fault':20s} {'v/limit':>8s} {'joint':>22s} {'grip':>6s} {'cmd':>6s} {'gap ms':>8s} {'named s':>8s}"
+        print(f"{head}  cause")
         for name, r in out["faults"].items():
             named = "-" if r["cause_named_s"] is None else f"{r['cause_named_s']:.2f}"
             print(
-                f"{name:20s} {r['max_velocity_ratio']:8.3f} {r['joint']:>22s} {r['max_command_gap_ms']:8.1f} "
+                f"{name:20s} {r['max_velocity_ratio']:8.3f} {r['joint']:>22s} {r['max_gripper_velocity_ratio']:6.2f} "
+                f"{r['max_command_ratio']:6.2f} {r['max_command_gap_ms']:8.1f} "
                 f"{named:>8s}  "
                 f"{r['cause_level'] or ''} {(r['cause'] or '')[:90]}"
             )
