@@ -220,16 +220,18 @@ def test_a_refused_instruction_stops_the_chunks_until_an_accepted_one_and_says_w
     assert session.set_instruction("x" * 600, 4_000_000) is None
     assert session.instruction_status["reason"] == "instruction_too_long" and session.instruction_refused
     assert session.set_instruction("lift the blue mug", 5_000_000) is not None
-    assert not session.instruction_refused and session.instruction.text == "lift the blue mug"
+    assert not session.instruction_refused and session.instruction.text == "pick up the blue cup"  # its wording
     assert session.tick(6_000_000).skip == reasons.NO_OBSERVATIONS
     session.reset()
     assert session.instruction_status == {} and not session.instruction_refused
 
 
 def test_the_session_grounded_wording_and_the_check_switched_off(cups_tiny):
-    grounded = session_of(cups_tiny, policy_instruction="grounded")
+    grounded = session_of(cups_tiny)  # the default: the policy reads the task's wording of the checked cup
     assert grounded.set_instruction("could you grab me the green cup", 0).text == "pick up the green cup"
     assert grounded.instruction_status["text"] == "could you grab me the green cup"
+    as_given = session_of(cups_tiny, policy_instruction="as_given")
+    assert as_given.set_instruction("could you grab me the green cup", 0).text == "could you grab me the green cup"
     off = session_of(cups_tiny, check_instructions=False)
     assert off.set_instruction("do not pick up the red cup", 0) is not None  # taken unchecked, and said so
     assert off.instruction_status["status"] == "accepted" and "unchecked" in off.instruction_status["detail"]

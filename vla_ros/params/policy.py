@@ -94,7 +94,7 @@ PARAMS = [
     ),
     ParamSpec(
         "policy_instruction",
-        "as_given",
+        "grounded",
         "what the policy reads of an accepted instruction: as_given (its words) or grounded (the task's own wording "
         "of the target the check found, e.g. 'pick up the red cup'); applies from the next instruction",
         choices=("as_given", "grounded"),

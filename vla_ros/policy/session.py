@@ -115,8 +115,9 @@ class SessionConfig:
     check_instructions: every instruction goes through the instruction check (``policy.grounding``); a
         refused one gives no chunk until an accepted one arrives (False: every instruction is taken unchecked).
     instruction_threshold: the learned score's threshold (negative: the one the model folder's check keeps).
-    policy_instruction: "as_given" (the policy reads the words as given) or "grounded" (the task's own
-        wording of the target the check found).
+    policy_instruction: "grounded" (the policy reads the task's own wording of the target the check found,
+        the default) or "as_given" (the words as given). Without the check, or for a task without its own
+        wording, the words as given.
     """
 
     publish_horizon: int = 0
@@ -131,7 +132,7 @@ class SessionConfig:
     frozen_camera_s: float = 0.0
     check_instructions: bool = True
     instruction_threshold: float = -1.0
-    policy_instruction: str = "as_given"
+    policy_instruction: str = "grounded"
 
     def __post_init__(self) -> None:
         from vla_ros.policy.grounding import POLICY_TEXT
