@@ -1245,7 +1245,7 @@ def test_a_plain_reset_without_announcement_trips_the_path_tolerance_and_does_no
     measured state is far from every recent command, so the plan is dropped and the arm held where it is."""
     probe = graph
     q0 = held_command(probe)
-    away = q0 + np.array([0.0, 0.35, -0.45, 0.0, 0.3, 0.0, 0.0])  # far from home
+    away = offsets_inside_the_limits(q0, np.array([0.0, 0.35, -0.45, 0.0, 0.3, 0.0, 0.0]))  # far from home
     move = q0 + (1.0 - np.cos(np.pi * np.linspace(0.0, 1.0, 100)))[:, None] / 2.0 * (away - q0)  # 2 s, rest to rest
     stamp = send_accepted(probe, lambda: np.vstack([move, np.repeat(away[None], 10, axis=0)]))
     wait_until_sim(probe, stamp + 2.5)

@@ -360,6 +360,9 @@ def _run_one(
         lambda: w.states[-1][0] >= t_end_ns + RECOVER_S * 1e9, 60.0
     )  # the simulator's stamps: /clock may have jumped
     t_to_ns = w.states[-1][0]
+    # Commands are timed by this node's clock, which follows /clock a little behind the simulator's stamps:
+    # wait until it has passed the window, so no command that arrives later counts as inside it.
+    d.spin_until(lambda: d.now_ns() > t_to_ns, 10.0)
     ratio, joint = velocity_ratio(w.states, limits.arm, t_fault_ns, t_to_ns)
     gripper_ratio, _ = velocity_ratio(w.states, limits.gripper, t_fault_ns, t_to_ns)
     both = limits.arm | limits.gripper
