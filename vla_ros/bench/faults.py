@@ -264,8 +264,9 @@ def run_faults(
 ) -> dict:
     """Each fault in one episode of the launched graph; the per-fault figures (module docstring). ``raw``, a
     dict, receives what they were computed from: the simulator's ``states`` (stamp ns, names, positions),
-    the controller's ``commands`` (wall s sent, positions, simulated ns at arrival), the ``statuses`` (wall s, level, "name: message")
-    and per fault its ``windows`` entry (fault start and recovery end as simulator stamps, then as wall s)."""
+    the controller's ``commands`` (wall s sent, positions, simulated ns at arrival), the ``statuses`` (wall s,
+    level, "name: message") and per fault its ``windows`` entry (fault start and recovery end as simulator
+    stamps, then as wall s)."""
     from tqdm import tqdm
 
     from vla_ros.evaluation.live_eval import LiveGraph, vla_launch_args
