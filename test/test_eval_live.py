@@ -24,6 +24,7 @@ few minutes (the shipped model lifts in about 3)."""
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from types import SimpleNamespace
@@ -66,6 +67,19 @@ LIVE_KEYS = {
 }
 VERDICTS = ("pass", "modified", "truncated", "rejected")
 CHUNKS_IN, CHUNKS_OUT, DIAGNOSTICS = "/vla/action_chunk", "/vla/safe_action_chunk", "/diagnostics"
+TIMING = "/vla/chunk_timing"
+# A chunk's way, stage by stage, as the nodes time it (vla_ros.latency; written out here as the witness reads it)
+STAGE_ORDER = (
+    "received",
+    "tick_start",
+    "inferred",
+    "shaped",
+    "published",
+    "filter_in",
+    "filter_out",
+    "accepted",
+    "first_command",
+)
 
 REAL_TIME_FACTOR = 0.5
 MAX_EPISODE_S = 6.0
@@ -123,6 +137,7 @@ class Witness:
         self.diagnostics: list[tuple[int, str, dict]] = []  # (header stamp ns, status name, values), as received
         self.joint_stamps: list[int] = []
         self.image_stamps: list[int] = []
+        self.timings: list[dict] = []  # the nodes' chunk-timing records, as received
 
         def subscribe(msg_type, topic, callback, qos) -> None:
             events = SubscriptionEventCallbacks(message_lost=lambda e: self.lost.__setitem__(topic, e.total_count))
@@ -139,18 +154,21 @@ class Witness:
         subscribe(JointTrajectory, CHUNKS_IN, self._on_chunk_in, deep)
         subscribe(JointTrajectory, CHUNKS_OUT, self._on_chunk_out, deep)
         subscribe(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, deep)
+        subscribe(String, TIMING, lambda m: self.timings.append(json.loads(m.data)), deep)
         subscribe(JointState, "/joint_states", lambda m: self.joint_stamps.append(_ns(m.header.stamp)), deep)
         # camera_info goes out with every image, with its stamp: the frames the sim published, without
         # deserializing 230 kB per frame in this process.
         subscribe(CameraInfo, "/camera/camera_info", lambda m: self.image_stamps.append(_ns(m.header.stamp)), deep)
 
     def _chunk(self, msg) -> tuple:
-        """(joint names, positions per point, times ns per point, received ns on /clock)"""
+        """(joint names, positions per point, times ns per point, received ns on /clock, received ns on the
+        monotonic clock)"""
         return (
             tuple(msg.joint_names),
             tuple(tuple(p.positions) for p in msg.points),
             tuple(_ns(p.time_from_start) for p in msg.points),
             self.probe.node.get_clock().now().nanoseconds,
+            time.monotonic_ns(),
         )
 
     def _on_chunk_in(self, msg) -> None:
@@ -636,3 +654,84 @@ def test_the_dropped_message_counts_fit_what_the_sim_published(live):
     }
     worst = summary["controller_period_err_ms_p99"]
     assert worst in reported or w.lost[DIAGNOSTICS] and worst >= 0.0, (worst, sorted(reported)[-5:])
+
+
+def test_the_stage_timing_is_the_nodes_records_and_fits_what_the_witness_saw(live):
+    """The latency budget (``latency_stages_ms``): the records it was computed from are the ones the nodes
+    published (the witness has them too, unless it lost them or matched a node late), each chunk's stages lie
+    in the order of its way and around the witness's own receipt of the chunk (monotonic clock, one host), and
+    the figures are recomputed here from the records: the first segment on /clock (the stamp to the policy's
+    intake), the others monotonic differences between successive stages."""
+    w, summary, results = live.witness, live.summary, live.results
+    records = results["latency"]["records"]
+    seen = {json.dumps(r, sort_keys=True) for r in w.timings}
+    missing = [r for r in records if json.dumps(r, sort_keys=True) not in seen]
+    first_seen = {
+        node: min((r["stamp_ns"] for r in w.timings if r["node"] == node), default=float("inf"))
+        for node in ("policy", "safety_filter", "controller")
+    }
+    missing = [r for r in missing if r["stamp_ns"] >= first_seen[r["node"]]]
+    assert len(missing) <= w.lost[TIMING], missing[:3]
+    by_stamp: dict[int, dict[str, list]] = {}
+    for r in records:
+        assert {r["node"]} == {
+            {
+                "received": "policy",
+                "tick_start": "policy",
+                "inferred": "policy",
+                "shaped": "policy",
+                "published": "policy",
+                "filter_in": "safety_filter",
+                "filter_out": "safety_filter",
+                "accepted": "controller",
+                "first_command": "controller",
+            }[s]
+            for s in r["stages"]
+        }, r
+        by_stamp.setdefault(r["stamp_ns"], {}).update(r["stages"])
+    segments: dict[str, list[float]] = {}
+    complete = 0
+    for stamp, stages in by_stamp.items():
+        reached = [s for s in STAGE_ORDER if s in stages]
+        mono = [stages[s][0] for s in reached]
+        assert mono == sorted(mono), (stamp, dict(zip(reached, mono)))  # in the order of the way
+        if stages.get("received", [0, None])[1] is not None:
+            assert stages["received"][1] - stamp >= 0  # an observation arrives after its stamp
+        if "published" in stages and stamp in w.chunks_in:
+            assert stages["published"][0] <= w.chunks_in[stamp][0][4]  # sent before the witness got it
+        if "filter_out" in stages and stamp in w.chunks_out:
+            assert stages["filter_out"][0] <= w.chunks_out[stamp][0][4]
+        if reached == list(STAGE_ORDER) and stages["received"][1] is not None:
+            complete += 1
+            gaps = [(stages["received"][1] - stamp) * 1e-6] + [(b - a) * 1e-6 for a, b in zip(mono, mono[1:])]
+            for name, ms in zip(SEGMENT_ORDER, gaps):
+                segments.setdefault(name, []).append(ms)
+            segments.setdefault("whole", []).append(sum(gaps))
+    assert summary["latency_stage_chunks"] == complete >= 1
+    # every segment's figure over the chunks that have both of its stages; here, over the complete chunks
+    # and the chunks that stopped part way, the whole only over the complete ones
+    partial: dict[str, list[float]] = {}
+    for stamp, stages in by_stamp.items():
+        for name, (a, b) in zip(SEGMENT_ORDER[1:], zip(STAGE_ORDER, STAGE_ORDER[1:])):
+            if a in stages and b in stages:
+                partial.setdefault(name, []).append((stages[b][0] - stages[a][0]) * 1e-6)
+        if stages.get("received", [0, None])[1] is not None:
+            partial.setdefault(SEGMENT_ORDER[0], []).append((stages["received"][1] - stamp) * 1e-6)
+    partial["whole"] = segments["whole"]
+    for name, values in partial.items():
+        expected = [round(float(np.percentile(values, 50)), 2), round(float(np.percentile(values, 99)), 2)]
+        assert summary["latency_stages_ms"][name] == pytest.approx(expected, abs=0.011), name
+    assert (live.out / "latency_budget.png").is_file()
+
+
+SEGMENT_ORDER = (
+    "sensor_to_policy",
+    "wait_for_tick",
+    "inference",
+    "shaping",
+    "publish",
+    "to_filter",
+    "filter",
+    "to_controller",
+    "to_first_command",
+)

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "mesh": "vla_ros.bench.mesh_bench",
     "controller": "vla_ros.bench.controller_bench",
     "faults": "vla_ros.bench.faults",
+    "latency": "vla_ros.bench.latency_bench",
 }
 
 
@@ -143,7 +144,10 @@ VERBS = {
         _run_module("vla_ros.model.export_onnx"),
         "export a model folder to ONNX and check parity: vla-ros export-onnx models/vla_cups",
     ),
-    "bench": (_bench, "benchmarks (sim, tokens, policy, safety, mesh, controller, faults): vla-ros bench sim --json"),
+    "bench": (
+        _bench,
+        "benchmarks (sim, tokens, policy, safety, mesh, controller, faults, latency): vla-ros bench sim --json",
+    ),
     "robot": (
         _robot,
         "check a URDF or robot profile, write a starter profile: vla-ros robot check my.urdf --write-profile my.yaml",

@@ -13,7 +13,12 @@ and read from the nodes' own ``/diagnostics`` (counter differences over the run)
 * ``joint_msgs_dropped_pct`` / ``image_msgs_dropped_pct``: every message the policy did not use, whatever the
   cause (lost in transport as the stamps show, rejected on arrival, pushed out of the window unused);
 * ``safety_verdicts`` and ``filter_pass_unmodified_pct`` (the safety filter's chunk counters);
-* ``controller_period_err_ms_p99``: the worst of the controller's reported p99 period errors.
+* ``controller_period_err_ms_p99``: the worst of the controller's reported p99 period errors;
+and joined from the nodes' own timing of every chunk (``/vla/chunk_timing``, ``vla_ros.latency``):
+* ``latency_stages_ms``: per segment of a chunk's way (the stamp to the policy, waiting for the tick,
+  inference, shaping, publishing, to the filter, the filter, to the controller, to its first command) and
+  for the whole of it, [p50, p99] in ms; ``latency_stage_chunks``: the chunks that reached a first command.
+``load_hogs``: CPU hogs run beside the graph (``--load``).
 The JSON has the in-process evaluation's keys as well, so the two can be put side by side. ``results.json``
 also keeps the raw figures behind the summary, so it can be recomputed and checked against the graph: per
 episode each counted chunk's stamp and latency (``chunk_arrivals``), and the ``/diagnostics`` reports the
@@ -40,6 +45,7 @@ from vla_ros.evaluation.tables import (
     success_breakdown,
     verdict_shares,
 )
+from vla_ros.latency import LatencyTable, plot_budget
 from vla_ros.ros.instruction_status import read_status
 
 VERDICTS = ("pass", "modified", "truncated", "rejected")
@@ -107,6 +113,7 @@ class Driver:
         from std_srvs.srv import Trigger
         from trajectory_msgs.msg import JointTrajectory
 
+        from vla_ros.ros.chunk_timing import CHUNK_TIMING_DEPTH, CHUNK_TIMING_TOPIC
         from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos
         from vla_ros.ros.instruction_status import POLICY_INSTRUCTION_STATUS_TOPIC
         from vla_ros.ros.qos import latched_qos
@@ -127,6 +134,7 @@ class Driver:
         self.policy_reports: list[dict] = []  # every report of the policy during the run
         self.arrivals: list[tuple[int, float]] = []  # (chunk stamp ns, latency ms) at the controller's input
         self.chunks_out = 0
+        self.latency = LatencyTable()  # the nodes' stages of every chunk (``vla_ros.latency``)
         n.create_subscription(String, "/vla/episode_status", self._on_status, latched)
         self.instruction_status: dict | None = None  # the policy's newest (``ros.instruction_status``)
         n.create_subscription(String, POLICY_INSTRUCTION_STATUS_TOPIC, self._on_instruction_status, latched)
@@ -134,6 +142,9 @@ class Driver:
         n.create_subscription(JointTrajectory, "/vla/safe_action_chunk", self._on_safe_chunk, 50)
         n.create_subscription(JointTrajectory, "/vla/action_chunk", self._on_chunk, 50)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 100)
+        n.create_subscription(
+            String, CHUNK_TIMING_TOPIC, lambda m: self.latency.add_text(m.data), CHUNK_TIMING_DEPTH * 4
+        )
         self.pub_instruction = n.create_publisher(String, "/vla/instruction", latched)
         self.reset_client = n.create_client(Trigger, "/sim/reset")
         self.param_client = n.create_client(SetParameters, "/sim/set_parameters")
@@ -366,9 +377,11 @@ def evaluate_live(
     startup_timeout_s: float = 240.0,
     extra_launch_args: tuple[str, ...] = (),
     robot: str | None = None,
+    load: int = 0,
 ) -> dict:
     """Run ``episodes`` through the launched graph; the summary dict (see the module docstring). ``robot``: as
-    for ``vla_launch_args``."""
+    for ``vla_launch_args``; ``load``: CPU hogs running beside the graph for the whole run (``CpuHogs``)."""
+    from vla_ros.bench.load import CpuHogs
     from vla_ros.robot_profile import profile_for_model
     from vla_ros.sim.tasks import eval_episodes
 
@@ -387,7 +400,7 @@ def evaluate_live(
         f"seed:={jobs[0][0] if jobs else 0}",
         *extra_launch_args,
     ]
-    with LiveGraph(args, out / "graph.log" if out is not None else None) as graph:
+    with CpuHogs(load), LiveGraph(args, out / "graph.log" if out is not None else None) as graph:
         driver = Driver()
         try:
             driver.wait_until_up(graph, startup_timeout_s)
@@ -396,11 +409,13 @@ def evaluate_live(
             driver.period_err_p99.clear()
             driver.policy_reports.clear()
             driver.arrivals.clear()
+            driver.latency = LatencyTable()
             wall_per_episode_s = max_episode_s / max(real_time_factor, 0.05) * 4 + 60.0
             results = run_episodes(driver, jobs, max_episode_s, wall_per_episode_s, progress)
             after = driver.fresh_snapshot(names + ["sim: simulation"])
             period_err = list(driver.period_err_p99)
             policy_reports = list(driver.policy_reports)
+            latency = {**driver.latency.summary(), "records": driver.latency.raw()}
         finally:
             driver.close()
     return summarize(
@@ -418,6 +433,8 @@ def evaluate_live(
         out=out,
         robot=profile,
         refuse=getattr(templates, "refuse", False),
+        latency=latency,
+        load_hogs=load,
     )
 
 
@@ -436,9 +453,13 @@ def summarize(
     out: Path | None,
     robot=None,
     refuse: bool = False,
+    latency: dict | None = None,
+    load_hogs: int = 0,
 ) -> dict:
     """The run's figures; ``refuse``: the instructions were all to be refused (``tables.refusal_summary``'s
-    keys instead of the success figures)."""
+    keys instead of the success figures); ``latency``: ``LatencyTable.summary()`` of the run's chunks (its
+    p50 and p99 per segment in ``latency_stages_ms``, all of it in results.json, the budget's picture in
+    ``out``/latency_budget.png)."""
     policy_a, policy_b = before.get("policy: policy"), after.get("policy: policy")
     filter_a, filter_b = before.get("safety_filter: filter"), after.get("safety_filter: filter")
     verdicts = {v: int(_count(filter_b, f"chunks.{v}") - _count(filter_a, f"chunks.{v}")) for v in VERDICTS}
@@ -490,6 +511,11 @@ def summarize(
         },
         "real_time_factor": real_time_factor,
         "real_time_factor_achieved": _float(sim_values, "real_time_factor.achieved"),
+        "latency_stages_ms": {
+            name: [v["p50"], v["p99"]] for name, v in (latency or {}).get("segments_ms", {}).items() if v
+        },
+        "latency_stage_chunks": (latency or {}).get("complete", 0),
+        "load_hogs": load_hogs,
         "load_avg_1min": [round(load[0][0], 2), round(load[1][0], 2)],
         "cpus": os.cpu_count(),
         "wall_s": round(wall_s, 1),
@@ -508,11 +534,14 @@ def summarize(
                     "episodes": results,
                     "policy_reports": policy_reports,
                     "diagnostics": {"before": before, "after": after},
+                    "latency": latency,
                 },
                 indent=1,
                 default=str,
             )
         )
+        if latency and latency.get("complete"):
+            plot_budget({"live": latency}, out / "latency_budget.png", f"{model}: the stages of a chunk, live")
     return summary
 
 

@@ -310,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--startup-timeout", type=float, default=240.0, help="--live: wall seconds for the graph to come up"
     )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        help="--live: start this many CPU hogs (`yes > /dev/null` each) beside the graph for the run (default 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     if args.live and (
@@ -326,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             "--live runs the shipped configuration in one graph: --videos, --workers, --smoothing-degree, "
             "--shape-chunks, --policy-rate, --temporal-ensemble, --policy-instruction and --hold do not apply"
         )
+    if args.load and not args.live or not 0 <= args.load <= 64:
+        parser.error(f"--load takes 0-64 CPU hogs and needs --live, got {args.load}")
     if not 0.0 <= args.hold <= 5.0:  # NaN fails too
         parser.error(f"--hold must be in [0, 5] simulated seconds, got {args.hold}")
     if args.temporal_ensemble is not None:  # the node parameter's own range check, before anything loads
@@ -367,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.json,
             startup_timeout_s=args.startup_timeout,
             robot=args.robot or None,
+            load=args.load,
         )
         print_result(summary, args.json, 28)
         return 0

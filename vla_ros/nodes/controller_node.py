@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
+import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -59,9 +61,11 @@ from vla_ros.chunks import ChunkError
 from vla_ros.control import ChunkExecutor, Motion
 from vla_ros.control.sources import SourceGate, resolve_trusted
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused, StateSources
+from vla_ros.latency import SplitStages, StageTime
 from vla_ros.params.controller import PARAMS, TIGHTENING_RULES, config_from_params
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg
+from vla_ros.ros.chunk_timing import ChunkTimingPublisher, mono_now
 from vla_ros.ros.control_loop import ControlLoop, resolve_loop_mode
 from vla_ros.ros.controller_check import ControllerJointsCheck
 from vla_ros.ros.controller_outputs import make_output
@@ -187,6 +191,10 @@ class ControllerNode(Node):
         )
         self._heartbeat_msg = Header(frame_id=self.get_fully_qualified_name())
         self._cycles = 0
+        self.timing = ChunkTimingPublisher(self, "controller")
+        self.stages = SplitStages("accepted", "first_command")
+        # the chunks' ages (node clock - stamp) when taken and at their first command, the newest 1,000
+        self._ages = {name: deque(maxlen=1000) for name in ("accepted_age_ms", "first_command_age_ms")}
         self.watchdog = self._make_watchdog()
 
     def _set_up_services(self, p: dict) -> None:
@@ -261,10 +269,15 @@ class ControllerNode(Node):
         except ChunkError as err:
             self._reject("chunk", err.code, str(err))
             return
+        taken = mono_now(self)
+        self.stages.begin(chunk.stamp_ns, taken)  # before the plan can have it: a cycle may take it at once
         with self._lock:
             code = self.core.submit_chunk(chunk)  # the executor counts its own rejections
             detail = self.core.last_rejection
+            if code is None:
+                self._ages["accepted_age_ms"].append((taken.clock_ns - chunk.stamp_ns) * 1e-6)
         if code is not None:
+            self.stages.discard(chunk.stamp_ns)
             self.rejections.log(f"rejected chunk: {detail}", code)
 
     def _on_episode_reset(self, msg: Header) -> None:
@@ -383,13 +396,19 @@ class ControllerNode(Node):
             return True
         try:
             with self._lock:
+                accepted = self.core.counters["chunks_accepted"]
                 q = self.core.update(now_ns, period_s)  # never raises by design; publishing can
                 if q is None:
                     return True
                 q = q.tolist()  # the core's buffer changes with the next call; the message gets a copy
                 k = self._params["trajectory_points"]
                 self.output.sample(self.core, k)
+                new_chunk = self.core.active_stamp_ns if self.core.counters["chunks_accepted"] != accepted else None
+                if new_chunk is not None:
+                    self._ages["first_command_age_ms"].append((now_ns - new_chunk) * 1e-6)
             self.output.publish(q, now_ns, k)
+            if new_chunk is not None:  # this command is the first from that chunk (vla_ros.latency)
+                self.stages.end(new_chunk, StageTime(time.monotonic_ns(), now_ns))
         except Exception as err:  # the loop must keep running; a failing publish is reported, not fatal
             if not self.context.ok():
                 return False  # shutting down (SIGTERM/Ctrl-C): the publisher's context is already gone
@@ -433,6 +452,8 @@ class ControllerNode(Node):
                 "may; chunks are refused while it is there",
                 "source.untrusted",
             )
+        for stamp, stages in self.stages.flush():
+            self.timing.publish(stamp, stages)
         changed = self.watchdog.poll(mono, ros, self.rejections.log)
         self._look_at_state_publishers()
         hold, why = self._conflict(mono)
@@ -535,6 +556,7 @@ class ControllerNode(Node):
             age = ex.chunk_age_s()
             mode, watchdog, estopped, enabled, motion = ex.mode, ex.watchdog, ex.estopped, ex.enabled, ex.motion
             held = ex.held
+            ages = {name: list(values) for name, values in self._ages.items() if values}
             counters = ex.counters.copy()  # a Counter: missing keys read 0
             rejected = self.diag.rejected + ex.rejected
             last_reset, episode = ex.last_reset, ex.episode
@@ -551,6 +573,9 @@ class ControllerNode(Node):
             "output_topic": self.output.topic,
             "commands.published": self.output.published,
         }
+        for name, values in ages.items():  # on the node's clock: /clock steps in the sim
+            state[f"{name}.p50"] = float(np.percentile(values, 50))
+            state[f"{name}.p99"] = float(np.percentile(values, 99))
         for key in (
             "chunks_accepted",
             "chunks_superseded",

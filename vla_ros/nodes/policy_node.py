@@ -48,6 +48,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_ros.latency import StageTime
 from vla_ros.model.io import resolve_model_dir
 from vla_ros.params.policy import PARAMS, session_config_from_params, shaping_limits_from_params
 from vla_ros.params.robot import robot_files
@@ -56,6 +57,7 @@ from vla_ros.policy.input_checks import InstructionGate, instruction_size_error
 from vla_ros.reasons import INSTRUCTION_TOO_LONG, MODEL_INPUT_ERROR, NON_FINITE_OUTPUT, TICK_ERROR
 from vla_ros.robot_profile import profile_for_model
 from vla_ros.ros.chunk_msgs import msg_from_chunk
+from vla_ros.ros.chunk_timing import ChunkTimingPublisher
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.instruction_status import INSTRUCTION_STATUS
@@ -92,6 +94,9 @@ class _Series:
         "arrival_age_ms",
         "in_node_wall_ms",
         "tick_delay_ms",
+        "wait_for_tick_ms",
+        "shaping_ms",
+        "publish_ms",
         "debug_attention.ms",
     )
 
@@ -156,6 +161,7 @@ class PolicyNode(Node):
         mc = self.session.policy.config if self.session is not None else None
         camera_hz, state_hz = (mc.camera_rate_hz, mc.state_rate_hz) if mc is not None else (30.0, 100.0)
         self.pub_chunk = self.create_publisher(JointTrajectory, "/vla/action_chunk", 10)
+        self.timing = ChunkTimingPublisher(self, "policy")
         # the newest instruction's outcome (accepted or refused, why, the target, the score) as JSON, latched
         self.pub_instruction_status = self.create_publisher(String, INSTRUCTION_STATUS, latched_qos())
         if p["debug_attention"]:
@@ -496,7 +502,8 @@ class PolicyNode(Node):
         period = session.state_period_s()
         if period is not None:
             session.wait_for_state(self._due_ns, min(period, MAX_ALIGN_WAIT_S))
-        result = session.tick(self._now_ns())
+        tick_ns = self._now_ns()
+        result = session.tick(tick_ns)
         if result.chunk is None:
             if result.skip == MODEL_INPUT_ERROR:
                 self.get_logger().error(f"tick failed: {result.detail}", throttle_duration_sec=2.0)
@@ -506,9 +513,13 @@ class PolicyNode(Node):
         if self._stop.is_set():
             return  # shutting down: the publisher may be gone
         now_ns = self._now_ns()  # the clock at publish, read first: the reported age is never ahead of the sending
-        self.pub_chunk.publish(msg_from_chunk(result.chunk))
+        msg = msg_from_chunk(result.chunk)
+        # timed as it is handed to DDS: a subscriber on this host may have it before publish() returns
+        published_ns = time.monotonic_ns()
+        self.pub_chunk.publish(msg)
         wall_s = time.monotonic()
         stamp = result.chunk.stamp_ns
+        self._time_stages(result, tick_ns, StageTime(published_ns, now_ns))
         self._series.add("inference_ms", result.infer_ms)
         self._series.add("inference_cpu_ms", result.infer_cpu_ms)
         self._series.add("observation_age_ms", (now_ns - stamp) * 1e-6)
@@ -522,6 +533,23 @@ class PolicyNode(Node):
         self._report_if_changed()
         if self._p["debug_attention"]:
             self._publish_attention(session)
+
+    def _time_stages(self, result, tick_ns: int, published: StageTime) -> None:
+        """The chunk's stages in this node (``vla_ros.latency``) on /vla/chunk_timing and in the series."""
+        marks = result.marks
+        stages = {
+            "tick_start": StageTime(marks["tick_start"], tick_ns),
+            "inferred": StageTime(marks["inferred"]),
+            "shaped": StageTime(marks["shaped"]),
+            "published": published,
+        }
+        if result.anchor_arrival is not None:
+            arrival_wall_s, arrival_ns = result.anchor_arrival
+            stages = {"received": StageTime(round(arrival_wall_s * 1e9), arrival_ns), **stages}
+            self._series.add("wait_for_tick_ms", (marks["tick_start"] - stages["received"].mono_ns) * 1e-6)
+        self._series.add("shaping_ms", (marks["shaped"] - marks["inferred"]) * 1e-6)
+        self._series.add("publish_ms", (published.mono_ns - marks["shaped"]) * 1e-6)
+        self.timing.publish(result.chunk.stamp_ns, stages)
 
     # ---- debug: attention overlay --------------------------------------------------------------------
     def _set_attention_publisher(self, on: bool) -> None:

@@ -45,10 +45,12 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_ros import reasons
 from vla_ros.chunks import ChunkError
 from vla_ros.joint_state_check import JointStateCheck, JointStateRefused
+from vla_ros.latency import StageTime
 from vla_ros.params.robot import robot_files
 from vla_ros.params.safety_filter import PARAMS, config_from_params, lines, tightening_rules
 from vla_ros.params.tightening import ParamChange
 from vla_ros.ros.chunk_msgs import chunk_from_msg, msg_from_chunk
+from vla_ros.ros.chunk_timing import ChunkTimingPublisher, mono_now
 from vla_ros.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_ros.ros.episode import EPISODE_RESET_TOPIC, episode_reset_qos, reset_from_msg
 from vla_ros.ros.node_main import run_node
@@ -94,6 +96,8 @@ class SafetyFilterNode(Node):
         self._verdicts: Counter[str] = Counter()
         self._modified: Counter[str] = Counter()
         self._check_ms: deque[float] = deque(maxlen=1000)
+        # the chunks' ages (node clock - stamp) as they came in and went out, the newest 1,000
+        self._ages = {name: deque(maxlen=1000) for name in ("filter_in_age_ms", "filter_out_age_ms")}
         self._last = ("", "")
         self._timeline = EpisodeTimeline()  # the current episode: inputs stamped before it are refused
         self._resets = 0
@@ -105,6 +109,7 @@ class SafetyFilterNode(Node):
 
         latched = latched_qos()
         self.pub = self.create_publisher(JointTrajectory, "/vla/safe_action_chunk", 10)
+        self.timing = ChunkTimingPublisher(self, "safety_filter")
         files = robot_files(self._params)  # ValueError (a bad profile): the node does not start
         if files.urdf:
             robot = load_robot_files(
@@ -274,7 +279,8 @@ class SafetyFilterNode(Node):
     def _on_chunk(self, data: bytes) -> None:
         t0 = time.perf_counter()
         now_ns = self.get_clock().now().nanoseconds
-        self.watchdog["chunks"].seen(time.monotonic_ns(), now_ns)
+        taken = StageTime(time.monotonic_ns(), now_ns)
+        self.watchdog["chunks"].seen(taken.mono_ns, now_ns)
         filt = self.filter
         msg = None
         try:
@@ -313,8 +319,13 @@ class SafetyFilterNode(Node):
                     )
                 else:
                     out, report = filt.filter(chunk, self._state, now_ns)
+        sent = None
         if out is not None:  # unchanged chunks go out as they came (same message, same stamp)
-            self.pub.publish(msg if report.verdict == "pass" else msg_from_chunk(out, msg.header.frame_id))
+            out_msg = msg if report.verdict == "pass" else msg_from_chunk(out, msg.header.frame_id)
+            sent = mono_now(self)  # as it is handed to DDS: the controller may have it before publish() returns
+            self.pub.publish(out_msg)
+        if msg is not None:
+            self._time_stages(ns_from_time_msg(msg.header.stamp), taken, sent)
         self._check_ms.append((time.perf_counter() - t0) * 1e3)
         self._verdicts[report.verdict] += 1
         if report.verdict == "rejected":
@@ -327,6 +338,15 @@ class SafetyFilterNode(Node):
                 f"chunk {report.verdict}: {report.reason}: {report.detail}", f"{report.verdict}.{report.reason}"
             )
             self._publish_event(report, now_ns)
+
+    def _time_stages(self, stamp_ns: int, taken: StageTime, sent: StageTime | None) -> None:
+        """The chunk's stages here (``vla_ros.latency``): on /vla/chunk_timing, and their ages in the report."""
+        stages = {"filter_in": taken}
+        self._ages["filter_in_age_ms"].append((taken.clock_ns - stamp_ns) * 1e-6)
+        if sent is not None:
+            stages["filter_out"] = sent
+            self._ages["filter_out_age_ms"].append((sent.clock_ns - stamp_ns) * 1e-6)
+        self.timing.publish(stamp_ns, stages)
 
     # ---- watchdog and diagnostics ------------------------------------------------------------------
     def _check_inputs(self) -> None:
@@ -374,6 +394,10 @@ class SafetyFilterNode(Node):
         values.update(self.diag.rejection_values())
         values["check_ms.p50"] = float(np.percentile(ms, 50))
         values["check_ms.p99"] = float(np.percentile(ms, 99))
+        for name, ages in self._ages.items():  # on the node's clock: /clock steps in the sim
+            if ages:
+                values[f"{name}.p50"] = float(np.percentile(ages, 50))
+                values[f"{name}.p99"] = float(np.percentile(ages, 99))
         values["collision_pairs"] = self.filter.collision_pairs if self.filter else 0
         values["robot"] = self.robot.name if self.robot else ""
         values["joint_state_age_s"] = (

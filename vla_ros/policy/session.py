@@ -173,6 +173,8 @@ class TickResult:
     observed: int = 0
     restarted: bool = False
     anchor_arrival: tuple[float, int | None] | None = None
+    # monotonic ns of the tick's stages (``vla_ros.latency``): tick_start, inferred, shaped
+    marks: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class PolicySession:
@@ -439,6 +441,7 @@ class PolicySession:
         """Catch the policy up with what arrived and decode a chunk at ``now_ns`` (node clock) if allowed."""
         self.ticks += 1
         result = TickResult()
+        result.marks["tick_start"] = time.monotonic_ns()
         with self._lock:
             stream = self.stream
             seen = (stream.generation, stream.instruction_generation)
@@ -485,6 +488,7 @@ class PolicySession:
             return self._skip(result, reasons.NO_JOINT_STATE, str(err))
         result.infer_ms = (time.perf_counter() - t0) * 1e3
         result.infer_cpu_ms = (time.thread_time() - cpu0) * 1e3
+        result.marks["inferred"] = time.monotonic_ns()
         horizon = c.publish_horizon or len(chunk.time_from_start_s)
         positions = chunk.positions
         if self._ensemble is not None:
@@ -501,6 +505,7 @@ class PolicySession:
         )
         if not np.all(np.isfinite(out.positions)):
             return self._skip(result, reasons.NON_FINITE_OUTPUT, "the model produced NaN/Inf: no chunk")
+        result.marks["shaped"] = time.monotonic_ns()
         with self._lock:
             result.anchor_arrival = self._arrival.get(policy.newest_key)
         result.chunk = out
