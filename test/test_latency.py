@@ -181,3 +181,40 @@ def test_split_stages_pair_what_two_threads_timed():
         st.begin(k, t[k % 10])
     st.end(20, t[0])
     assert [stamp for stamp, _ in st.flush()] == [16, 17, 18, 19, 20]
+
+
+def test_cpu_hogs_run_while_the_block_runs_and_are_gone_after():
+    import os
+
+    from vla_ros.bench.load import CpuHogs
+
+    with CpuHogs(2) as hogs:
+        pids = [p.pid for p in hogs.procs]
+        assert len(pids) == 2 and all(p.poll() is None for p in hogs.procs)
+        assert all(os.path.exists(f"/proc/{pid}") for pid in pids)
+    assert hogs.procs == []
+    assert not any(
+        os.path.exists(f"/proc/{pid}/status") and "State:\tR" in open(f"/proc/{pid}/status").read() for pid in pids
+    )
+    with pytest.raises(ValueError):
+        CpuHogs(-1)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--load", "2"],  # needs --live
+        ["eval", "--live", "--load", "65"],
+        ["bench", "latency", "--load", "two"],
+        ["bench", "latency", "--load", "0,65"],
+        ["bench", "latency", "--episodes", "0"],
+    ],
+)
+def test_a_load_or_episode_count_out_of_range_is_refused_before_anything_starts(argv, capsys):
+    from vla_ros.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # the error line, after the usage
+    assert ("--load" in err) if "--load" in argv else ("--episodes" in err), err

@@ -50,7 +50,10 @@ def cpu_name() -> str:
 
 
 def parse_levels(text: str) -> list[int]:
-    levels = [int(x) for x in text.split(",") if x.strip()]
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        levels = []
     if not levels or any(not 0 <= n <= 64 for n in levels):
         raise ValueError(f"--load wants a comma-separated list of 0-64 CPU hogs, got {text!r}")
     return levels
