@@ -356,6 +356,10 @@ def test_demo_two_hosts_lifts_the_cup_and_compares_latency(tmp_path):
     for run in ("two_hosts", "one_host"):
         lat = summary[run]["latency_at_controller_ms"]
         assert summary[run]["safe_chunks_at_controller"] > 0 and 0 < lat["p50"] <= lat["p99"]
+        # the nodes' own stage timing reached the watcher on the robot's side of the link, joined per chunk
+        stages = summary[run]["latency_stages_ms"]
+        assert {"inference", "to_filter", "to_controller", "whole"} <= set(stages), stages
+        assert all(0.0 <= p50 <= p99 for p50, p99 in stages.values()), stages
     # what the link adds is the difference of the two runs' own figures, per quantile
     added = {
         q: round(

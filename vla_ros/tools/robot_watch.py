@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from std_srvs.srv import Trigger
     from trajectory_msgs.msg import JointTrajectory
 
+    from vla_ros.latency import TimingError, parse_timing
+    from vla_ros.ros.chunk_timing import CHUNK_TIMING_DEPTH, CHUNK_TIMING_TOPIC
     from vla_ros.ros.qos import latched_qos
     from vla_ros.ros.time import ns_from_time_msg, seconds_from_duration_msg
 
@@ -75,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "chunks": [],
         "diag": [],
         "status": [],
+        "timing": [],  # the nodes' chunk-timing records (vla_ros.latency), as JSON objects
         "t0": None,
         "episode0": None,
         "lifted_at": None,
@@ -127,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         ):
             rec["lifted_at"] = status.get("time_s")
 
+    def on_timing(msg: String) -> None:
+        try:
+            rec["timing"].append(json.loads(parse_timing(msg.data).to_json()))
+        except TimingError:
+            pass  # not one of ours; the evaluation counts only what it can read
+
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for st in msg.status:
             node_name, _, concern = st.name.partition(": ")
@@ -165,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(JointTrajectory, "/vla/action_chunk", on_chunk("chunks"), 10)
     node.create_subscription(String, "/vla/episode_status", on_status, latched)
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 50)
+    node.create_subscription(String, CHUNK_TIMING_TOPIC, on_timing, CHUNK_TIMING_DEPTH)
     reset = node.create_client(Trigger, "/sim/reset")
     commands = _stdin_lines()
     next_state = time.monotonic()

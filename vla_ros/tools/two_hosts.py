@@ -380,7 +380,18 @@ def analyse(record: dict, color: str) -> dict:
             k: int(v) for k, v in (ctrl or {"values": {}})["values"].items() if k.startswith("rejected.")
         },
         "commands": len([r for r in record["commands"] if r[0] >= t0]),
+        "latency_stages_ms": stage_figures(r for r in record.get("timing", []) if r["stamp_ns"] * 1e-9 >= t0),
     }
+
+
+def stage_figures(records) -> dict:
+    """[p50, p99] per segment of a chunk's way and for the whole (``vla_ros.latency``), from the nodes' records."""
+    from vla_ros.latency import LatencyTable, parse_timing
+
+    table = LatencyTable()
+    for r in records:
+        table.add(parse_timing(json.dumps(r)))
+    return {name: [v["p50"], v["p99"]] for name, v in table.summary()["segments_ms"].items() if v}
 
 
 def commands_within_limits(record: dict) -> bool:
