@@ -76,7 +76,7 @@ def test_no_fault_moves_a_joint_faster_than_its_limit_and_each_is_named(faults, 
     out, raw = faults
     limits, grip = urdf_velocity_limits(), gripper_joints()
     assert grip and grip < set(limits)
-    t_from, t_to, wall0, _ = raw["windows"][name]
+    t_from, t_to, wall0, _, k_from, k_to = raw["windows"][name]
     rows = [(t, names, q) for t, names, q in raw["states"] if t_from <= t <= t_to]
     assert len(rows) > 50, (name, len(rows))  # the simulator's states of the window were seen
     names, states = rows[0][1], [(t, q) for t, _, q in rows]
@@ -86,7 +86,10 @@ def test_no_fault_moves_a_joint_faster_than_its_limit_and_each_is_named(faults, 
     assert abs(worst - r["max_velocity_ratio"]) < 1e-3, (worst, r)  # the bench reports what happened
     gripper = worst_ratio(states, names, {n: v for n, v in limits.items() if n in grip})
     assert abs(gripper - r["max_gripper_velocity_ratio"]) < 1e-3, (gripper, r)
-    commands = [(t, c) for _, c, t in raw["commands"] if t_from <= t <= t_to]
+    # The fault's own commands, as they had arrived when the bench computed its figure: a command that arrives
+    # later is stamped by the bench's clock then, which a later fault (a second /clock 5 s behind) can set back
+    # into this window, beside commands of another moment.
+    commands = [(t, c) for _, c, t in raw["commands"][k_from:k_to] if t_from <= t <= t_to]
     assert len(commands) > 20, (name, len(commands))  # the controller's commands of the window were seen
     commanded = worst_ratio(commands, load_profile(None).commanded_joints, limits, COMMAND_JITTER_S)
     assert commanded <= LIMIT_RATIO, (name, commanded, r)
@@ -107,7 +110,7 @@ def test_no_fault_moves_a_joint_faster_than_its_limit_and_each_is_named(faults, 
 def test_the_arm_moved_in_the_baseline(faults):
     """Without a fault the shipped model moves the arm: a ratio of 0 everywhere would prove nothing."""
     out, raw = faults
-    t_from, t_to, _, _ = raw["windows"]["none"]
+    t_from, t_to = raw["windows"]["none"][:2]
     q = np.array([q for t, _, q in raw["states"] if t_from <= t <= t_to])
     assert np.abs(q[-1] - q[0]).max() > 0.02 and out["faults"]["none"]["max_velocity_ratio"] > 0.01, out["faults"][
         "none"

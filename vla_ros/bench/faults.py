@@ -137,9 +137,8 @@ class Witness:
         self.commands: list[tuple[float, np.ndarray, int]] = []  # (wall sent, command, simulated ns at arrival)
         self.statuses: list[tuple[float, int, str]] = []  # (wall, level, "name: message")
         self.urdf: str | None = None
-        self.windows: dict[
-            str, tuple[int, int, float, float]
-        ] = {}  # fault -> (start, recovery end: sim stamps; the same in wall s)
+        # fault -> (start, recovery end: sim stamps; the same in wall s; its commands' slice of ``commands``)
+        self.windows: dict[str, tuple[int, int, float, float, int, int]] = {}
         n.create_subscription(JointState, "/joint_states", self._on_state, 500)
         n.create_subscription(
             Float64MultiArray, "/forward_position_controller/commands", with_info(self._on_command), 500
@@ -266,7 +265,7 @@ def run_faults(
     dict, receives what they were computed from: the simulator's ``states`` (stamp ns, names, positions),
     the controller's ``commands`` (wall s sent, positions, simulated ns at arrival), the ``statuses`` (wall s,
     level, "name: message") and per fault its ``windows`` entry (fault start and recovery end as simulator
-    stamps, then as wall s)."""
+    stamps, then as wall s, then the slice of ``commands`` its command figure was computed from)."""
     from tqdm import tqdm
 
     from vla_ros.evaluation.live_eval import LiveGraph, vla_launch_args
@@ -367,10 +366,13 @@ def _run_one(
     ratio, joint = velocity_ratio(w.states, limits.arm, t_fault_ns, t_to_ns)
     gripper_ratio, _ = velocity_ratio(w.states, limits.gripper, t_fault_ns, t_to_ns)
     both = limits.arm | limits.gripper
-    cmd_ratio, cmd_joint = command_ratio(w.commands, limits.commanded, both, t_fault_ns, t_to_ns)
+    # This fault's commands, as they had arrived by now: one that arrives later is stamped by this node's clock
+    # then, which a later fault (a second /clock 5 s behind) can set back into this window.
+    k_end = len(w.commands)
+    cmd_ratio, cmd_joint = command_ratio(w.commands[k_cmd:k_end], limits.commanded, both, t_fault_ns, t_to_ns)
     cmds = [(t, c) for t, c, _ in w.commands[k_cmd:] if t >= t0]
     gaps = np.diff([t0] + [t for t, _ in cmds]) if cmds else np.array([time.monotonic() - t0])
-    w.windows[name] = (t_fault_ns, t_to_ns, t0, cmds[-1][0] if cmds else t0)
+    w.windows[name] = (t_fault_ns, t_to_ns, t0, cmds[-1][0] if cmds else t0, k_cmd, k_end)
     cause = re.compile(fault.cause)
     named = next(
         ((wall, level, text) for wall, level, text in w.statuses[k_status:] if level >= 1 and cause.search(text)), None
