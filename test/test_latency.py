@@ -22,6 +22,7 @@ from vla_ros.latency import (
     parse_timing,
     plot_budget,
     segments,
+    timing_from_dict,
 )
 
 pytestmark = pytest.mark.unit  # no ROS node, no DDS, no wall-clock timing: `make test` runs it beside others
@@ -111,6 +112,7 @@ def test_the_whole_is_the_stamp_to_the_first_command_on_any_hosts(gaps, hosts):
 def test_parse_reads_what_to_json_wrote_and_refuses_the_rest():
     rec = chain()[1]
     assert parse_timing(rec.to_json()) == rec
+    assert timing_from_dict(rec.as_dict()) == rec  # the object the watcher keeps, read the same way
     good = json.loads(rec.to_json())
     bad = [
         "not json",
@@ -128,6 +130,9 @@ def test_parse_reads_what_to_json_wrote_and_refuses_the_rest():
     for text in bad:
         with pytest.raises(TimingError):
             parse_timing(text)
+    for raw in ([1, 2], None, {**good, "stages": {"warp": [1, 2]}}):
+        with pytest.raises(TimingError):
+            timing_from_dict(raw)
 
 
 def test_the_table_joins_per_stamp_counts_the_unreadable_and_summarises():

@@ -78,16 +78,17 @@ class ChunkTiming:
     boot_id: str
     stages: dict[str, StageTime] = field(default_factory=dict)
 
+    def as_dict(self) -> dict:
+        """The record as the JSON object it is sent as."""
+        return {
+            "node": self.node,
+            "stamp_ns": self.stamp_ns,
+            "boot_id": self.boot_id,
+            "stages": {k: [v.mono_ns, v.clock_ns] for k, v in self.stages.items()},
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "node": self.node,
-                "stamp_ns": self.stamp_ns,
-                "boot_id": self.boot_id,
-                "stages": {k: [v.mono_ns, v.clock_ns] for k, v in self.stages.items()},
-            },
-            separators=(",", ":"),
-        )
+        return json.dumps(self.as_dict(), separators=(",", ":"))
 
 
 def parse_timing(text: str) -> ChunkTiming:
@@ -97,8 +98,16 @@ def parse_timing(text: str) -> ChunkTiming:
         raise TimingError(f"record of {len(text)} bytes > {MAX_RECORD_BYTES}")
     try:
         raw = json.loads(text)
+    except ValueError as err:
+        raise TimingError(f"not a chunk-timing record: {err}") from None
+    return timing_from_dict(raw)
+
+
+def timing_from_dict(raw) -> ChunkTiming:
+    """A record from its JSON object (``ChunkTiming.as_dict``), checked as ``parse_timing`` checks the text."""
+    try:
         node, stamp, boot, stages = raw["node"], raw["stamp_ns"], raw["boot_id"], raw["stages"]
-    except (ValueError, TypeError, KeyError) as err:
+    except (TypeError, KeyError) as err:
         raise TimingError(f"not a chunk-timing record: {err}") from None
     if not (isinstance(node, str) and isinstance(boot, str) and isinstance(stages, dict) and _is_int(stamp)):
         raise TimingError("not a chunk-timing record: node, stamp_ns, boot_id or stages of the wrong type")
@@ -236,7 +245,7 @@ class LatencyTable:
 
     def raw(self) -> list[dict]:
         """Every record kept, as its JSON object (for results files that a reader recomputes from)."""
-        return [json.loads(r.to_json()) for _, by_node in sorted(self.records.items()) for r in by_node.values()]
+        return [r.as_dict() for _, by_node in sorted(self.records.items()) for r in by_node.values()]
 
     def chunks(self) -> list[dict[str, float]]:
         return [segments(list(by_node.values())) for _, by_node in sorted(self.records.items())]

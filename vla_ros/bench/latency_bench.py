@@ -123,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"\n{label} ({n} CPU hogs), {summary.get('episodes')} episodes, success {summary.get('success_rate')}"
             )
             print(table(latency))
-    picture = plot_budget(
-        {label: r for label, r in runs.items()}, out / "latency_budget.png", f"{args.model}: a chunk's way, live"
-    )
+    picture = plot_budget(runs, out / "latency_budget.png", f"{args.model}: a chunk's way, live")
     result = {
         "model": args.model,
         "cpu": cpu_name(),

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_timing(msg: String) -> None:
         try:
-            rec["timing"].append(json.loads(parse_timing(msg.data).to_json()))
+            rec["timing"].append(parse_timing(msg.data).as_dict())
         except TimingError:
             pass  # not one of ours; the evaluation counts only what it can read
 

@@ -386,11 +386,11 @@ def analyse(record: dict, color: str) -> dict:
 
 def stage_figures(records) -> dict:
     """[p50, p99] per segment of a chunk's way and for the whole (``vla_ros.latency``), from the nodes' records."""
-    from vla_ros.latency import LatencyTable, parse_timing
+    from vla_ros.latency import LatencyTable, timing_from_dict
 
     table = LatencyTable()
     for r in records:
-        table.add(parse_timing(json.dumps(r)))
+        table.add(timing_from_dict(r))
     return {name: [v["p50"], v["p99"]] for name, v in table.summary()["segments_ms"].items() if v}
 
 
